@@ -1,0 +1,181 @@
+/*
+ * nixl/backend.h - the backend ABI.
+ *
+ * A backend (transport) is one nixl_backend_ops_t.  The core selects
+ * backends by capability, never by name, and drives them only through these
+ * ops; a backend sees only this header and the host-services table the core
+ * hands it (logging, configuration, path accounting, notification delivery).
+ *
+ * Versioning: abi_version, struct_size and name come first and never move.
+ * New members are appended; a core reads a member only if struct_size covers
+ * it.  Members marked OPTIONAL may be NULL and are checked before each call.
+ *
+ * A module exports one symbol, NIXL_BACKEND_ENTRY ("nixl_backend_get_ops"),
+ * a function returning its ops.  Built-in backends are listed in the core.
+ *
+ * Locking: with the agent in NIXL_THREAD_SERIALIZED mode every op is called
+ * with the agent lock held, so ops of one backend instance never run
+ * concurrently.  Threads a backend starts itself must not call back into the
+ * host except through log() and fallback().
+ */
+#ifndef NIXL_BACKEND_H
+#define NIXL_BACKEND_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../nixl.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define NIXL_BACKEND_ABI_VERSION 1
+#define NIXL_BACKEND_ENTRY "nixl_backend_get_ops"
+
+typedef enum {
+    NIXL_LOG_ERROR = 0,
+    NIXL_LOG_WARN = 1,
+    NIXL_LOG_INFO = 2,
+    NIXL_LOG_DEBUG = 3,
+    NIXL_LOG_TRACE = 4,
+} nixl_log_level_t;
+
+/* Services the core offers a backend.  Handed to create(); valid until
+ * destroy() returns. */
+typedef struct nixl_host_services {
+    uint32_t abi_version;
+    uint32_t struct_size;
+    /* Opaque: pass back as the first argument of the calls below. */
+    void *ctx;
+    /* Non-zero when a message at this level would be printed: check before
+     * formatting on hot paths. */
+    int (*log_enabled)(nixl_log_level_t level);
+    void (*log)(nixl_log_level_t level, const char *where, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
+    /* Current value of a NIXL_* variable of the core table; NULL if unknown. */
+    const char *(*config_get)(const char *name);
+    /* Count one fallback onto 'path' for 'cause' and warn (rate-limited).
+     * May be called from any thread. */
+    void (*fallback)(void *ctx, const char *path, const char *cause);
+    /* Hand a received notification to the agent.  Call only from within
+     * progress() (or another op), never from a backend thread.  The bytes
+     * are copied. */
+    void (*notif_deliver)(void *ctx, const char *sender, const void *msg, size_t len);
+    /* The agent's name. */
+    const char *agent_name;
+} nixl_host_services_t;
+
+/* A local or remote registered range as the core sees it. */
+typedef struct nixl_be_region {
+    nixl_mem_t mem_type;
+    uint32_t dev_id;
+    uint64_t addr;
+    uint64_t len;
+} nixl_be_region_t;
+
+/* One piece of a transfer after the core resolved and merged descriptors. */
+typedef struct nixl_be_iov {
+    uint64_t laddr;
+    uint64_t raddr;
+    uint64_t len;
+    void *lmd; /* reg() output of the local region holding laddr..+len */
+    void *rmd; /* rkey_load() output of the remote region holding raddr..+len */
+} nixl_be_iov_t;
+
+typedef struct nixl_be_xfer {
+    nixl_op_t op;
+    void *peer;               /* peer_load() output */
+    nixl_mem_t local_mem;
+    nixl_mem_t remote_mem;
+    const nixl_be_iov_t *iov; /* owned by the core, valid until xfer_release() */
+    size_t count;
+    uint64_t bytes;
+} nixl_be_xfer_t;
+
+/* Every backend request starts with this header; the backend keeps it
+ * current and the core reads it once the request completed. */
+typedef struct nixl_be_req {
+    const char *path;  /* static string, e.g. "shm.cma"; never NULL after prepare */
+    uint32_t fallback; /* non-zero when 'path' is a fallback path */
+} nixl_be_req_t;
+
+typedef struct nixl_backend_ops {
+    uint32_t abi_version; /* NIXL_BACKEND_ABI_VERSION */
+    uint32_t struct_size; /* sizeof(nixl_backend_ops_t) the backend was built with */
+    const char *name;     /* [a-z0-9_]+, at most 31 bytes */
+    const char *description;
+    uint32_t mem_types; /* NIXL_MEM_BIT() mask */
+    uint32_t caps;      /* NIXL_CAP_* */
+    /* Every parameter the backend takes; the core rejects other keys and
+     * fills defaults, so create() always sees every key.  NIXL_<NAME>_<KEY>
+     * in the environment overrides a default. */
+    const nixl_param_info_t *params;
+    size_t num_params;
+
+    /* Create an instance.  params: every declared key, resolved. May block. */
+    nixl_status_t (*create)(const nixl_host_services_t *host, const nixl_param_t *params, size_t num_params,
+                            void **be_out);
+    /* Stop threads, then free.  Every request, peer and registration was
+     * released before. */
+    void (*destroy)(void *be);
+
+    /* Register a local range.  *md_out is passed back in iovs and dereg. */
+    nixl_status_t (*reg)(void *be, const nixl_be_region_t *region, void **md_out);
+    void (*dereg)(void *be, void *md);
+    /* OPTIONAL.  Public key of a registration, put in the metadata blob.
+     * Writes at most *len bytes; sets *len to the size needed (call with
+     * buf NULL to ask).  NULL op = empty key. */
+    nixl_status_t (*rkey_pack)(void *be, void *md, void *buf, size_t *len);
+
+    /* OPTIONAL.  Connection info put in the metadata blob (same convention
+     * as rkey_pack). */
+    nixl_status_t (*conn_pack)(void *be, void *buf, size_t *len);
+    /* Load a peer from its conn info (untrusted: validate it).  Returns
+     * NIXL_ERR_NO_PATH when this backend cannot reach that peer. */
+    nixl_status_t (*peer_load)(void *be, const char *peer_name, const void *conn, size_t conn_len, void **peer_out);
+    void (*peer_unload)(void *be, void *peer);
+    /* Load one remote region's key (untrusted: validate it). */
+    nixl_status_t (*rkey_load)(void *be, void *peer, const nixl_be_region_t *region, const void *rkey,
+                               size_t rkey_len, void **rmd_out);
+    void (*rkey_unload)(void *be, void *rmd);
+
+    /* Build a request.  Must set the header's path. */
+    nixl_status_t (*xfer_prepare)(void *be, const nixl_be_xfer_t *xfer, nixl_be_req_t **req_out);
+    /* Start it; deliver notif to the peer only after every byte landed.
+     * NIXL_OK: done (and notified).  NIXL_IN_PROG: poll xfer_status. */
+    nixl_status_t (*xfer_post)(void *be, nixl_be_req_t *req, const void *notif, size_t notif_len);
+    nixl_status_t (*xfer_status)(void *be, nixl_be_req_t *req);
+    /* Cancel if in flight (the notification is not sent), wait until the
+     * backend no longer touches the memory, free. */
+    void (*xfer_release)(void *be, nixl_be_req_t *req);
+
+    /* OPTIONAL (required with NIXL_CAP_NOTIF).  Standalone notification. */
+    nixl_status_t (*notif_send)(void *be, void *peer, const void *msg, size_t len);
+    /* OPTIONAL.  Advance: receive notifications (notif_deliver), complete
+     * requests.  Must not block. */
+    nixl_status_t (*progress)(void *be);
+} nixl_backend_ops_t;
+
+typedef const nixl_backend_ops_t *(*nixl_backend_entry_fn)(void);
+
+/* Helper for backends: value of key in a resolved param list, or NULL. */
+static inline const char *nixl_param_find(const nixl_param_t *params, size_t n, const char *key)
+{
+    for (size_t i = 0; i < n; i++) {
+        const char *a = params[i].key, *b = key;
+        while (*a && *a == *b) {
+            a++;
+            b++;
+        }
+        if (*a == *b)
+            return params[i].value;
+    }
+    return NULL;
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* NIXL_BACKEND_H */

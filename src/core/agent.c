@@ -1,0 +1,306 @@
+/*
+ * agent.c - the agent: creation and teardown, the lock that serializes API
+ * calls, the optional progress thread and metadata listener, and the
+ * notification queue.
+ *
+ * Notifications arrive through a backend's progress() (host service
+ * notif_deliver, always with the agent lock held) and wait in a FIFO until
+ * nixl_notifs_get hands them out.  The callbacks run without the lock, so a
+ * callback may call back into the agent.
+ */
+#include <ctype.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "core/agent.h"
+#include "md/socket.h"
+#include "util/config.h"
+#include "util/log.h"
+#include "util/str.h"
+#include "util/time.h"
+
+static int agent_name_valid(const char *name)
+{
+    size_t n = 0;
+    for (; name[n]; n++) {
+        unsigned char c = (unsigned char)name[n];
+        if (!(isalnum(c) || strchr("_.:@/+-", c)))
+            return 0;
+    }
+    return n > 0 && n <= NIXL_NAME_MAX;
+}
+
+void nixl_agent_progress_locked(nixl_agent_t *a)
+{
+    for (int b = 0; b < a->num_backends; b++)
+        if (a->backends[b]->ops->progress)
+            a->backends[b]->ops->progress(a->backends[b]->be);
+}
+
+static void *progress_main(void *arg)
+{
+    nixl_agent_t *a = arg;
+    while (atomic_load_explicit(&a->progress_running, memory_order_acquire)) {
+        nixl_agent_lock(a);
+        nixl_agent_progress_locked(a);
+        nixl_agent_unlock(a);
+        struct timespec ts = {0, (long)a->progress_interval_us * 1000};
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
+/* ---- listener glue ---- */
+
+static nixl_status_t on_load(void *arg, const void *blob, size_t len)
+{
+    nixl_agent_t *a = arg;
+    nixl_agent_lock(a);
+    nixl_status_t st = nixl_md_load_remote_locked(a, blob, len, NULL);
+    nixl_agent_unlock(a);
+    return st;
+}
+
+static nixl_status_t on_fetch(void *arg, void **blob_out, size_t *len_out)
+{
+    nixl_agent_t *a = arg;
+    nixl_agent_lock(a);
+    nixl_status_t st = nixl_md_get_local_locked(a, blob_out, len_out);
+    nixl_agent_unlock(a);
+    return st;
+}
+
+static nixl_status_t on_invalidate(void *arg, const char *name)
+{
+    nixl_agent_t *a = arg;
+    nixl_agent_lock(a);
+    nixl_status_t st = nixl_md_invalidate_remote_locked(a, name);
+    nixl_agent_unlock(a);
+    return st;
+}
+
+/* ---- create / destroy ---- */
+
+NIXL_API nixl_status_t nixl_agent_create(const nixl_agent_config_t *cfg, nixl_agent_t **agent_out)
+{
+    if (!cfg || !agent_out)
+        return NIXL_ERR_NULL;
+    nixl_log_init();
+    {
+        /* Enumerate backends first so their NIXL_<BACKEND>_* rows exist
+         * before the environment is checked for misspellings. */
+        const nixl_backend_impl_t *im;
+        size_t n;
+        nixl_backend_impls(&im, &n);
+        static pthread_once_t env_once = PTHREAD_ONCE_INIT;
+        pthread_once(&env_once, nixl_cfg_check_env);
+    }
+    if (!(cfg->field_mask & NIXL_AGENT_CONFIG_NAME) || !cfg->name) {
+        NIXL_ERROR("agent create: a name is required");
+        return NIXL_ERR_INVALID_PARAM;
+    }
+    if (!agent_name_valid(cfg->name)) {
+        NIXL_ERROR("agent create: name '%s' must be 1..%d characters of [A-Za-z0-9_.:@/+-]", cfg->name,
+                   NIXL_NAME_MAX);
+        return NIXL_ERR_INVALID_PARAM;
+    }
+    nixl_agent_t *a = calloc(1, sizeof(*a));
+    if (!a)
+        return NIXL_ERR_NO_MEMORY;
+    nixl_strlcpy(a->name, cfg->name, sizeof(a->name));
+    nixl_thread_mode_t mode =
+        (cfg->field_mask & NIXL_AGENT_CONFIG_THREAD_MODE) ? cfg->thread_mode : NIXL_THREAD_SERIALIZED;
+    if (mode != NIXL_THREAD_NONE && mode != NIXL_THREAD_SERIALIZED) {
+        NIXL_ERROR("agent create: thread mode %d is not a nixl_thread_mode_t", (int)mode);
+        free(a);
+        return NIXL_ERR_INVALID_PARAM;
+    }
+    int progress = (cfg->field_mask & NIXL_AGENT_CONFIG_PROGRESS_THREAD) && cfg->progress_thread;
+    int listen = (cfg->field_mask & NIXL_AGENT_CONFIG_LISTEN) && cfg->listen;
+    if (mode == NIXL_THREAD_NONE && (progress || listen))
+        NIXL_INFO("agent %s: thread mode NONE with a %s thread: calls are serialized anyway", a->name,
+                  progress ? "progress" : "listener");
+    a->serialized = mode == NIXL_THREAD_SERIALIZED || progress || listen;
+    pthread_mutexattr_t ma;
+    pthread_mutexattr_init(&ma);
+    pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_ERRORCHECK);
+    pthread_mutex_init(&a->lock, &ma);
+    pthread_mutexattr_destroy(&ma);
+    if (getrandom(&a->instance_id, sizeof(a->instance_id), 0) != sizeof(a->instance_id))
+        a->instance_id = nixl_now_ns() ^ ((uint64_t)getpid() << 32);
+    nixl_host_id_get(&a->host);
+    a->notif_tail = &a->notif_head;
+    a->stats = nixl_stats_create();
+    nixl_status_t st = NIXL_ERR_NO_MEMORY;
+    if (!a->stats)
+        goto err_free;
+    a->progress_interval_us = (cfg->field_mask & NIXL_AGENT_CONFIG_PROGRESS_INTERVAL_US)
+                                  ? cfg->progress_interval_us
+                                  : (uint32_t)nixl_cfg_size("NIXL_PROGRESS_INTERVAL_US");
+    if (a->progress_interval_us == 0)
+        a->progress_interval_us = 1;
+
+    if (listen) {
+        nixl_md_handlers_t h = {a, on_load, on_fetch, on_invalidate};
+        uint16_t port = (cfg->field_mask & NIXL_AGENT_CONFIG_LISTEN_PORT) ? cfg->listen_port : 0;
+        st = nixl_md_listener_start(nixl_cfg_get("NIXL_LISTEN_ADDR"), port, &h, &a->listener);
+        if (st != NIXL_OK) {
+            NIXL_ERROR("agent %s: metadata listener on port %u: %s", a->name, port, nixl_strerror(st));
+            goto err_stats;
+        }
+    }
+    if (progress) {
+        a->progress_running = 1;
+        if (pthread_create(&a->progress_thread, NULL, progress_main, a) != 0) {
+            NIXL_ERROR("agent %s: cannot start the progress thread", a->name);
+            a->progress_running = 0;
+            st = NIXL_ERR_NO_MEMORY;
+            goto err_listener;
+        }
+    }
+    *agent_out = a;
+    return NIXL_OK;
+
+err_listener:
+    if (a->listener)
+        nixl_md_listener_stop(a->listener);
+err_stats:
+    nixl_stats_destroy(a->stats);
+err_free:
+    pthread_mutex_destroy(&a->lock);
+    free(a);
+    return st;
+}
+
+NIXL_API void nixl_agent_destroy(nixl_agent_t *a)
+{
+    if (!a)
+        return;
+    /* Threads that call into the agent stop first. */
+    if (a->listener)
+        nixl_md_listener_stop(a->listener);
+    if (a->progress_running) {
+        atomic_store_explicit(&a->progress_running, 0, memory_order_release);
+        pthread_join(a->progress_thread, NULL);
+    }
+    nixl_agent_lock(a);
+    nixl_xfers_destroy(a);
+    nixl_peers_destroy(a);
+    nixl_registry_destroy(a);
+    for (int b = 0; b < a->num_backends; b++) {
+        a->backends[b]->ops->destroy(a->backends[b]->be);
+        free(a->backends[b]);
+    }
+    a->num_backends = 0;
+    while (a->notif_head) {
+        nixl_notif_item_t *it = a->notif_head;
+        a->notif_head = it->next;
+        free(it);
+    }
+    nixl_agent_unlock(a);
+    nixl_stats_destroy(a->stats);
+    pthread_mutex_destroy(&a->lock);
+    free(a);
+}
+
+NIXL_API const char *nixl_agent_name(const nixl_agent_t *agent)
+{
+    return agent ? agent->name : "";
+}
+
+NIXL_API uint16_t nixl_agent_listen_port(const nixl_agent_t *agent)
+{
+    return agent && agent->listener ? nixl_md_listener_port(agent->listener) : 0;
+}
+
+NIXL_API nixl_status_t nixl_agent_progress(nixl_agent_t *agent)
+{
+    if (!agent)
+        return NIXL_ERR_NULL;
+    nixl_agent_lock(agent);
+    nixl_agent_progress_locked(agent);
+    nixl_agent_unlock(agent);
+    return NIXL_OK;
+}
+
+/* ---- notifications ---- */
+
+NIXL_API nixl_status_t nixl_notif_send(nixl_agent_t *a, const char *peer, const void *msg, size_t len,
+                                       const nixl_opt_args_t *opt)
+{
+    if (!a || !peer || (len && !msg))
+        return NIXL_ERR_NULL;
+    if (len > NIXL_NOTIF_MAX) {
+        NIXL_ERROR("agent %s: notification of %zu bytes exceeds NIXL_NOTIF_MAX (%d)", a->name, len, NIXL_NOTIF_MAX);
+        return NIXL_ERR_TOO_BIG;
+    }
+    nixl_agent_lock(a);
+    nixl_status_t st;
+    nixl_peer_t *p = nixl_peer_find(a, peer);
+    if (!p || !p->cur) {
+        NIXL_ERROR("agent %s: notification to %s peer '%s'", a->name, p ? "invalidated" : "unknown", peer);
+        st = p ? NIXL_ERR_PEER_INVALIDATED : NIXL_ERR_UNKNOWN_PEER;
+        goto out;
+    }
+    nixl_peer_inc_t *inc = p->cur;
+    nixl_peer_backend_t *best = NULL;
+    int best_rank = 99;
+    for (int b = 0; b < a->num_backends; b++) {
+        nixl_peer_backend_t *bk = &inc->bk[b];
+        if (!bk->backend || !(bk->backend->ops->caps & NIXL_CAP_NOTIF) || !bk->backend->ops->notif_send)
+            continue;
+        if (opt && (opt->field_mask & NIXL_OPT_BACKENDS)) {
+            int ok = 0;
+            for (size_t i = 0; i < opt->num_backends && opt->backends; i++)
+                ok |= opt->backends[i] == bk->backend;
+            if (!ok)
+                continue;
+        }
+        uint32_t caps = bk->backend->ops->caps;
+        int rank = (inc->same_process && (caps & NIXL_CAP_LOCAL))      ? 0
+                   : (inc->same_host && (caps & NIXL_CAP_SAME_HOST)) ? 1
+                                                                     : 2;
+        if (rank < best_rank) {
+            best = bk;
+            best_rank = rank;
+        }
+    }
+    if (!best) {
+        NIXL_ERROR("agent %s: no backend can send a notification to %s", a->name, peer);
+        st = NIXL_ERR_NO_PATH;
+        goto out;
+    }
+    st = best->backend->ops->notif_send(best->backend->be, best->peer, msg, len);
+    if (st != NIXL_OK)
+        NIXL_ERROR("agent %s: notification to %s over %s failed: %s", a->name, peer, best->backend->ops->name,
+                   nixl_strerror(st));
+out:
+    nixl_agent_unlock(a);
+    return st;
+}
+
+NIXL_API nixl_status_t nixl_notifs_get(nixl_agent_t *a, nixl_notif_cb_t cb, void *arg, size_t *count_out)
+{
+    if (!a || !cb)
+        return NIXL_ERR_NULL;
+    nixl_agent_lock(a);
+    nixl_agent_progress_locked(a);
+    nixl_notif_item_t *list = a->notif_head;
+    a->notif_head = NULL;
+    a->notif_tail = &a->notif_head;
+    nixl_agent_unlock(a);
+    size_t n = 0;
+    while (list) {
+        nixl_notif_item_t *it = list;
+        list = it->next;
+        cb(it->sender, it->msg, it->len, arg);
+        free(it);
+        n++;
+    }
+    if (count_out)
+        *count_out = n;
+    return NIXL_OK;
+}

@@ -1,0 +1,212 @@
+/*
+ * agent.h - the core's internal picture of an agent: its backends, local
+ * registrations, peers (each loaded generation refcounted), requests,
+ * notification queue and path counters.  Only src/core includes this.
+ */
+#ifndef NIXL_CORE_AGENT_H
+#define NIXL_CORE_AGENT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "core/md_codec.h"
+#include "nixl.h"
+#include "nixl/backend.h"
+#include "util/host.h"
+
+#define NIXL_AGENT_MAX_BACKENDS 8
+
+#if defined(__GNUC__)
+#define nixl_likely(x) __builtin_expect(!!(x), 1)
+#define nixl_unlikely(x) __builtin_expect(!!(x), 0)
+#else
+#define nixl_likely(x) (x)
+#define nixl_unlikely(x) (x)
+#endif
+
+/* ---- backends (backends.c) ---- */
+
+/* An entry of the process-wide list of backend implementations. */
+typedef struct nixl_backend_impl {
+    const nixl_backend_ops_t *ops;
+    nixl_backend_info_t info;
+    char origin[256];
+} nixl_backend_impl_t;
+
+/* Enumerate built-in and module backends once per process. */
+void nixl_backend_impls(const nixl_backend_impl_t **impls_out, size_t *count_out);
+
+struct nixl_backend {
+    nixl_agent_t *agent;
+    const nixl_backend_ops_t *ops;
+    void *be;
+    int index; /* in agent->backends */
+    nixl_host_services_t host;
+};
+
+/* ---- local registrations (registry.c) ---- */
+
+typedef struct nixl_region {
+    nixl_mem_t mem_type;
+    uint32_t dev_id;
+    uint64_t addr;
+    uint64_t len;
+    uint32_t backend_mask;
+    void *md[NIXL_AGENT_MAX_BACKENDS];
+    uint8_t *meta;
+    uint32_t meta_len;
+} nixl_region_t;
+
+typedef struct nixl_region_index {
+    nixl_region_t **v; /* sorted by addr, non-overlapping */
+    size_t n, cap;
+} nixl_region_index_t;
+
+/* Region of this mem type holding [addr, addr+len), or NULL. */
+nixl_region_t *nixl_region_find(const nixl_region_index_t *idx, uint64_t addr, uint64_t len);
+void nixl_registry_destroy(nixl_agent_t *agent);
+/* Register existing regions with a backend created later (agent lock held). */
+nixl_status_t nixl_registry_add_backend(nixl_agent_t *agent, nixl_backend_t *b);
+
+/* ---- peers (peer.c) ---- */
+
+typedef struct nixl_peer_backend {
+    nixl_backend_t *backend; /* local instance; NULL when this peer is unreachable by it */
+    void *peer;              /* peer_load() output */
+    const nixl_md_backend_t *mdb;
+    void **rmd; /* per region of mdb */
+} nixl_peer_backend_t;
+
+/* One loaded generation of a peer's metadata.  Requests hold references. */
+typedef struct nixl_peer_inc {
+    int refs; /* under the agent lock */
+    nixl_agent_t *agent;
+    uint64_t generation;
+    int same_host;
+    int same_process;
+    nixl_md_t *md;
+    void *blob;
+    nixl_peer_backend_t bk[NIXL_AGENT_MAX_BACKENDS];
+} nixl_peer_inc_t;
+
+typedef struct nixl_peer {
+    char name[NIXL_NAME_MAX + 1];
+    uint64_t generation;
+    nixl_peer_inc_t *cur; /* NULL when invalidated */
+} nixl_peer_t;
+
+nixl_peer_t *nixl_peer_find(nixl_agent_t *agent, const char *name);
+void nixl_peer_inc_unref(nixl_peer_inc_t *inc);
+/* Remote region index in bk->mdb holding [addr, addr+len) of mem type, or -1. */
+long nixl_peer_region_find(const nixl_peer_backend_t *bk, nixl_mem_t mem, uint64_t addr, uint64_t len);
+void nixl_peers_destroy(nixl_agent_t *agent);
+
+/* ---- requests (xfer.c) ---- */
+
+typedef enum {
+    NIXL_XFER_IDLE = 0,
+    NIXL_XFER_IN_FLIGHT,
+    NIXL_XFER_DONE,
+    NIXL_XFER_FAILED,
+} nixl_xfer_state_t;
+
+struct nixl_xfer {
+    nixl_agent_t *agent;
+    nixl_xfer_t *prev, *next; /* agent->xfers */
+    nixl_op_t op;
+    nixl_backend_t *backend;
+    nixl_peer_t *peer;
+    nixl_peer_inc_t *inc; /* referenced */
+    nixl_mem_t local_mem, remote_mem;
+    nixl_be_iov_t *iov;
+    size_t count, descs_in;
+    uint64_t bytes;
+    uint64_t reg_epoch;
+    nixl_be_req_t *req;
+    void *notif;
+    size_t notif_len;
+    nixl_xfer_state_t state;
+    nixl_status_t error;
+    uint64_t t_post, post_ns, xfer_ns, posts;
+};
+
+/* Cancel and free every request (agent destroy). */
+void nixl_xfers_destroy(nixl_agent_t *agent);
+/* 1 when an in-flight request touches a local md in the sorted array. */
+int nixl_xfers_in_flight_use(nixl_agent_t *agent, void *const *mds_sorted, size_t n);
+
+/* ---- path accounting (stats.c) ---- */
+
+typedef struct nixl_stats nixl_stats_t;
+nixl_stats_t *nixl_stats_create(void);
+void nixl_stats_destroy(nixl_stats_t *s);
+void nixl_stats_complete(nixl_stats_t *s, const char *path, int fallback, uint64_t bytes, uint64_t descs,
+                         int error);
+void nixl_stats_fallback(nixl_stats_t *s, const char *agent, const char *path, const char *cause);
+
+/* ---- notifications ---- */
+
+typedef struct nixl_notif_item {
+    struct nixl_notif_item *next;
+    char sender[NIXL_NAME_MAX + 1];
+    size_t len;
+    unsigned char msg[];
+} nixl_notif_item_t;
+
+/* ---- the agent ---- */
+
+struct nixl_md_listener;
+
+struct nixl_agent {
+    char name[NIXL_NAME_MAX + 1];
+    int serialized;
+    pthread_mutex_t lock;
+    uint64_t instance_id;
+    nixl_host_id_t host;
+
+    nixl_backend_t *backends[NIXL_AGENT_MAX_BACKENDS];
+    int num_backends;
+
+    nixl_region_index_t regs[NIXL_MEM_TYPE_COUNT];
+    uint64_t reg_epoch; /* bumped by every deregistration */
+
+    nixl_peer_t **peers;
+    size_t num_peers, cap_peers;
+
+    nixl_xfer_t *xfers; /* every live request */
+
+    nixl_notif_item_t *notif_head, **notif_tail;
+
+    nixl_stats_t *stats;
+
+    struct nixl_md_listener *listener;
+    pthread_t progress_thread;
+    atomic_int progress_running;
+    uint32_t progress_interval_us;
+};
+
+static inline void nixl_agent_lock(nixl_agent_t *a)
+{
+    if (a->serialized)
+        pthread_mutex_lock(&a->lock);
+}
+
+static inline void nixl_agent_unlock(nixl_agent_t *a)
+{
+    if (a->serialized)
+        pthread_mutex_unlock(&a->lock);
+}
+
+/* Progress every backend (agent lock held). */
+void nixl_agent_progress_locked(nixl_agent_t *agent);
+/* Metadata calls with the agent lock held (used by the listener too). */
+nixl_status_t nixl_md_get_local_locked(nixl_agent_t *agent, void **blob_out, size_t *len_out);
+nixl_status_t nixl_md_load_remote_locked(nixl_agent_t *agent, const void *blob, size_t len,
+                                         char name_out[NIXL_NAME_MAX + 1]);
+nixl_status_t nixl_md_invalidate_remote_locked(nixl_agent_t *agent, const char *peer);
+
+/* Validation of a descriptor list handed to the API. */
+nixl_status_t nixl_dlist_check(const nixl_dlist_t *dl, const char *what);
+
+#endif

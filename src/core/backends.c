@@ -1,0 +1,344 @@
+/*
+ * backends.c - where backends come from and how an agent gets one.
+ *
+ * Built-in backends are compiled into libnixl; modules are shared objects
+ * named libnixl_backend_<name>.so found in NIXL_PLUGIN_DIR and then in the
+ * install's plugin dir, each exporting NIXL_BACKEND_ENTRY.  The list is made
+ * once per process.  An ops struct is accepted only if its ABI version is
+ * one we speak and it is at least as large as the version-1 struct, so old
+ * modules keep working as the struct grows (members are append-only).
+ *
+ * This file also builds the host-services table each backend instance gets
+ * and resolves its parameters: user value, else NIXL_<BACKEND>_<KEY>, else
+ * the declared default.
+ */
+#include <ctype.h>
+#include <dirent.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/agent.h"
+#include "util/config.h"
+#include "util/log.h"
+#include "util/str.h"
+
+#ifdef NIXL_BUILTIN_SHM
+#include "backends/shm/shm.h"
+#endif
+
+#ifndef NIXL_INSTALL_PLUGIN_DIR
+#define NIXL_INSTALL_PLUGIN_DIR ""
+#endif
+
+#define NIXL_MAX_IMPLS 32
+#define NIXL_OPS_V1_SIZE (offsetof(nixl_backend_ops_t, progress) + sizeof(((nixl_backend_ops_t *)0)->progress))
+
+static nixl_backend_impl_t g_impls[NIXL_MAX_IMPLS];
+static nixl_backend_info_t g_infos[NIXL_MAX_IMPLS];
+static size_t g_num_impls;
+static pthread_once_t g_impls_once = PTHREAD_ONCE_INIT;
+
+static int backend_name_valid(const char *name)
+{
+    size_t n = 0;
+    if (!name)
+        return 0;
+    for (; name[n]; n++)
+        if (!(islower((unsigned char)name[n]) || isdigit((unsigned char)name[n]) || name[n] == '_'))
+            return 0;
+    return n > 0 && n <= 31;
+}
+
+static const nixl_backend_impl_t *impl_find(const char *name)
+{
+    for (size_t i = 0; i < g_num_impls; i++)
+        if (strcmp(g_impls[i].ops->name, name) == 0)
+            return &g_impls[i];
+    return NULL;
+}
+
+/* Env name of a backend parameter: NIXL_<NAME>_<KEY>, upper case. */
+static void param_env_name(const char *backend, const char *key, char *out, size_t cap)
+{
+    snprintf(out, cap, "NIXL_%s_%s", backend, key);
+    for (char *p = out; *p; p++)
+        *p = (char)toupper((unsigned char)*p);
+}
+
+static void impl_add(const nixl_backend_ops_t *ops, const char *origin)
+{
+    if (!ops || ops->abi_version != NIXL_BACKEND_ABI_VERSION || ops->struct_size < NIXL_OPS_V1_SIZE) {
+        NIXL_WARN("backend from %s ignored: ABI version %u size %u, this library speaks version %u", origin,
+                  ops ? ops->abi_version : 0, ops ? ops->struct_size : 0, NIXL_BACKEND_ABI_VERSION);
+        return;
+    }
+    if (!backend_name_valid(ops->name) || !ops->create || !ops->destroy || !ops->reg || !ops->dereg ||
+        !ops->peer_load || !ops->peer_unload || !ops->rkey_load || !ops->rkey_unload || !ops->xfer_prepare ||
+        !ops->xfer_post || !ops->xfer_status || !ops->xfer_release ||
+        ((ops->caps & NIXL_CAP_NOTIF) && !ops->notif_send)) {
+        NIXL_WARN("backend from %s ignored: bad name or a required op is missing", origin);
+        return;
+    }
+    if (impl_find(ops->name)) {
+        NIXL_INFO("backend %s from %s ignored: one of that name is already loaded", ops->name, origin);
+        return;
+    }
+    if (g_num_impls == NIXL_MAX_IMPLS) {
+        NIXL_WARN("backend %s from %s ignored: too many backends", ops->name, origin);
+        return;
+    }
+    nixl_backend_impl_t *im = &g_impls[g_num_impls];
+    im->ops = ops;
+    nixl_strlcpy(im->origin, origin, sizeof(im->origin));
+    im->info.name = ops->name;
+    im->info.description = ops->description ? ops->description : "";
+    im->info.mem_types = ops->mem_types;
+    im->info.caps = ops->caps;
+    im->info.num_params = ops->num_params;
+    im->info.params = ops->params;
+    im->info.origin = im->origin;
+    g_infos[g_num_impls] = im->info;
+    g_num_impls++;
+
+    for (size_t i = 0; i < ops->num_params; i++) {
+        char env[128];
+        param_env_name(ops->name, ops->params[i].key, env, sizeof(env));
+        /* The table keeps the pointer: give it a string that lives forever. */
+        char *name = strdup(env);
+        if (name)
+            nixl_cfg_add(name, ops->params[i].default_value ? ops->params[i].default_value : "",
+                         ops->params[i].doc ? ops->params[i].doc : "");
+    }
+}
+
+static void scan_dir(const char *dir)
+{
+    if (!dir || !*dir)
+        return;
+    DIR *d = opendir(dir);
+    if (!d) {
+        NIXL_DEBUG("plugin dir %s: not readable", dir);
+        return;
+    }
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        size_t n = strlen(e->d_name);
+        if (strncmp(e->d_name, "libnixl_backend_", 16) != 0 || n < 4 || strcmp(e->d_name + n - 3, ".so") != 0)
+            continue;
+        char path[512];
+        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+        if (!h) {
+            NIXL_WARN("backend module %s: %s", path, dlerror());
+            continue;
+        }
+        nixl_backend_entry_fn fn;
+        *(void **)&fn = dlsym(h, NIXL_BACKEND_ENTRY);
+        if (!fn) {
+            NIXL_WARN("backend module %s: no symbol %s", path, NIXL_BACKEND_ENTRY);
+            dlclose(h);
+            continue;
+        }
+        size_t before = g_num_impls;
+        impl_add(fn(), path);
+        if (g_num_impls == before)
+            dlclose(h);
+        /* Accepted modules stay loaded for the life of the process. */
+    }
+    closedir(d);
+}
+
+static void impls_init(void)
+{
+    nixl_log_init();
+#ifdef NIXL_BUILTIN_SHM
+    impl_add(nixl_backend_shm_ops(), "built-in");
+#endif
+    scan_dir(getenv("NIXL_PLUGIN_DIR"));
+    scan_dir(NIXL_INSTALL_PLUGIN_DIR);
+}
+
+void nixl_backend_impls(const nixl_backend_impl_t **impls_out, size_t *count_out)
+{
+    pthread_once(&g_impls_once, impls_init);
+    *impls_out = g_impls;
+    *count_out = g_num_impls;
+}
+
+NIXL_API nixl_status_t nixl_backends_available(const nixl_backend_info_t **infos_out, size_t *count_out)
+{
+    if (!infos_out || !count_out)
+        return NIXL_ERR_NULL;
+    const nixl_backend_impl_t *im;
+    size_t n;
+    nixl_backend_impls(&im, &n);
+    *infos_out = g_infos;
+    *count_out = n;
+    return NIXL_OK;
+}
+
+NIXL_API size_t nixl_config_count(void)
+{
+    const nixl_backend_impl_t *im;
+    size_t n;
+    nixl_backend_impls(&im, &n);
+    return nixl_cfg_count();
+}
+
+NIXL_API nixl_status_t nixl_config_get(size_t index, nixl_config_info_t *info_out)
+{
+    if (!info_out)
+        return NIXL_ERR_NULL;
+    if (index >= nixl_config_count())
+        return NIXL_ERR_INVALID_PARAM;
+    const nixl_cfg_row_t *r = nixl_cfg_row(index);
+    info_out->name = r->name;
+    info_out->default_value = r->def;
+    info_out->doc = r->doc;
+    info_out->value = nixl_cfg_get(r->name);
+    return NIXL_OK;
+}
+
+/* ---- host services ---- */
+
+static void host_log(nixl_log_level_t level, const char *where, const char *fmt, ...)
+{
+    if (!nixl_log_enabled(level))
+        return;
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    nixl_log_write(level, where, "%s", msg);
+}
+
+static void host_fallback(void *ctx, const char *path, const char *cause)
+{
+    nixl_backend_t *b = ctx;
+    nixl_stats_fallback(b->agent->stats, b->agent->name, path, cause);
+}
+
+static void host_notif_deliver(void *ctx, const char *sender, const void *msg, size_t len)
+{
+    nixl_backend_t *b = ctx;
+    nixl_agent_t *a = b->agent;
+    nixl_notif_item_t *it = malloc(sizeof(*it) + len);
+    if (!it) {
+        NIXL_ERROR("agent %s: out of memory: notification from %s (%zu bytes) dropped", a->name, sender, len);
+        return;
+    }
+    it->next = NULL;
+    nixl_strlcpy(it->sender, sender, sizeof(it->sender));
+    it->len = len;
+    if (len)
+        memcpy(it->msg, msg, len);
+    *a->notif_tail = it;
+    a->notif_tail = &it->next;
+}
+
+NIXL_API nixl_status_t nixl_backend_create(nixl_agent_t *agent, const char *name, const nixl_param_t *params,
+                                           size_t num_params, nixl_backend_t **backend_out)
+{
+    if (!agent || !name || !backend_out || (num_params && !params))
+        return NIXL_ERR_NULL;
+    const nixl_backend_impl_t *impls;
+    size_t n;
+    nixl_backend_impls(&impls, &n);
+    const nixl_backend_impl_t *im = impl_find(name);
+    if (!im) {
+        NIXL_ERROR("agent %s: unknown backend '%s' (nixl-info lists the available ones)", agent->name, name);
+        return NIXL_ERR_UNKNOWN_BACKEND;
+    }
+    const nixl_backend_ops_t *ops = im->ops;
+
+    for (size_t i = 0; i < num_params; i++) {
+        int known = 0;
+        if (!params[i].key || !params[i].value)
+            return NIXL_ERR_NULL;
+        for (size_t j = 0; j < ops->num_params; j++)
+            known |= strcmp(params[i].key, ops->params[j].key) == 0;
+        if (!known) {
+            NIXL_ERROR("agent %s: backend %s has no parameter '%s'", agent->name, name, params[i].key);
+            return NIXL_ERR_INVALID_PARAM;
+        }
+    }
+
+    nixl_status_t st = NIXL_OK;
+    nixl_agent_lock(agent);
+    for (int i = 0; i < agent->num_backends; i++) {
+        if (agent->backends[i]->ops == ops) {
+            NIXL_ERROR("agent %s: backend %s already created", agent->name, name);
+            st = NIXL_ERR_EXISTS;
+            goto out;
+        }
+    }
+    if (agent->num_backends == NIXL_AGENT_MAX_BACKENDS) {
+        st = NIXL_ERR_TOO_BIG;
+        goto out;
+    }
+
+    nixl_param_t resolved[64];
+    if (ops->num_params > 64) {
+        st = NIXL_ERR_TOO_BIG;
+        goto out;
+    }
+    for (size_t j = 0; j < ops->num_params; j++) {
+        const char *v = NULL;
+        for (size_t i = 0; i < num_params; i++)
+            if (strcmp(params[i].key, ops->params[j].key) == 0)
+                v = params[i].value;
+        if (!v) {
+            char env[128];
+            param_env_name(ops->name, ops->params[j].key, env, sizeof(env));
+            v = nixl_cfg_get(env);
+        }
+        resolved[j].key = ops->params[j].key;
+        resolved[j].value = v ? v : (ops->params[j].default_value ? ops->params[j].default_value : "");
+    }
+
+    nixl_backend_t *b = calloc(1, sizeof(*b));
+    if (!b) {
+        st = NIXL_ERR_NO_MEMORY;
+        goto out;
+    }
+    b->agent = agent;
+    b->ops = ops;
+    b->index = agent->num_backends;
+    b->host.abi_version = NIXL_BACKEND_ABI_VERSION;
+    b->host.struct_size = sizeof(b->host);
+    b->host.ctx = b;
+    b->host.log_enabled = nixl_log_enabled;
+    b->host.log = host_log;
+    b->host.config_get = nixl_cfg_get;
+    b->host.fallback = host_fallback;
+    b->host.notif_deliver = host_notif_deliver;
+    b->host.agent_name = agent->name;
+    st = ops->create(&b->host, resolved, ops->num_params, &b->be);
+    if (st != NIXL_OK) {
+        NIXL_ERROR("agent %s: backend %s: create failed: %s", agent->name, name, nixl_strerror(st));
+        free(b);
+        goto out;
+    }
+    agent->backends[agent->num_backends++] = b;
+    st = nixl_registry_add_backend(agent, b);
+    if (st != NIXL_OK) {
+        agent->backends[--agent->num_backends] = NULL;
+        ops->destroy(b->be);
+        free(b);
+        goto out;
+    }
+    *backend_out = b;
+out:
+    nixl_agent_unlock(agent);
+    return st;
+}
+
+NIXL_API const char *nixl_backend_name(const nixl_backend_t *backend)
+{
+    return backend ? backend->ops->name : "";
+}

@@ -1,0 +1,392 @@
+/*
+ * peer.c - this agent's metadata out, peers' metadata in.
+ *
+ * nixl_md_get_local serializes the agent through the codec.  Loading a
+ * peer's blob decodes (and so validates) it completely, then lets every
+ * local backend that the peer also runs load the peer and its region keys.
+ * Each load is a new generation (nixl_peer_inc_t), reference-counted: the
+ * agent holds one reference, every request made against it another, so a
+ * reload or an invalidation never frees what an in-flight request uses;
+ * requests notice at post that their generation is no longer current.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/agent.h"
+#include "md/socket.h"
+#include "util/config.h"
+#include "util/log.h"
+#include "util/str.h"
+
+nixl_peer_t *nixl_peer_find(nixl_agent_t *agent, const char *name)
+{
+    for (size_t i = 0; i < agent->num_peers; i++)
+        if (strcmp(agent->peers[i]->name, name) == 0)
+            return agent->peers[i];
+    return NULL;
+}
+
+long nixl_peer_region_find(const nixl_peer_backend_t *bk, nixl_mem_t mem, uint64_t addr, uint64_t len)
+{
+    const nixl_md_region_t *v = bk->mdb->regions;
+    size_t lo = 0, hi = bk->mdb->num_regions;
+    /* Last region with (mem_type, addr) <= (mem, addr). */
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (v[mid].mem_type < mem || (v[mid].mem_type == mem && v[mid].addr <= addr))
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo == 0)
+        return -1;
+    const nixl_md_region_t *r = &v[lo - 1];
+    if (r->mem_type != mem)
+        return -1;
+    uint64_t off = addr - r->addr;
+    if (off >= r->len || len > r->len - off)
+        return -1;
+    return (long)(lo - 1);
+}
+
+/* ---- local metadata ---- */
+
+nixl_status_t nixl_md_get_local_locked(nixl_agent_t *a, void **blob_out, size_t *len_out)
+{
+    nixl_md_t md;
+    memset(&md, 0, sizeof(md));
+    nixl_strlcpy(md.name, a->name, sizeof(md.name));
+    md.host = a->host;
+    md.pid = (uint32_t)getpid();
+    md.instance_id = a->instance_id;
+    md.num_backends = (uint32_t)a->num_backends;
+
+    nixl_md_backend_t mdb[NIXL_AGENT_MAX_BACKENDS];
+    memset(mdb, 0, sizeof(mdb));
+    md.backends = mdb;
+    nixl_status_t st = NIXL_OK;
+    uint8_t *arena = NULL;
+    size_t arena_len = 0, arena_cap = 0;
+
+    /* Two passes: sizes first, then the bytes, so one arena holds every key
+     * and the codec's pointers stay valid. */
+    for (int pass = 0; pass < 2; pass++) {
+        size_t off = 0;
+        for (int b = 0; b < a->num_backends; b++) {
+            nixl_backend_t *be = a->backends[b];
+            nixl_md_backend_t *m = &mdb[b];
+            nixl_strlcpy(m->name, be->ops->name, sizeof(m->name));
+            size_t n = 0;
+            if (be->ops->conn_pack) {
+                n = pass ? arena_len - off : 0;
+                st = be->ops->conn_pack(be->be, pass ? arena + off : NULL, &n);
+                if (st != NIXL_OK)
+                    goto out;
+            }
+            m->conn = pass ? arena + off : NULL;
+            m->conn_len = (uint32_t)n;
+            off += n;
+            if (pass == 0) {
+                size_t cnt = 0;
+                for (int t = 0; t < NIXL_MEM_TYPE_COUNT; t++)
+                    for (size_t i = 0; i < a->regs[t].n; i++)
+                        cnt += (a->regs[t].v[i]->backend_mask >> b) & 1;
+                m->num_regions = (uint32_t)cnt;
+                m->regions = calloc(cnt ? cnt : 1, sizeof(*m->regions));
+                if (!m->regions) {
+                    st = NIXL_ERR_NO_MEMORY;
+                    goto out;
+                }
+            }
+            size_t k = 0;
+            for (int t = 0; t < NIXL_MEM_TYPE_COUNT; t++) {
+                for (size_t i = 0; i < a->regs[t].n; i++) {
+                    nixl_region_t *r = a->regs[t].v[i];
+                    if (!(r->backend_mask & (1u << b)))
+                        continue;
+                    nixl_md_region_t *mr = &m->regions[k++];
+                    mr->mem_type = r->mem_type;
+                    mr->dev_id = r->dev_id;
+                    mr->addr = r->addr;
+                    mr->len = r->len;
+                    n = 0;
+                    if (be->ops->rkey_pack) {
+                        n = pass ? arena_len - off : 0;
+                        st = be->ops->rkey_pack(be->be, r->md[b], pass ? arena + off : NULL, &n);
+                        if (st != NIXL_OK)
+                            goto out;
+                    }
+                    mr->rkey = pass ? arena + off : NULL;
+                    mr->rkey_len = (uint32_t)n;
+                    off += n;
+                }
+            }
+        }
+        if (pass == 0) {
+            arena_cap = off ? off : 1;
+            arena = malloc(arena_cap);
+            if (!arena) {
+                st = NIXL_ERR_NO_MEMORY;
+                goto out;
+            }
+            arena_len = arena_cap;
+        }
+    }
+    st = nixl_md_encode(&md, blob_out, len_out);
+out:
+    for (int b = 0; b < a->num_backends; b++)
+        free(mdb[b].regions);
+    free(arena);
+    return st;
+}
+
+NIXL_API nixl_status_t nixl_md_get_local(nixl_agent_t *agent, void **blob_out, size_t *len_out)
+{
+    if (!agent || !blob_out || !len_out)
+        return NIXL_ERR_NULL;
+    nixl_agent_lock(agent);
+    nixl_status_t st = nixl_md_get_local_locked(agent, blob_out, len_out);
+    nixl_agent_unlock(agent);
+    return st;
+}
+
+NIXL_API void nixl_free(void *ptr)
+{
+    free(ptr);
+}
+
+/* ---- loading peers ---- */
+
+static void inc_free(nixl_peer_inc_t *inc)
+{
+    for (int b = 0; b < NIXL_AGENT_MAX_BACKENDS; b++) {
+        nixl_peer_backend_t *bk = &inc->bk[b];
+        if (!bk->backend)
+            continue;
+        const nixl_backend_ops_t *ops = bk->backend->ops;
+        if (bk->rmd) {
+            for (uint32_t i = 0; i < bk->mdb->num_regions; i++)
+                if (bk->rmd[i])
+                    ops->rkey_unload(bk->backend->be, bk->rmd[i]);
+            free(bk->rmd);
+        }
+        if (bk->peer)
+            ops->peer_unload(bk->backend->be, bk->peer);
+    }
+    nixl_md_free(inc->md);
+    free(inc->blob);
+    free(inc);
+}
+
+void nixl_peer_inc_unref(nixl_peer_inc_t *inc)
+{
+    if (inc && --inc->refs == 0)
+        inc_free(inc);
+}
+
+/* Load one backend's view of the peer.  NIXL_ERR_NO_PATH leaves it unset. */
+static nixl_status_t inc_load_backend(nixl_peer_inc_t *inc, nixl_backend_t *be, const nixl_md_backend_t *mdb)
+{
+    nixl_peer_backend_t *bk = &inc->bk[be->index];
+    void *peer = NULL;
+    nixl_status_t st = be->ops->peer_load(be->be, inc->md->name, mdb->conn, mdb->conn_len, &peer);
+    if (st == NIXL_ERR_NO_PATH) {
+        NIXL_DEBUG("peer %s: backend %s cannot reach it", inc->md->name, be->ops->name);
+        return NIXL_OK;
+    }
+    if (st != NIXL_OK) {
+        NIXL_WARN("peer %s: backend %s refused its connection info: %s", inc->md->name, be->ops->name,
+                  nixl_strerror(st));
+        return st;
+    }
+    bk->backend = be;
+    bk->peer = peer;
+    bk->mdb = mdb;
+    bk->rmd = calloc(mdb->num_regions ? mdb->num_regions : 1, sizeof(void *));
+    if (!bk->rmd)
+        return NIXL_ERR_NO_MEMORY;
+    for (uint32_t i = 0; i < mdb->num_regions; i++) {
+        const nixl_md_region_t *r = &mdb->regions[i];
+        nixl_be_region_t br = {r->mem_type, r->dev_id, r->addr, r->len};
+        st = be->ops->rkey_load(be->be, peer, &br, r->rkey, r->rkey_len, &bk->rmd[i]);
+        if (st != NIXL_OK) {
+            NIXL_WARN("peer %s: backend %s refused the key of region %u: %s", inc->md->name, be->ops->name, i,
+                      nixl_strerror(st));
+            return st;
+        }
+    }
+    return NIXL_OK;
+}
+
+nixl_status_t nixl_md_load_remote_locked(nixl_agent_t *a, const void *blob, size_t len,
+                                         char name_out[NIXL_NAME_MAX + 1])
+{
+    nixl_status_t st;
+    nixl_peer_inc_t *inc = calloc(1, sizeof(*inc));
+    if (!inc)
+        return NIXL_ERR_NO_MEMORY;
+    inc->refs = 1;
+    inc->agent = a;
+    inc->blob = malloc(len ? len : 1);
+    if (!inc->blob) {
+        free(inc);
+        return NIXL_ERR_NO_MEMORY;
+    }
+    memcpy(inc->blob, blob, len);
+    st = nixl_md_decode(inc->blob, len, &inc->md);
+    if (st != NIXL_OK) {
+        free(inc->blob);
+        free(inc);
+        return st;
+    }
+    nixl_md_t *md = inc->md;
+    if (strcmp(md->name, a->name) == 0) {
+        NIXL_ERROR("agent %s: refusing to load its own name as a peer", a->name);
+        st = NIXL_ERR_SELF;
+        goto err;
+    }
+    inc->same_host = nixl_host_id_same(&md->host, &a->host);
+    inc->same_process = inc->same_host && md->pid == (uint32_t)getpid();
+    for (uint32_t i = 0; i < md->num_backends; i++) {
+        for (int b = 0; b < a->num_backends; b++) {
+            if (strcmp(md->backends[i].name, a->backends[b]->ops->name) == 0) {
+                st = inc_load_backend(inc, a->backends[b], &md->backends[i]);
+                if (st != NIXL_OK)
+                    goto err;
+            }
+        }
+    }
+
+    nixl_peer_t *p = nixl_peer_find(a, md->name);
+    if (!p) {
+        if (a->num_peers == a->cap_peers) {
+            size_t cap = a->cap_peers ? 2 * a->cap_peers : 16;
+            nixl_peer_t **v = realloc(a->peers, cap * sizeof(*v));
+            if (!v) {
+                st = NIXL_ERR_NO_MEMORY;
+                goto err;
+            }
+            a->peers = v;
+            a->cap_peers = cap;
+        }
+        p = calloc(1, sizeof(*p));
+        if (!p) {
+            st = NIXL_ERR_NO_MEMORY;
+            goto err;
+        }
+        nixl_strlcpy(p->name, md->name, sizeof(p->name));
+        a->peers[a->num_peers++] = p;
+    }
+    nixl_peer_inc_unref(p->cur);
+    p->cur = inc;
+    inc->generation = ++p->generation;
+    NIXL_INFO("agent %s: loaded peer %s (generation %llu, %s host)", a->name, p->name,
+              (unsigned long long)inc->generation, inc->same_host ? "same" : "other");
+    if (name_out)
+        nixl_strlcpy(name_out, p->name, NIXL_NAME_MAX + 1);
+    return NIXL_OK;
+err:
+    inc_free(inc);
+    return st;
+}
+
+NIXL_API nixl_status_t nixl_md_load_remote(nixl_agent_t *agent, const void *blob, size_t len,
+                                           char name_out[NIXL_NAME_MAX + 1])
+{
+    if (!agent || !blob)
+        return NIXL_ERR_NULL;
+    nixl_agent_lock(agent);
+    nixl_status_t st = nixl_md_load_remote_locked(agent, blob, len, name_out);
+    nixl_agent_unlock(agent);
+    return st;
+}
+
+nixl_status_t nixl_md_invalidate_remote_locked(nixl_agent_t *a, const char *name)
+{
+    nixl_peer_t *p = nixl_peer_find(a, name);
+    if (!p || !p->cur) {
+        NIXL_ERROR("agent %s: invalidate: no loaded peer named '%s'", a->name, name);
+        return NIXL_ERR_UNKNOWN_PEER;
+    }
+    nixl_peer_inc_unref(p->cur);
+    p->cur = NULL;
+    NIXL_INFO("agent %s: peer %s invalidated", a->name, name);
+    return NIXL_OK;
+}
+
+NIXL_API nixl_status_t nixl_md_invalidate_remote(nixl_agent_t *agent, const char *peer)
+{
+    if (!agent || !peer)
+        return NIXL_ERR_NULL;
+    nixl_agent_lock(agent);
+    nixl_status_t st = nixl_md_invalidate_remote_locked(agent, peer);
+    nixl_agent_unlock(agent);
+    return st;
+}
+
+NIXL_API nixl_status_t nixl_md_check_remote(nixl_agent_t *agent, const char *peer)
+{
+    if (!agent || !peer)
+        return NIXL_ERR_NULL;
+    nixl_agent_lock(agent);
+    nixl_peer_t *p = nixl_peer_find(agent, peer);
+    nixl_status_t st = p && p->cur ? NIXL_OK : NIXL_ERR_UNKNOWN_PEER;
+    nixl_agent_unlock(agent);
+    return st;
+}
+
+void nixl_peers_destroy(nixl_agent_t *agent)
+{
+    for (size_t i = 0; i < agent->num_peers; i++) {
+        nixl_peer_inc_unref(agent->peers[i]->cur);
+        free(agent->peers[i]);
+    }
+    free(agent->peers);
+    agent->peers = NULL;
+    agent->num_peers = agent->cap_peers = 0;
+}
+
+/* ---- metadata over the socket channel ---- */
+
+static int md_timeout_ms(void)
+{
+    uint64_t v = nixl_cfg_size("NIXL_MD_TIMEOUT_MS");
+    return v > 600000 ? 600000 : (int)v;
+}
+
+NIXL_API nixl_status_t nixl_md_send_local(nixl_agent_t *agent, const char *ip, uint16_t port)
+{
+    if (!agent || !ip)
+        return NIXL_ERR_NULL;
+    void *blob;
+    size_t len;
+    nixl_status_t st = nixl_md_get_local(agent, &blob, &len);
+    if (st != NIXL_OK)
+        return st;
+    st = nixl_md_sock_send(ip, port, blob, len, md_timeout_ms());
+    free(blob);
+    return st;
+}
+
+NIXL_API nixl_status_t nixl_md_fetch_remote(nixl_agent_t *agent, const char *ip, uint16_t port,
+                                            char name_out[NIXL_NAME_MAX + 1])
+{
+    if (!agent || !ip)
+        return NIXL_ERR_NULL;
+    void *blob = NULL;
+    size_t len = 0;
+    nixl_status_t st = nixl_md_sock_fetch(ip, port, md_timeout_ms(), &blob, &len);
+    if (st != NIXL_OK)
+        return st;
+    st = nixl_md_load_remote(agent, blob, len, name_out);
+    free(blob);
+    return st;
+}
+
+NIXL_API nixl_status_t nixl_md_invalidate_local(nixl_agent_t *agent, const char *ip, uint16_t port)
+{
+    if (!agent || !ip)
+        return NIXL_ERR_NULL;
+    return nixl_md_sock_invalidate(ip, port, agent->name, md_timeout_ms());
+}

@@ -1,0 +1,660 @@
+/*
+ * xfer.c - transfer requests: prepared lists, making requests, post,
+ * status, release.
+ *
+ * The hot path for paged KV is the two-step form: a list is resolved once
+ * (nixl_prep_create: each descriptor to its registered region, one binary
+ * search with a last-hit shortcut), then requests are made from index arrays
+ * (nixl_xfer_make: one pass that pairs descriptors, checks lengths and
+ * merges runs contiguous on both sides into one backend iov).  The one-shot
+ * nixl_xfer_create goes through the same code with identity indices.
+ *
+ * Safety nets that cost nothing per descriptor on post: a request remembers
+ * the peer generation it was made against (a reload or invalidation makes
+ * the post fail), and the registration epoch (a deregistration since makes
+ * the post re-resolve its local descriptors first).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/agent.h"
+#include "util/config.h"
+#include "util/log.h"
+#include "util/str.h"
+#include "util/time.h"
+
+typedef struct prep_desc {
+    uint64_t addr;
+    uint64_t len;
+    void *h; /* local: nixl_region_t*; remote: the backend's rmd */
+} prep_desc_t;
+
+struct nixl_prep {
+    nixl_agent_t *agent;
+    nixl_mem_t mem;
+    int remote;
+    nixl_peer_t *peer;
+    nixl_peer_inc_t *inc;    /* remote: referenced */
+    nixl_backend_t *backend; /* remote: chosen backend */
+    uint32_t backend_mask;   /* local: backends holding every descriptor */
+    uint64_t reg_epoch;
+    size_t count;
+    prep_desc_t *d;
+};
+
+/* ---- backend choice ---- */
+
+/* Order in which backends are tried for a peer: the closest reach first. */
+static int backend_rank(const nixl_backend_t *b, const nixl_peer_inc_t *inc)
+{
+    uint32_t caps = b->ops->caps;
+    if (inc->same_process && (caps & NIXL_CAP_LOCAL))
+        return 0;
+    if (inc->same_host && (caps & NIXL_CAP_SAME_HOST))
+        return 1;
+    if (caps & NIXL_CAP_CROSS_HOST)
+        return 2;
+    return 3;
+}
+
+static int opt_allows(const nixl_opt_args_t *opt, const nixl_backend_t *b)
+{
+    if (!opt || !(opt->field_mask & NIXL_OPT_BACKENDS))
+        return 1;
+    for (size_t i = 0; i < opt->num_backends; i++)
+        if (opt->backends && opt->backends[i] == b)
+            return 1;
+    return 0;
+}
+
+/* ---- preparing lists ---- */
+
+static nixl_status_t prep_resolve_local(nixl_prep_t *p, const nixl_desc_t *src)
+{
+    nixl_agent_t *a = p->agent;
+    const nixl_region_index_t *idx = &a->regs[p->mem];
+    nixl_region_t *last = NULL;
+    uint32_t mask = ~0u;
+    for (size_t i = 0; i < p->count; i++) {
+        uint64_t addr = src ? src[i].addr : p->d[i].addr;
+        uint64_t len = src ? src[i].len : p->d[i].len;
+        if (nixl_unlikely(len == 0)) {
+            NIXL_ERROR("agent %s: descriptor %zu has length 0", a->name, i);
+            return NIXL_ERR_ZERO_LENGTH;
+        }
+        nixl_region_t *r = last;
+        if (!r || addr < r->addr || addr - r->addr >= r->len || len > r->len - (addr - r->addr)) {
+            r = nixl_region_find(idx, addr, len);
+            if (nixl_unlikely(!r)) {
+                NIXL_ERROR("agent %s: local descriptor %zu [0x%llx, +%llu) is not inside registered memory", a->name,
+                           i, (unsigned long long)addr, (unsigned long long)len);
+                return NIXL_ERR_NOT_REGISTERED;
+            }
+            last = r;
+            mask &= r->backend_mask;
+        }
+        p->d[i].addr = addr;
+        p->d[i].len = len;
+        p->d[i].h = r;
+    }
+    p->backend_mask = mask;
+    p->reg_epoch = a->reg_epoch;
+    return NIXL_OK;
+}
+
+/* Resolve every descriptor on backend slot bk; NIXL_ERR_NOT_REGISTERED with
+ * *bad the first failing index. */
+static nixl_status_t prep_resolve_remote(nixl_prep_t *p, const nixl_peer_backend_t *bk, const nixl_desc_t *src,
+                                         size_t *bad)
+{
+    long last = -1;
+    const nixl_md_region_t *regs = bk->mdb->regions;
+    for (size_t i = 0; i < p->count; i++) {
+        uint64_t addr = src[i].addr, len = src[i].len;
+        if (nixl_unlikely(len == 0)) {
+            *bad = i;
+            return NIXL_ERR_ZERO_LENGTH;
+        }
+        long r = last;
+        if (r < 0 || regs[r].mem_type != p->mem || addr < regs[r].addr || addr - regs[r].addr >= regs[r].len ||
+            len > regs[r].len - (addr - regs[r].addr)) {
+            r = nixl_peer_region_find(bk, p->mem, addr, len);
+            if (r < 0) {
+                *bad = i;
+                return NIXL_ERR_NOT_REGISTERED;
+            }
+            last = r;
+        }
+        p->d[i].addr = addr;
+        p->d[i].len = len;
+        p->d[i].h = bk->rmd[r];
+    }
+    return NIXL_OK;
+}
+
+static nixl_status_t prep_choose_remote(nixl_prep_t *p, const nixl_dlist_t *dl, const nixl_opt_args_t *opt)
+{
+    nixl_agent_t *a = p->agent;
+    nixl_peer_inc_t *inc = p->inc;
+    nixl_status_t last_err = NIXL_ERR_NO_PATH;
+    size_t bad = 0;
+    for (int rank = 0; rank <= 3; rank++) {
+        for (int b = 0; b < a->num_backends; b++) {
+            const nixl_peer_backend_t *bk = &inc->bk[b];
+            if (!bk->backend || backend_rank(bk->backend, inc) != rank || !opt_allows(opt, bk->backend) ||
+                !(bk->backend->ops->mem_types & NIXL_MEM_BIT(p->mem)))
+                continue;
+            nixl_status_t st = prep_resolve_remote(p, bk, dl->descs, &bad);
+            if (st == NIXL_OK) {
+                p->backend = bk->backend;
+                return NIXL_OK;
+            }
+            last_err = st;
+        }
+    }
+    if (last_err == NIXL_ERR_NO_PATH)
+        NIXL_ERROR("agent %s: no backend of this agent reaches peer %s with memory type %d", a->name, p->peer->name,
+                   p->mem);
+    else if (last_err == NIXL_ERR_ZERO_LENGTH)
+        NIXL_ERROR("agent %s: remote descriptor %zu has length 0", a->name, bad);
+    else
+        NIXL_ERROR("agent %s: remote descriptor %zu [0x%llx, +%llu) is not inside memory peer %s registered", a->name,
+                   bad, (unsigned long long)dl->descs[bad].addr, (unsigned long long)dl->descs[bad].len,
+                   p->peer->name);
+    return last_err;
+}
+
+static nixl_status_t prep_create_locked(nixl_agent_t *a, const char *peer, const nixl_dlist_t *dl,
+                                        const nixl_opt_args_t *opt, nixl_prep_t **out)
+{
+    nixl_prep_t *p = calloc(1, sizeof(*p));
+    if (!p)
+        return NIXL_ERR_NO_MEMORY;
+    p->agent = a;
+    p->mem = dl->mem_type;
+    p->count = dl->count;
+    p->d = malloc(dl->count * sizeof(*p->d));
+    nixl_status_t st = NIXL_ERR_NO_MEMORY;
+    if (!p->d)
+        goto err;
+    if (!peer) {
+        st = prep_resolve_local(p, dl->descs);
+        if (st != NIXL_OK)
+            goto err;
+    } else {
+        p->remote = 1;
+        p->peer = nixl_peer_find(a, peer);
+        if (!p->peer) {
+            NIXL_ERROR("agent %s: unknown peer '%s' (load its metadata first)", a->name, peer);
+            st = NIXL_ERR_UNKNOWN_PEER;
+            goto err;
+        }
+        if (!p->peer->cur) {
+            NIXL_ERROR("agent %s: peer '%s' was invalidated", a->name, peer);
+            st = NIXL_ERR_PEER_INVALIDATED;
+            goto err;
+        }
+        p->inc = p->peer->cur;
+        p->inc->refs++;
+        st = prep_choose_remote(p, dl, opt);
+        if (st != NIXL_OK)
+            goto err;
+    }
+    *out = p;
+    return NIXL_OK;
+err:
+    nixl_peer_inc_unref(p->inc);
+    free(p->d);
+    free(p);
+    return st;
+}
+
+static void prep_free_locked(nixl_prep_t *p)
+{
+    nixl_peer_inc_unref(p->inc);
+    free(p->d);
+    free(p);
+}
+
+NIXL_API nixl_status_t nixl_prep_create(nixl_agent_t *agent, const char *peer, const nixl_dlist_t *dlist,
+                                        const nixl_opt_args_t *opt, nixl_prep_t **prep_out)
+{
+    if (!agent || !prep_out)
+        return NIXL_ERR_NULL;
+    nixl_status_t st = nixl_dlist_check(dlist, "prepare");
+    if (st != NIXL_OK)
+        return st;
+    nixl_agent_lock(agent);
+    st = prep_create_locked(agent, peer, dlist, opt, prep_out);
+    nixl_agent_unlock(agent);
+    return st;
+}
+
+NIXL_API void nixl_prep_release(nixl_prep_t *prep)
+{
+    if (!prep)
+        return;
+    nixl_agent_t *a = prep->agent;
+    nixl_agent_lock(a);
+    prep_free_locked(prep);
+    nixl_agent_unlock(a);
+}
+
+/* ---- making requests ---- */
+
+static nixl_status_t opt_notif(const nixl_opt_args_t *opt, const void **msg, size_t *len)
+{
+    *msg = NULL;
+    *len = 0;
+    if (!opt || !(opt->field_mask & NIXL_OPT_NOTIF))
+        return NIXL_OK;
+    if (opt->notif_len > NIXL_NOTIF_MAX) {
+        NIXL_ERROR("notification of %zu bytes exceeds NIXL_NOTIF_MAX (%d)", opt->notif_len, NIXL_NOTIF_MAX);
+        return NIXL_ERR_TOO_BIG;
+    }
+    if (opt->notif_len && !opt->notif)
+        return NIXL_ERR_NULL;
+    *msg = opt->notif;
+    *len = opt->notif_len;
+    return NIXL_OK;
+}
+
+static nixl_status_t xfer_backend_prepare(nixl_xfer_t *x)
+{
+    nixl_be_xfer_t bx = {x->op, x->inc->bk[x->backend->index].peer, x->local_mem, x->remote_mem,
+                         x->iov, x->count, x->bytes};
+    nixl_status_t st = x->backend->ops->xfer_prepare(x->backend->be, &bx, &x->req);
+    if (st != NIXL_OK) {
+        NIXL_ERROR("agent %s: backend %s could not prepare a request to %s: %s", x->agent->name,
+                   x->backend->ops->name, x->peer->name, nixl_strerror(st));
+        x->req = NULL;
+        return st;
+    }
+    if (x->req->fallback && !nixl_cfg_bool("NIXL_ALLOW_FALLBACK")) {
+        NIXL_ERROR("agent %s: request to %s would take fallback path %s, refused by NIXL_ALLOW_FALLBACK=0",
+                   x->agent->name, x->peer->name, x->req->path ? x->req->path : "?");
+        x->backend->ops->xfer_release(x->backend->be, x->req);
+        x->req = NULL;
+        return NIXL_ERR_NO_PATH;
+    }
+    return NIXL_OK;
+}
+
+/* local_idx / remote_idx NULL = identity. */
+static nixl_status_t xfer_make_locked(nixl_agent_t *a, nixl_op_t op, nixl_prep_t *lp, const uint32_t *li,
+                                      const nixl_prep_t *rp, const uint32_t *ri, size_t count,
+                                      const nixl_opt_args_t *opt, nixl_xfer_t **out)
+{
+    if (lp->agent != a || rp->agent != a || lp->remote || !rp->remote) {
+        NIXL_ERROR("agent %s: make: the local list must be prepared with peer NULL, the remote one with a peer, "
+                   "both on this agent", a->name);
+        return NIXL_ERR_INVALID_PARAM;
+    }
+    if (op != NIXL_OP_READ && op != NIXL_OP_WRITE) {
+        NIXL_ERROR("agent %s: make: op %d is neither READ nor WRITE", a->name, (int)op);
+        return NIXL_ERR_INVALID_PARAM;
+    }
+    if (count == 0) {
+        NIXL_ERROR("agent %s: make: no descriptors", a->name);
+        return NIXL_ERR_ZERO_LENGTH;
+    }
+    if (rp->peer->cur != rp->inc) {
+        NIXL_ERROR("agent %s: make: peer %s was %s since the remote list was prepared", a->name, rp->peer->name,
+                   rp->peer->cur ? "reloaded" : "invalidated");
+        return rp->peer->cur ? NIXL_ERR_STALE : NIXL_ERR_PEER_INVALIDATED;
+    }
+    if (lp->reg_epoch != a->reg_epoch) {
+        nixl_status_t st = prep_resolve_local(lp, NULL);
+        if (st != NIXL_OK)
+            return st;
+    }
+    nixl_backend_t *b = rp->backend;
+    if (!(lp->backend_mask & (1u << b->index))) {
+        NIXL_ERROR("agent %s: local memory of this request is not registered with backend %s", a->name,
+                   b->ops->name);
+        return NIXL_ERR_NOT_REGISTERED;
+    }
+    const void *notif;
+    size_t notif_len;
+    nixl_status_t st = opt_notif(opt, &notif, &notif_len);
+    if (st != NIXL_OK)
+        return st;
+
+    nixl_xfer_t *x = calloc(1, sizeof(*x));
+    if (!x)
+        return NIXL_ERR_NO_MEMORY;
+    x->iov = malloc(count * sizeof(*x->iov));
+    if (!x->iov) {
+        free(x);
+        return NIXL_ERR_NO_MEMORY;
+    }
+    int bi = b->index;
+    const prep_desc_t *ld = lp->d, *rd = rp->d;
+    nixl_be_iov_t *iov = x->iov;
+    size_t n = 0;
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < count; i++) {
+        size_t l = li ? li[i] : i, r = ri ? ri[i] : i;
+        if (nixl_unlikely(l >= lp->count || r >= rp->count)) {
+            NIXL_ERROR("agent %s: make: index pair %zu (%zu, %zu) out of range (%zu, %zu)", a->name, i, l, r,
+                       lp->count, rp->count);
+            st = NIXL_ERR_INVALID_PARAM;
+            goto err;
+        }
+        const prep_desc_t *L = &ld[l], *R = &rd[r];
+        if (nixl_unlikely(L->len != R->len)) {
+            NIXL_ERROR("agent %s: make: pair %zu: local length %llu != remote length %llu", a->name, i,
+                       (unsigned long long)L->len, (unsigned long long)R->len);
+            st = NIXL_ERR_LENGTH_MISMATCH;
+            goto err;
+        }
+        void *lmd = ((const nixl_region_t *)L->h)->md[bi];
+        bytes += L->len;
+        if (n > 0) {
+            nixl_be_iov_t *p = &iov[n - 1];
+            if (p->laddr + p->len == L->addr && p->raddr + p->len == R->addr && p->lmd == lmd && p->rmd == R->h) {
+                p->len += L->len;
+                continue;
+            }
+        }
+        iov[n].laddr = L->addr;
+        iov[n].raddr = R->addr;
+        iov[n].len = L->len;
+        iov[n].lmd = lmd;
+        iov[n].rmd = R->h;
+        n++;
+    }
+    x->agent = a;
+    x->op = op;
+    x->backend = b;
+    x->peer = rp->peer;
+    x->inc = rp->inc;
+    x->inc->refs++;
+    x->local_mem = lp->mem;
+    x->remote_mem = rp->mem;
+    x->count = n;
+    x->descs_in = count;
+    x->bytes = bytes;
+    x->reg_epoch = a->reg_epoch;
+    if (notif_len) {
+        x->notif = malloc(notif_len);
+        if (!x->notif) {
+            st = NIXL_ERR_NO_MEMORY;
+            goto err_unref;
+        }
+        memcpy(x->notif, notif, notif_len);
+        x->notif_len = notif_len;
+    } else if (opt && (opt->field_mask & NIXL_OPT_NOTIF)) {
+        /* An empty notification is still a notification. */
+        x->notif = malloc(1);
+        if (!x->notif) {
+            st = NIXL_ERR_NO_MEMORY;
+            goto err_unref;
+        }
+    }
+    st = xfer_backend_prepare(x);
+    if (st != NIXL_OK)
+        goto err_unref;
+    x->next = a->xfers;
+    if (a->xfers)
+        a->xfers->prev = x;
+    a->xfers = x;
+    *out = x;
+    return NIXL_OK;
+err_unref:
+    nixl_peer_inc_unref(x->inc);
+    free(x->notif);
+err:
+    free(x->iov);
+    free(x);
+    return st;
+}
+
+NIXL_API nixl_status_t nixl_xfer_make(nixl_agent_t *agent, nixl_op_t op, const nixl_prep_t *local,
+                                      const uint32_t *local_idx, const nixl_prep_t *remote,
+                                      const uint32_t *remote_idx, size_t count, const nixl_opt_args_t *opt,
+                                      nixl_xfer_t **xfer_out)
+{
+    if (!agent || !local || !remote || !xfer_out || (count && (!local_idx || !remote_idx)))
+        return NIXL_ERR_NULL;
+    nixl_agent_lock(agent);
+    /* The local prep may be re-resolved after a deregistration: that only
+     * refreshes its cache, it stays the same list. */
+    nixl_status_t st =
+        xfer_make_locked(agent, op, (nixl_prep_t *)local, local_idx, remote, remote_idx, count, opt, xfer_out);
+    nixl_agent_unlock(agent);
+    return st;
+}
+
+NIXL_API nixl_status_t nixl_xfer_create(nixl_agent_t *agent, nixl_op_t op, const nixl_dlist_t *local,
+                                        const nixl_dlist_t *remote, const char *peer, const nixl_opt_args_t *opt,
+                                        nixl_xfer_t **xfer_out)
+{
+    if (!agent || !peer || !xfer_out)
+        return NIXL_ERR_NULL;
+    nixl_status_t st = nixl_dlist_check(local, "transfer (local list)");
+    if (st != NIXL_OK)
+        return st;
+    st = nixl_dlist_check(remote, "transfer (remote list)");
+    if (st != NIXL_OK)
+        return st;
+    if (local->count != remote->count) {
+        NIXL_ERROR("agent %s: transfer: local list has %zu descriptors, remote list %zu", agent->name, local->count,
+                   remote->count);
+        return NIXL_ERR_LENGTH_MISMATCH;
+    }
+    nixl_agent_lock(agent);
+    nixl_prep_t *lp = NULL, *rp = NULL;
+    st = prep_create_locked(agent, NULL, local, opt, &lp);
+    if (st == NIXL_OK)
+        st = prep_create_locked(agent, peer, remote, opt, &rp);
+    if (st == NIXL_OK)
+        st = xfer_make_locked(agent, op, lp, NULL, rp, NULL, local->count, opt, xfer_out);
+    if (lp)
+        prep_free_locked(lp);
+    if (rp)
+        prep_free_locked(rp);
+    nixl_agent_unlock(agent);
+    return st;
+}
+
+/* ---- post, status, release ---- */
+
+static void xfer_finish(nixl_xfer_t *x, nixl_status_t st)
+{
+    x->xfer_ns = nixl_now_ns() - x->t_post;
+    x->state = st == NIXL_OK ? NIXL_XFER_DONE : NIXL_XFER_FAILED;
+    x->error = st;
+    const nixl_be_req_t *h = x->req;
+    nixl_stats_complete(x->agent->stats, h->path ? h->path : "?", (int)h->fallback, x->bytes, x->count,
+                        st != NIXL_OK);
+    if (st != NIXL_OK)
+        NIXL_ERROR("agent %s: request to %s over %s failed: %s", x->agent->name, x->peer->name,
+                   h->path ? h->path : "?", nixl_strerror(st));
+}
+
+/* After a deregistration: every local piece must still be registered; a
+ * piece whose registration changed makes the backend request be rebuilt. */
+static nixl_status_t xfer_revalidate(nixl_xfer_t *x)
+{
+    nixl_agent_t *a = x->agent;
+    int bi = x->backend->index, changed = 0;
+    for (size_t i = 0; i < x->count; i++) {
+        nixl_region_t *r = nixl_region_find(&a->regs[x->local_mem], x->iov[i].laddr, x->iov[i].len);
+        if (!r || !(r->backend_mask & (1u << bi))) {
+            NIXL_ERROR("agent %s: post: local memory [0x%llx, +%llu) was deregistered since the request was made",
+                       a->name, (unsigned long long)x->iov[i].laddr, (unsigned long long)x->iov[i].len);
+            return NIXL_ERR_NOT_REGISTERED;
+        }
+        if (r->md[bi] != x->iov[i].lmd) {
+            x->iov[i].lmd = r->md[bi];
+            changed = 1;
+        }
+    }
+    if (changed) {
+        x->backend->ops->xfer_release(x->backend->be, x->req);
+        x->req = NULL;
+        nixl_status_t st = xfer_backend_prepare(x);
+        if (st != NIXL_OK)
+            return st;
+    }
+    x->reg_epoch = a->reg_epoch;
+    return NIXL_OK;
+}
+
+static nixl_status_t xfer_poll_locked(nixl_xfer_t *x)
+{
+    if (x->state != NIXL_XFER_IN_FLIGHT)
+        return NIXL_OK;
+    nixl_status_t st = x->backend->ops->xfer_status(x->backend->be, x->req);
+    if (st != NIXL_IN_PROG)
+        xfer_finish(x, st);
+    return st;
+}
+
+NIXL_API nixl_status_t nixl_xfer_post(nixl_xfer_t *x)
+{
+    if (!x)
+        return NIXL_ERR_NULL;
+    nixl_agent_t *a = x->agent;
+    nixl_agent_lock(a);
+    nixl_status_t st;
+    if (x->state == NIXL_XFER_IN_FLIGHT && xfer_poll_locked(x) == NIXL_IN_PROG) {
+        NIXL_ERROR("agent %s: post: the request is still in flight", a->name);
+        st = NIXL_ERR_IN_FLIGHT;
+        goto out;
+    }
+    if (!x->req) {
+        st = NIXL_ERR_NO_PATH;
+        goto out;
+    }
+    if (x->peer->cur != x->inc) {
+        NIXL_ERROR("agent %s: post: peer %s was %s after this request was made", a->name, x->peer->name,
+                   x->peer->cur ? "reloaded" : "invalidated");
+        st = x->peer->cur ? NIXL_ERR_STALE : NIXL_ERR_PEER_INVALIDATED;
+        goto out;
+    }
+    if (x->reg_epoch != a->reg_epoch) {
+        st = xfer_revalidate(x);
+        if (st != NIXL_OK)
+            goto out;
+    }
+    x->t_post = nixl_now_ns();
+    x->posts++;
+    st = x->backend->ops->xfer_post(x->backend->be, x->req, x->notif, x->notif_len);
+    x->post_ns = nixl_now_ns() - x->t_post;
+    if (st == NIXL_IN_PROG)
+        x->state = NIXL_XFER_IN_FLIGHT;
+    else
+        xfer_finish(x, st);
+out:
+    nixl_agent_unlock(a);
+    return st;
+}
+
+NIXL_API nixl_status_t nixl_xfer_status(nixl_xfer_t *x)
+{
+    if (!x)
+        return NIXL_ERR_NULL;
+    nixl_agent_t *a = x->agent;
+    nixl_agent_lock(a);
+    nixl_status_t st;
+    switch (x->state) {
+    case NIXL_XFER_IN_FLIGHT:
+        st = xfer_poll_locked(x);
+        break;
+    case NIXL_XFER_DONE:
+        st = NIXL_OK;
+        break;
+    case NIXL_XFER_FAILED:
+        st = x->error;
+        break;
+    default:
+        NIXL_ERROR("agent %s: status: the request was never posted", a->name);
+        st = NIXL_ERR_INVALID_PARAM;
+        break;
+    }
+    nixl_agent_unlock(a);
+    return st;
+}
+
+static void xfer_free_locked(nixl_xfer_t *x)
+{
+    nixl_agent_t *a = x->agent;
+    if (x->req) {
+        if (x->state == NIXL_XFER_IN_FLIGHT && xfer_poll_locked(x) == NIXL_IN_PROG) {
+            NIXL_INFO("agent %s: request to %s released in flight: canceled", a->name, x->peer->name);
+            nixl_stats_complete(a->stats, x->req->path ? x->req->path : "?", (int)x->req->fallback, 0, 0, 1);
+        }
+        x->backend->ops->xfer_release(x->backend->be, x->req);
+    }
+    if (x->prev)
+        x->prev->next = x->next;
+    else
+        a->xfers = x->next;
+    if (x->next)
+        x->next->prev = x->prev;
+    nixl_peer_inc_unref(x->inc);
+    free(x->notif);
+    free(x->iov);
+    free(x);
+}
+
+NIXL_API void nixl_xfer_release(nixl_xfer_t *x)
+{
+    if (!x)
+        return;
+    nixl_agent_t *a = x->agent;
+    nixl_agent_lock(a);
+    xfer_free_locked(x);
+    nixl_agent_unlock(a);
+}
+
+NIXL_API nixl_status_t nixl_xfer_info(const nixl_xfer_t *x, nixl_xfer_info_t *info)
+{
+    if (!x || !info)
+        return NIXL_ERR_NULL;
+    nixl_agent_lock(x->agent);
+    memset(info, 0, sizeof(*info));
+    nixl_strlcpy(info->backend, x->backend->ops->name, sizeof(info->backend));
+    nixl_strlcpy(info->path, x->req && x->req->path ? x->req->path : "", sizeof(info->path));
+    info->bytes = x->bytes;
+    info->descs = x->count;
+    info->descs_in = x->descs_in;
+    info->post_ns = x->post_ns;
+    info->xfer_ns = x->state == NIXL_XFER_IN_FLIGHT ? 0 : x->xfer_ns;
+    info->posts = x->posts;
+    nixl_agent_unlock(x->agent);
+    return NIXL_OK;
+}
+
+void nixl_xfers_destroy(nixl_agent_t *agent)
+{
+    while (agent->xfers)
+        xfer_free_locked(agent->xfers);
+}
+
+static int md_in(void *const *v, size_t n, void *md)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if ((uintptr_t)v[mid] < (uintptr_t)md)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < n && v[lo] == md;
+}
+
+int nixl_xfers_in_flight_use(nixl_agent_t *agent, void *const *mds, size_t n)
+{
+    for (nixl_xfer_t *x = agent->xfers; x; x = x->next) {
+        if (x->state != NIXL_XFER_IN_FLIGHT || xfer_poll_locked(x) != NIXL_IN_PROG)
+            continue;
+        for (size_t i = 0; i < x->count; i++)
+            if (md_in(mds, n, x->iov[i].lmd))
+                return 1;
+    }
+    return 0;
+}

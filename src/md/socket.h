@@ -1,0 +1,47 @@
+/*
+ * socket.h - metadata over TCP: the agent's optional listener and the client
+ * calls that talk to a peer's listener.
+ *
+ * Wire: every frame is a 16-byte header {u32 magic "NXSK", u16 version,
+ * u16 type, i32 status, u32 payload length} (little-endian) and a payload.
+ * A frame with a bad magic, version, type or a length over
+ * NIXL_MD_SOCK_MAX_FRAME is rejected and the connection closed.  One
+ * request and one reply per connection.
+ */
+#ifndef NIXL_MD_SOCKET_H
+#define NIXL_MD_SOCKET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nixl.h"
+
+#define NIXL_MD_SOCK_MAX_FRAME (64u << 20)
+
+typedef struct nixl_md_listener nixl_md_listener_t;
+
+/* Called on the listener thread. */
+typedef struct nixl_md_handlers {
+    void *arg;
+    /* A peer sent its blob. */
+    nixl_status_t (*on_load)(void *arg, const void *blob, size_t len);
+    /* A peer asks for our blob: return a malloc'd copy (the listener frees it). */
+    nixl_status_t (*on_fetch)(void *arg, void **blob_out, size_t *len_out);
+    /* A peer asks us to forget it. */
+    nixl_status_t (*on_invalidate)(void *arg, const char *name);
+} nixl_md_handlers_t;
+
+/* Bind addr:port (port 0 = any) and serve on a thread. */
+nixl_status_t nixl_md_listener_start(const char *addr, uint16_t port, const nixl_md_handlers_t *handlers,
+                                     nixl_md_listener_t **listener_out);
+uint16_t nixl_md_listener_port(const nixl_md_listener_t *listener);
+/* Stop the thread (bounded time: in-flight connections are cut), free. */
+void nixl_md_listener_stop(nixl_md_listener_t *listener);
+
+/* Client side.  Each returns the peer's status, or NIXL_ERR_IO /
+ * NIXL_ERR_TIMEOUT / NIXL_ERR_BAD_METADATA (malformed reply frame). */
+nixl_status_t nixl_md_sock_send(const char *ip, uint16_t port, const void *blob, size_t len, int timeout_ms);
+nixl_status_t nixl_md_sock_fetch(const char *ip, uint16_t port, int timeout_ms, void **blob_out, size_t *len_out);
+nixl_status_t nixl_md_sock_invalidate(const char *ip, uint16_t port, const char *name, int timeout_ms);
+
+#endif
