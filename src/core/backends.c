@@ -158,7 +158,19 @@ static void impls_init(void)
 #ifdef NIXL_BUILTIN_SHM
     impl_add(nixl_backend_shm_ops(), "built-in");
 #endif
-    scan_dir(getenv("NIXL_PLUGIN_DIR"));
+    /* NIXL_PLUGIN_DIR may list several directories, separated by ':'. */
+    const char *env = getenv("NIXL_PLUGIN_DIR");
+    while (env && *env) {
+        const char *end = strchr(env, ':');
+        size_t n = end ? (size_t)(end - env) : strlen(env);
+        char dir[512];
+        if (n > 0 && n < sizeof(dir)) {
+            memcpy(dir, env, n);
+            dir[n] = 0;
+            scan_dir(dir);
+        }
+        env = end ? end + 1 : NULL;
+    }
     scan_dir(NIXL_INSTALL_PLUGIN_DIR);
 }
 

@@ -7,7 +7,7 @@
 
 #define NIXL_CONFIG_LIST(X)                                                                      \
     X(NIXL_LOG_LEVEL, "warn", "log level: error, warn, info, debug or trace")                    \
-    X(NIXL_PLUGIN_DIR, "", "extra directory searched for backend modules (libnixl_backend_*.so)") \
+    X(NIXL_PLUGIN_DIR, "", "directories (separated by :) searched first for backend modules libnixl_backend_*.so") \
     X(NIXL_MD_TIMEOUT_MS, "5000", "timeout of metadata socket operations, in milliseconds")      \
     X(NIXL_FALLBACK_WARN_MS, "1000", "at most one fallback warning per path and cause per this many ms") \
     X(NIXL_ALLOW_FALLBACK, "1", "0 refuses fallback paths: requests that would take one fail instead") \

@@ -1,0 +1,733 @@
+/*
+ * md_codec.c - the metadata blob: the little-endian binary record one agent
+ * publishes (name, host identity, per-backend connection info and
+ * registered regions) and its peers decode.
+ *
+ * The decoder treats the blob as hostile.  Every length is checked against
+ * the bytes that remain before it is used (by subtraction, so no sum can
+ * wrap), nothing is allocated from a count the blob merely claims, and the
+ * whole result is validated before it is returned.  Decoding is two passes:
+ * a scan that checks the framing and counts backends and regions, then one
+ * allocation holding the struct, the backends and every region, then the
+ * full parse into it.  The byte layout and the rules are in
+ * docs/metadata-format.md; keep both in step.
+ */
+#include "core/md_codec.h"
+
+#include <assert.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/log.h"
+
+enum {
+    MD_HEADER_LEN = 16,
+    MD_SECTION_HEADER_LEN = 8,
+    MD_SECTION_AGENT = 1,
+    MD_SECTION_BACKEND = 2,
+    MD_FLAG_MAY_SKIP = 1u << 0,
+    MD_BOOT_ID_LEN = 16,
+    /* mem_type u8, reserved u8, reserved u16, dev_id u32, addr u64,
+     * len u64, rkey_len u32: the size of a region without its key. */
+    MD_REGION_FIXED_LEN = 1 + 1 + 2 + 4 + 8 + 8 + 4,
+};
+
+/* Returns from the enclosing function after logging what was wrong. */
+#define MD_REJECT(...)                                                                           \
+    do {                                                                                         \
+        NIXL_WARN("metadata: " __VA_ARGS__);                                                     \
+        return NIXL_ERR_BAD_METADATA;                                                            \
+    } while (0)
+
+#define MD_INVALID(...)                                                                          \
+    do {                                                                                         \
+        NIXL_ERROR("metadata encode: " __VA_ARGS__);                                             \
+        return NIXL_ERR_INVALID_PARAM;                                                           \
+    } while (0)
+
+/* ------------------------------------------------------------------------
+ * Byte order helpers: explicit shifts, so the format is little-endian on
+ * any host; compilers turn these into plain loads and stores on x86/arm.
+ * ------------------------------------------------------------------------ */
+static uint16_t ld_u16(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | (p[1] << 8));
+}
+
+static uint32_t ld_u32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+
+static uint64_t ld_u64(const uint8_t *p)
+{
+    return (uint64_t)ld_u32(p) | ((uint64_t)ld_u32(p + 4) << 32);
+}
+
+static uint8_t *st_u8(uint8_t *p, uint8_t v)
+{
+    p[0] = v;
+    return p + 1;
+}
+
+static uint8_t *st_u16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+    return p + 2;
+}
+
+static uint8_t *st_u32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+    p[2] = (uint8_t)(v >> 16);
+    p[3] = (uint8_t)(v >> 24);
+    return p + 4;
+}
+
+static uint8_t *st_u64(uint8_t *p, uint64_t v)
+{
+    st_u32(p, (uint32_t)v);
+    return st_u32(p + 4, (uint32_t)(v >> 32));
+}
+
+static uint8_t *st_bytes(uint8_t *p, const void *src, size_t n)
+{
+    if (n)
+        memcpy(p, src, n);
+    return p + n;
+}
+
+/* A cursor over untrusted bytes.  Every take checks `left` first. */
+typedef struct md_reader {
+    const uint8_t *p;
+    size_t left;
+} md_reader_t;
+
+static const uint8_t *rd_take(md_reader_t *r, size_t n)
+{
+    const uint8_t *p = r->p;
+
+    if (n > r->left)
+        return NULL;
+    r->p += n;
+    r->left -= n;
+    return p;
+}
+
+/* ------------------------------------------------------------------------
+ * Rules shared by the decoder and the encoder.  Each returns NULL when the
+ * value is acceptable, else a short phrase for the log line.
+ * ------------------------------------------------------------------------ */
+static int name_char_ok(uint8_t c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '_' || c == '.' || c == ':' || c == '@' || c == '/' || c == '+' || c == '-';
+}
+
+static const char *name_problem(const uint8_t *s, size_t len, size_t max)
+{
+    if (len == 0)
+        return "empty name";
+    if (len > max)
+        return "name too long";
+    for (size_t i = 0; i < len; i++)
+        if (!name_char_ok(s[i]))
+            return "name has a character outside [A-Za-z0-9_.:@/+-]";
+    return NULL;
+}
+
+/* Hostnames are only compared and printed: any visible ASCII, may be empty
+ * (gethostname can fail). */
+static const char *hostname_problem(const uint8_t *s, size_t len)
+{
+    if (len >= sizeof(((nixl_host_id_t *)0)->hostname))
+        return "hostname too long";
+    for (size_t i = 0; i < len; i++)
+        if (s[i] < 0x21 || s[i] > 0x7e)
+            return "hostname has a byte outside visible ASCII";
+    return NULL;
+}
+
+static const char *region_problem(const nixl_md_region_t *r)
+{
+    if ((unsigned)r->mem_type >= NIXL_MEM_TYPE_COUNT)
+        return "memory type out of range";
+    if (r->len == 0)
+        return "length 0";
+    if (r->len > UINT64_MAX - r->addr)
+        return "address + length overflows";
+    return NULL;
+}
+
+static int region_cmp(const void *a, const void *b)
+{
+    const nixl_md_region_t *x = a, *y = b;
+
+    if (x->mem_type != y->mem_type)
+        return x->mem_type < y->mem_type ? -1 : 1;
+    if (x->addr != y->addr)
+        return x->addr < y->addr ? -1 : 1;
+    return 0;
+}
+
+static int regions_sorted(const nixl_md_region_t *r, uint32_t n)
+{
+    for (uint32_t i = 1; i < n; i++)
+        if (region_cmp(&r[i - 1], &r[i]) > 0)
+            return 0;
+    return 1;
+}
+
+/* On sorted regions: index i such that regions i-1 and i overlap, or 0.
+ * Adjacent pairs suffice: if a region overlaps a later one, it overlaps
+ * its immediate successor too. */
+static uint32_t regions_first_overlap(const nixl_md_region_t *r, uint32_t n)
+{
+    for (uint32_t i = 1; i < n; i++)
+        if (r[i - 1].mem_type == r[i].mem_type && r[i - 1].addr + r[i - 1].len > r[i].addr)
+            return i;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------
+ * Decoder
+ * ------------------------------------------------------------------------ */
+typedef struct md_section {
+    uint16_t type;
+    uint16_t flags;
+    md_reader_t payload;
+} md_section_t;
+
+static nixl_status_t next_section(md_reader_t *r, uint32_t index, md_section_t *out)
+{
+    const uint8_t *h = rd_take(r, MD_SECTION_HEADER_LEN);
+    uint32_t len;
+
+    if (!h)
+        MD_REJECT("section %" PRIu32 ": header truncated (%zu bytes left)", index, r->left);
+    len = ld_u32(h + 4);
+    out->type = ld_u16(h);
+    out->flags = ld_u16(h + 2);
+    out->payload.p = rd_take(r, len);
+    if (!out->payload.p)
+        MD_REJECT("section %" PRIu32 " (type %u): payload length %" PRIu32
+                  " exceeds the %zu bytes left",
+                  index, out->type, len, r->left);
+    out->payload.left = len;
+    if (out->flags & ~MD_FLAG_MAY_SKIP)
+        MD_REJECT("section %" PRIu32 " (type %u): reserved flag bits 0x%x set", index, out->type,
+                  out->flags & ~MD_FLAG_MAY_SKIP);
+    return NIXL_OK;
+}
+
+typedef struct md_backend_head {
+    const uint8_t *name;
+    uint8_t name_len;
+    const uint8_t *conn;
+    uint32_t conn_len;
+    uint32_t num_regions;
+} md_backend_head_t;
+
+/* The part of a backend section before its regions.  Both passes read it;
+ * the scan needs num_regions to size the allocation, which is why the count
+ * is bounded here by what the payload can hold. */
+static nixl_status_t parse_backend_head(md_reader_t *r, uint32_t index, md_backend_head_t *out)
+{
+    const uint8_t *p;
+    const char *why;
+
+    if (!(p = rd_take(r, 1)))
+        MD_REJECT("backend section %" PRIu32 ": truncated before the name", index);
+    out->name_len = p[0];
+    if (!(out->name = rd_take(r, out->name_len)))
+        MD_REJECT("backend section %" PRIu32 ": name length %u exceeds the %zu bytes left", index,
+                  out->name_len, r->left);
+    if ((why = name_problem(out->name, out->name_len, NIXL_MD_BACKEND_NAME_MAX)))
+        MD_REJECT("backend section %" PRIu32 ": %s", index, why);
+    if (!(p = rd_take(r, 4)))
+        MD_REJECT("backend %.*s: truncated before the connection info", out->name_len,
+                  (const char *)out->name);
+    out->conn_len = ld_u32(p);
+    if (!(out->conn = rd_take(r, out->conn_len)))
+        MD_REJECT("backend %.*s: connection info length %" PRIu32 " exceeds the %zu bytes left",
+                  out->name_len, (const char *)out->name, out->conn_len, r->left);
+    if (!(p = rd_take(r, 4)))
+        MD_REJECT("backend %.*s: truncated before the region count", out->name_len,
+                  (const char *)out->name);
+    out->num_regions = ld_u32(p);
+    if (out->num_regions > NIXL_MD_MAX_REGIONS)
+        MD_REJECT("backend %.*s: %" PRIu32 " regions, more than the limit %u", out->name_len,
+                  (const char *)out->name, out->num_regions, NIXL_MD_MAX_REGIONS);
+    if (out->num_regions > r->left / MD_REGION_FIXED_LEN)
+        MD_REJECT("backend %.*s: %" PRIu32 " regions cannot fit in the %zu bytes left",
+                  out->name_len, (const char *)out->name, out->num_regions, r->left);
+    return NIXL_OK;
+}
+
+typedef struct md_scan {
+    md_reader_t sections; /* from the first section to the end */
+    uint32_t num_sections;
+    uint32_t num_backends;
+    size_t num_regions;
+} md_scan_t;
+
+static nixl_status_t scan_header(const uint8_t *b, size_t len, md_scan_t *scan)
+{
+    uint32_t magic, total;
+    uint16_t version, header_len;
+
+    /* Magic and version are read before the header is known to be whole,
+     * so that a blob from a future version with a longer header is
+     * reported as a version mismatch, not as garbage. */
+    if (len < 4)
+        MD_REJECT("%zu bytes, too short for a header", len);
+    magic = ld_u32(b);
+    if (magic != NIXL_MD_MAGIC)
+        MD_REJECT("bad magic 0x%08" PRIx32 " (expected 0x%08x)", magic, NIXL_MD_MAGIC);
+    if (len < 6)
+        MD_REJECT("%zu bytes, too short for a header", len);
+    version = ld_u16(b + 4);
+    if (version != NIXL_MD_VERSION) {
+        NIXL_WARN("metadata: format version %u, this build reads version %u", version,
+                  NIXL_MD_VERSION);
+        return NIXL_ERR_MD_VERSION;
+    }
+    if (len < MD_HEADER_LEN)
+        MD_REJECT("%zu bytes, too short for a header", len);
+    header_len = ld_u16(b + 6);
+    if (header_len != MD_HEADER_LEN)
+        MD_REJECT("header length %u (expected %u)", header_len, MD_HEADER_LEN);
+    total = ld_u32(b + 8);
+    if (total != len)
+        MD_REJECT("header says %" PRIu32 " bytes but the blob has %zu", total, len);
+    scan->num_sections = ld_u32(b + 12);
+    scan->sections.p = b + MD_HEADER_LEN;
+    scan->sections.left = len - MD_HEADER_LEN;
+    return NIXL_OK;
+}
+
+/* Pass 1: framing, section order, and the counts that size the allocation. */
+static nixl_status_t scan_blob(const uint8_t *b, size_t len, md_scan_t *scan)
+{
+    md_reader_t r;
+    md_section_t sec;
+    md_backend_head_t head;
+    nixl_status_t st;
+
+    st = scan_header(b, len, scan);
+    if (st != NIXL_OK)
+        return st;
+    scan->num_backends = 0;
+    scan->num_regions = 0;
+    r = scan->sections;
+    if (scan->num_sections == 0)
+        MD_REJECT("no sections (an agent section is required)");
+    for (uint32_t i = 0; i < scan->num_sections; i++) {
+        st = next_section(&r, i, &sec);
+        if (st != NIXL_OK)
+            return st;
+        if (i == 0 && sec.type != MD_SECTION_AGENT)
+            MD_REJECT("section 0 has type %u, the agent section must come first", sec.type);
+        switch (sec.type) {
+        case MD_SECTION_AGENT:
+            if (i != 0)
+                MD_REJECT("section %" PRIu32 ": a second agent section", i);
+            break;
+        case MD_SECTION_BACKEND:
+            if (scan->num_backends == NIXL_MD_MAX_BACKENDS)
+                MD_REJECT("more than %u backend sections", NIXL_MD_MAX_BACKENDS);
+            st = parse_backend_head(&sec.payload, scan->num_backends, &head);
+            if (st != NIXL_OK)
+                return st;
+            scan->num_backends++;
+            scan->num_regions += head.num_regions;
+            break;
+        default:
+            if (!(sec.flags & MD_FLAG_MAY_SKIP))
+                MD_REJECT("section %" PRIu32 ": unknown type %u not marked skippable", i,
+                          sec.type);
+            break;
+        }
+    }
+    if (r.left != 0)
+        MD_REJECT("%zu bytes after the last of %" PRIu32 " sections", r.left, scan->num_sections);
+    return NIXL_OK;
+}
+
+static nixl_status_t parse_agent(md_reader_t *r, nixl_md_t *md)
+{
+    const uint8_t *p, *name, *host;
+    const char *why;
+    uint8_t name_len, host_len;
+
+    if (!(p = rd_take(r, 1)))
+        MD_REJECT("agent section: truncated before the name");
+    name_len = p[0];
+    if (!(name = rd_take(r, name_len)))
+        MD_REJECT("agent section: name length %u exceeds the %zu bytes left", name_len, r->left);
+    if ((why = name_problem(name, name_len, NIXL_NAME_MAX)))
+        MD_REJECT("agent section: %s", why);
+    if (!(p = rd_take(r, 1)))
+        MD_REJECT("agent %.*s: truncated before the hostname", name_len, (const char *)name);
+    host_len = p[0];
+    if (!(host = rd_take(r, host_len)))
+        MD_REJECT("agent %.*s: hostname length %u exceeds the %zu bytes left", name_len,
+                  (const char *)name, host_len, r->left);
+    if ((why = hostname_problem(host, host_len)))
+        MD_REJECT("agent %.*s: %s", name_len, (const char *)name, why);
+    if (!(p = rd_take(r, MD_BOOT_ID_LEN + 4 + 8)))
+        MD_REJECT("agent %.*s: truncated in boot id, pid or instance id", name_len,
+                  (const char *)name);
+    if (r->left != 0)
+        MD_REJECT("agent %.*s: %zu unexpected bytes at the end of the section", name_len,
+                  (const char *)name, r->left);
+
+    memcpy(md->name, name, name_len);
+    md->name[name_len] = '\0';
+    memcpy(md->host.hostname, host, host_len);
+    md->host.hostname[host_len] = '\0';
+    memcpy(md->host.boot_id, p, MD_BOOT_ID_LEN);
+    md->pid = ld_u32(p + MD_BOOT_ID_LEN);
+    md->instance_id = ld_u64(p + MD_BOOT_ID_LEN + 4);
+    return NIXL_OK;
+}
+
+/* Pass 2 for one backend section.  `regions` has room for the count the
+ * scan read from this same section. */
+static nixl_status_t parse_backend(md_reader_t *r, uint32_t index, nixl_md_backend_t *be,
+                                   nixl_md_region_t *regions)
+{
+    md_backend_head_t head;
+    nixl_status_t st;
+    uint32_t i;
+
+    st = parse_backend_head(r, index, &head);
+    if (st != NIXL_OK)
+        return st;
+    memcpy(be->name, head.name, head.name_len);
+    be->name[head.name_len] = '\0';
+    be->conn = head.conn;
+    be->conn_len = head.conn_len;
+    be->num_regions = head.num_regions;
+    be->regions = head.num_regions ? regions : NULL;
+
+    for (i = 0; i < head.num_regions; i++) {
+        nixl_md_region_t *rg = &regions[i];
+        const uint8_t *p = rd_take(r, MD_REGION_FIXED_LEN);
+        const char *why;
+
+        if (!p)
+            MD_REJECT("region %" PRIu32 " of backend %s: truncated (%zu bytes left)", i, be->name,
+                      r->left);
+        if (p[1] != 0 || ld_u16(p + 2) != 0)
+            MD_REJECT("region %" PRIu32 " of backend %s: reserved bytes not zero", i, be->name);
+        rg->mem_type = (nixl_mem_t)p[0];
+        rg->dev_id = ld_u32(p + 4);
+        rg->addr = ld_u64(p + 8);
+        rg->len = ld_u64(p + 16);
+        rg->rkey_len = ld_u32(p + 24);
+        if (!(rg->rkey = rd_take(r, rg->rkey_len)))
+            MD_REJECT("region %" PRIu32 " of backend %s: key length %" PRIu32
+                      " exceeds the %zu bytes left",
+                      i, be->name, rg->rkey_len, r->left);
+        if (rg->rkey_len == 0)
+            rg->rkey = NULL;
+        if ((why = region_problem(rg)))
+            MD_REJECT("region %" PRIu32 " of backend %s (type %u, addr 0x%" PRIx64 ", len %" PRIu64
+                      "): %s",
+                      i, be->name, (unsigned)p[0], rg->addr, rg->len, why);
+    }
+    if (r->left != 0)
+        MD_REJECT("backend %s: %zu unexpected bytes after its %" PRIu32 " regions", be->name,
+                  r->left, head.num_regions);
+
+    if (!regions_sorted(regions, head.num_regions))
+        qsort(regions, head.num_regions, sizeof(*regions), region_cmp);
+    i = regions_first_overlap(regions, head.num_regions);
+    if (i)
+        MD_REJECT("backend %s: regions [0x%" PRIx64 ", +%" PRIu64 ") and [0x%" PRIx64 ", +%" PRIu64
+                  ") of memory type %u overlap",
+                  be->name, regions[i - 1].addr, regions[i - 1].len, regions[i].addr,
+                  regions[i].len, (unsigned)regions[i].mem_type);
+    return NIXL_OK;
+}
+
+static size_t align_up(size_t n)
+{
+    const size_t a = _Alignof(max_align_t);
+    return (n + a - 1) / a * a;
+}
+
+/* Pass 2: everything, into the block sized by the scan; md->backends and
+ * next_regions point into it. */
+static nixl_status_t parse_blob(const md_scan_t *scan, nixl_md_t *md,
+                                nixl_md_region_t *next_regions)
+{
+    md_reader_t r = scan->sections;
+    md_section_t sec;
+    nixl_status_t st = NIXL_OK;
+
+    for (uint32_t i = 0; i < scan->num_sections; i++) {
+        st = next_section(&r, i, &sec);
+        if (st != NIXL_OK)
+            return st;
+        if (sec.type == MD_SECTION_AGENT) {
+            st = parse_agent(&sec.payload, md);
+        } else if (sec.type == MD_SECTION_BACKEND) {
+            nixl_md_backend_t *be = &md->backends[md->num_backends];
+
+            st = parse_backend(&sec.payload, md->num_backends, be, next_regions);
+            if (st != NIXL_OK)
+                return st;
+            for (uint32_t j = 0; j < md->num_backends; j++)
+                if (strcmp(md->backends[j].name, be->name) == 0)
+                    MD_REJECT("backend %s appears twice", be->name);
+            next_regions += be->num_regions;
+            md->num_backends++;
+        }
+        if (st != NIXL_OK)
+            return st;
+    }
+    return NIXL_OK;
+}
+
+nixl_status_t nixl_md_decode(const void *blob, size_t len, nixl_md_t **md_out)
+{
+    md_scan_t scan;
+    nixl_md_t *md;
+    size_t off_backends, off_regions, size;
+    nixl_status_t st;
+
+    if (!blob || !md_out)
+        return NIXL_ERR_NULL;
+    st = scan_blob(blob, len, &scan);
+    if (st != NIXL_OK)
+        return st;
+
+    /* The scan bounded num_regions by len / MD_REGION_FIXED_LEN, so this
+     * block is at most a small multiple of the blob. */
+    off_backends = align_up(sizeof(nixl_md_t));
+    off_regions = off_backends + align_up(scan.num_backends * sizeof(nixl_md_backend_t));
+    if (scan.num_regions > (SIZE_MAX - off_regions) / sizeof(nixl_md_region_t)) {
+        NIXL_ERROR("metadata: %zu regions do not fit in memory", scan.num_regions);
+        return NIXL_ERR_NO_MEMORY;
+    }
+    size = off_regions + scan.num_regions * sizeof(nixl_md_region_t);
+    md = calloc(1, size);
+    if (!md) {
+        NIXL_ERROR("metadata: cannot allocate %zu bytes for %zu regions", size, scan.num_regions);
+        return NIXL_ERR_NO_MEMORY;
+    }
+    md->backends = (nixl_md_backend_t *)((uint8_t *)md + off_backends);
+
+    st = parse_blob(&scan, md, (nixl_md_region_t *)((uint8_t *)md + off_regions));
+    if (st != NIXL_OK)
+        goto err_free;
+    if (md->num_backends == 0)
+        md->backends = NULL;
+    *md_out = md;
+    return NIXL_OK;
+
+err_free:
+    free(md);
+    return st;
+}
+
+void nixl_md_free(nixl_md_t *md)
+{
+    /* One block holds the struct, its backends and their regions. */
+    free(md);
+}
+
+/* ------------------------------------------------------------------------
+ * Encoder
+ * ------------------------------------------------------------------------ */
+
+/* Validates what can be checked without sorting and returns the blob size
+ * and the largest region count (to size the sort scratch). */
+static nixl_status_t encode_check(const nixl_md_t *md, size_t *size_out, uint32_t *max_regions_out)
+{
+    const char *why;
+    size_t name_len = strnlen(md->name, sizeof(md->name));
+    size_t host_len = strnlen(md->host.hostname, sizeof(md->host.hostname));
+    uint64_t total, payload;
+    uint32_t max_regions = 0;
+
+    if ((why = name_problem((const uint8_t *)md->name, name_len, NIXL_NAME_MAX)))
+        MD_INVALID("agent: %s", why);
+    if ((why = hostname_problem((const uint8_t *)md->host.hostname, host_len)))
+        MD_INVALID("agent %s: %s", md->name, why);
+    if (md->num_backends > NIXL_MD_MAX_BACKENDS)
+        MD_INVALID("%" PRIu32 " backends, more than the limit %u", md->num_backends,
+                   NIXL_MD_MAX_BACKENDS);
+    if (md->num_backends && !md->backends)
+        MD_INVALID("%" PRIu32 " backends but no backend array", md->num_backends);
+
+    total = MD_HEADER_LEN + MD_SECTION_HEADER_LEN + 1 + name_len + 1 + host_len + MD_BOOT_ID_LEN +
+            4 + 8;
+    for (uint32_t b = 0; b < md->num_backends; b++) {
+        const nixl_md_backend_t *be = &md->backends[b];
+        size_t be_len = strnlen(be->name, sizeof(be->name));
+
+        if ((why = name_problem((const uint8_t *)be->name, be_len, NIXL_MD_BACKEND_NAME_MAX)))
+            MD_INVALID("backend %" PRIu32 ": %s", b, why);
+        for (uint32_t j = 0; j < b; j++)
+            if (strcmp(md->backends[j].name, be->name) == 0)
+                MD_INVALID("backend %s appears twice", be->name);
+        if (be->conn_len && !be->conn)
+            MD_INVALID("backend %s: connection info length %" PRIu32 " but no bytes", be->name,
+                       be->conn_len);
+        if (be->num_regions > NIXL_MD_MAX_REGIONS)
+            MD_INVALID("backend %s: %" PRIu32 " regions, more than the limit %u", be->name,
+                       be->num_regions, NIXL_MD_MAX_REGIONS);
+        if (be->num_regions && !be->regions)
+            MD_INVALID("backend %s: %" PRIu32 " regions but no region array", be->name,
+                       be->num_regions);
+        payload = 1 + be_len + 4 + (uint64_t)be->conn_len + 4 +
+                  (uint64_t)be->num_regions * MD_REGION_FIXED_LEN;
+        for (uint32_t i = 0; i < be->num_regions; i++) {
+            const nixl_md_region_t *rg = &be->regions[i];
+
+            if ((why = region_problem(rg)))
+                MD_INVALID("region %" PRIu32 " of backend %s (type %u, addr 0x%" PRIx64
+                           ", len %" PRIu64 "): %s",
+                           i, be->name, (unsigned)rg->mem_type, rg->addr, rg->len, why);
+            if (rg->rkey_len && !rg->rkey)
+                MD_INVALID("region %" PRIu32 " of backend %s: key length %" PRIu32 " but no bytes",
+                           i, be->name, rg->rkey_len);
+            payload += rg->rkey_len;
+        }
+        /* Each term is below 2^32 and there are at most 2^22 + 4 of them,
+         * so the sums cannot wrap a uint64_t. */
+        if (payload > UINT32_MAX)
+            MD_INVALID("backend %s: section of %" PRIu64 " bytes exceeds the 4 GiB limit",
+                       be->name, payload);
+        total += MD_SECTION_HEADER_LEN + payload;
+        if (be->num_regions > max_regions)
+            max_regions = be->num_regions;
+    }
+    if (total > UINT32_MAX)
+        MD_INVALID("blob of %" PRIu64 " bytes exceeds the 4 GiB limit", total);
+    *size_out = (size_t)total;
+    *max_regions_out = max_regions;
+    return NIXL_OK;
+}
+
+static uint8_t *encode_agent(uint8_t *p, const nixl_md_t *md)
+{
+    size_t name_len = strlen(md->name);
+    size_t host_len = strlen(md->host.hostname);
+    uint32_t payload = (uint32_t)(1 + name_len + 1 + host_len + MD_BOOT_ID_LEN + 4 + 8);
+
+    p = st_u16(p, MD_SECTION_AGENT);
+    p = st_u16(p, 0);
+    p = st_u32(p, payload);
+    p = st_u8(p, (uint8_t)name_len);
+    p = st_bytes(p, md->name, name_len);
+    p = st_u8(p, (uint8_t)host_len);
+    p = st_bytes(p, md->host.hostname, host_len);
+    p = st_bytes(p, md->host.boot_id, MD_BOOT_ID_LEN);
+    p = st_u32(p, md->pid);
+    return st_u64(p, md->instance_id);
+}
+
+/* `regions` is the backend's regions, sorted. */
+static uint8_t *encode_backend(uint8_t *p, const nixl_md_backend_t *be,
+                               const nixl_md_region_t *regions)
+{
+    size_t name_len = strlen(be->name);
+    uint8_t *len_at;
+
+    p = st_u16(p, MD_SECTION_BACKEND);
+    p = st_u16(p, 0);
+    len_at = p;
+    p += 4;
+    p = st_u8(p, (uint8_t)name_len);
+    p = st_bytes(p, be->name, name_len);
+    p = st_u32(p, be->conn_len);
+    p = st_bytes(p, be->conn, be->conn_len);
+    p = st_u32(p, be->num_regions);
+    for (uint32_t i = 0; i < be->num_regions; i++) {
+        const nixl_md_region_t *rg = &regions[i];
+
+        p = st_u8(p, (uint8_t)rg->mem_type);
+        p = st_u8(p, 0);
+        p = st_u16(p, 0);
+        p = st_u32(p, rg->dev_id);
+        p = st_u64(p, rg->addr);
+        p = st_u64(p, rg->len);
+        p = st_u32(p, rg->rkey_len);
+        p = st_bytes(p, rg->rkey, rg->rkey_len);
+    }
+    st_u32(len_at, (uint32_t)(p - (len_at + 4)));
+    return p;
+}
+
+nixl_status_t nixl_md_encode(const nixl_md_t *md, void **blob_out, size_t *len_out)
+{
+    nixl_md_region_t *scratch = NULL;
+    uint32_t max_regions, overlap;
+    uint8_t *blob, *p;
+    size_t size;
+    nixl_status_t st;
+
+    if (!md || !blob_out || !len_out)
+        return NIXL_ERR_NULL;
+    st = encode_check(md, &size, &max_regions);
+    if (st != NIXL_OK)
+        return st;
+    blob = malloc(size);
+    if (!blob) {
+        NIXL_ERROR("metadata encode: cannot allocate %zu bytes", size);
+        return NIXL_ERR_NO_MEMORY;
+    }
+
+    p = st_u32(blob, NIXL_MD_MAGIC);
+    p = st_u16(p, NIXL_MD_VERSION);
+    p = st_u16(p, MD_HEADER_LEN);
+    p = st_u32(p, (uint32_t)size);
+    p = st_u32(p, 1 + md->num_backends);
+    p = encode_agent(p, md);
+    for (uint32_t b = 0; b < md->num_backends; b++) {
+        const nixl_md_backend_t *be = &md->backends[b];
+        const nixl_md_region_t *sorted = be->regions;
+
+        /* The caller's array is const: sort a copy, only when needed. */
+        if (!regions_sorted(be->regions, be->num_regions)) {
+            if (!scratch && !(scratch = malloc((size_t)max_regions * sizeof(*scratch)))) {
+                NIXL_ERROR("metadata encode: cannot allocate sort space for %" PRIu32 " regions",
+                           max_regions);
+                st = NIXL_ERR_NO_MEMORY;
+                goto err_free_blob;
+            }
+            memcpy(scratch, be->regions, (size_t)be->num_regions * sizeof(*scratch));
+            qsort(scratch, be->num_regions, sizeof(*scratch), region_cmp);
+            sorted = scratch;
+        }
+        overlap = regions_first_overlap(sorted, be->num_regions);
+        if (overlap) {
+            NIXL_ERROR("metadata encode: backend %s: regions [0x%" PRIx64 ", +%" PRIu64
+                       ") and [0x%" PRIx64 ", +%" PRIu64 ") of memory type %u overlap",
+                       be->name, sorted[overlap - 1].addr, sorted[overlap - 1].len,
+                       sorted[overlap].addr, sorted[overlap].len,
+                       (unsigned)sorted[overlap].mem_type);
+            st = NIXL_ERR_INVALID_PARAM;
+            goto err_free_scratch;
+        }
+        p = encode_backend(p, be, sorted);
+    }
+    assert((size_t)(p - blob) == size);
+    free(scratch);
+    *blob_out = blob;
+    *len_out = size;
+    return NIXL_OK;
+
+err_free_scratch:
+    free(scratch);
+err_free_blob:
+    free(blob);
+    return st;
+}

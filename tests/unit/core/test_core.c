@@ -1,0 +1,367 @@
+/*
+ * test_core.c - the core's rules, checked through the public API with the
+ * `fake` module backend (tests/unit/core/fake_backend.c): argument checks,
+ * all-or-nothing registration, exact deregistration, metadata generations,
+ * merging, in-flight rules, cancel, notifications after data, path and
+ * fallback accounting, module loading.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "nixl.h"
+
+static int failures;
+
+#define CHECK(cond)                                                                                              \
+    do {                                                                                                         \
+        if (!(cond)) {                                                                                           \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);                             \
+            failures++;                                                                                          \
+        }                                                                                                        \
+    } while (0)
+#define CHECK_ST(expr, want)                                                                                     \
+    do {                                                                                                         \
+        nixl_status_t st_ = (expr);                                                                              \
+        if (st_ != (want)) {                                                                                     \
+            fprintf(stderr, "%s:%d: %s -> %s, want %s\n", __FILE__, __LINE__, #expr, nixl_status_name(st_),     \
+                    nixl_status_name(want));                                                                     \
+            failures++;                                                                                          \
+        }                                                                                                        \
+    } while (0)
+
+static nixl_agent_t *mk_agent(const char *name)
+{
+    nixl_agent_config_t c = {.field_mask = NIXL_AGENT_CONFIG_NAME, .name = name};
+    nixl_agent_t *a = NULL;
+    CHECK_ST(nixl_agent_create(&c, &a), NIXL_OK);
+    return a;
+}
+
+static nixl_backend_t *mk_fake(nixl_agent_t *a, const char *key, const char *val)
+{
+    nixl_param_t p = {key, val};
+    nixl_backend_t *b = NULL;
+    CHECK_ST(nixl_backend_create(a, "fake", key ? &p : NULL, key ? 1 : 0, &b), NIXL_OK);
+    return b;
+}
+
+static nixl_dlist_t dl(const nixl_desc_t *d, size_t n)
+{
+    nixl_dlist_t l = {NIXL_MEM_DRAM, n, d};
+    return l;
+}
+
+/* Load each agent's metadata into the other. */
+static void exchange(nixl_agent_t *a, nixl_agent_t *b)
+{
+    void *blob;
+    size_t len;
+    char name[NIXL_NAME_MAX + 1];
+    CHECK_ST(nixl_md_get_local(b, &blob, &len), NIXL_OK);
+    CHECK_ST(nixl_md_load_remote(a, blob, len, name), NIXL_OK);
+    CHECK(strcmp(name, nixl_agent_name(b)) == 0);
+    nixl_free(blob);
+    CHECK_ST(nixl_md_get_local(a, &blob, &len), NIXL_OK);
+    CHECK_ST(nixl_md_load_remote(b, blob, len, NULL), NIXL_OK);
+    nixl_free(blob);
+}
+
+static void test_module_listed(void)
+{
+    const nixl_backend_info_t *infos;
+    size_t n;
+    CHECK_ST(nixl_backends_available(&infos, &n), NIXL_OK);
+    int found = 0;
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(infos[i].name, "fake") == 0) {
+            found = 1;
+            CHECK(strstr(infos[i].origin, "libnixl_backend_fake.so") != NULL);
+            CHECK(infos[i].num_params == 3);
+        }
+    CHECK(found);
+    /* Its parameters became config rows. */
+    int row = 0;
+    for (size_t i = 0; i < nixl_config_count(); i++) {
+        nixl_config_info_t ci;
+        CHECK_ST(nixl_config_get(i, &ci), NIXL_OK);
+        row |= strcmp(ci.name, "NIXL_FAKE_ASYNC_POLLS") == 0;
+    }
+    CHECK(row);
+}
+
+static void test_agent_and_backend_args(void)
+{
+    nixl_agent_t *a = NULL;
+    nixl_agent_config_t c = {.field_mask = 0};
+    CHECK_ST(nixl_agent_create(&c, &a), NIXL_ERR_INVALID_PARAM);
+    c.field_mask = NIXL_AGENT_CONFIG_NAME;
+    c.name = "bad name";
+    CHECK_ST(nixl_agent_create(&c, &a), NIXL_ERR_INVALID_PARAM);
+    CHECK_ST(nixl_agent_create(NULL, &a), NIXL_ERR_NULL);
+
+    a = mk_agent("args");
+    nixl_backend_t *b;
+    CHECK_ST(nixl_backend_create(a, "no_such_backend", NULL, 0, &b), NIXL_ERR_UNKNOWN_BACKEND);
+    nixl_param_t p = {"no_such_key", "1"};
+    CHECK_ST(nixl_backend_create(a, "fake", &p, 1, &b), NIXL_ERR_INVALID_PARAM);
+    mk_fake(a, NULL, NULL);
+    CHECK_ST(nixl_backend_create(a, "fake", NULL, 0, &b), NIXL_ERR_EXISTS);
+    nixl_agent_destroy(a);
+}
+
+static void test_registration(void)
+{
+    nixl_agent_t *a = mk_agent("reg");
+    char *buf = malloc(4096);
+    nixl_desc_t d[3] = {{(uintptr_t)buf, 1024, 0, 0, NULL}, {(uintptr_t)buf + 1024, 1024, 0, 0, NULL},
+                        {(uintptr_t)buf + 512, 1024, 0, 0, NULL}};
+    nixl_dlist_t l = dl(d, 2);
+    /* No backend takes DRAM yet. */
+    CHECK_ST(nixl_mem_register(a, &l, NULL), NIXL_ERR_MEM_TYPE);
+    mk_fake(a, "fail_reg_at", "2");
+    CHECK_ST(nixl_mem_register(a, NULL, NULL), NIXL_ERR_NULL);
+    nixl_dlist_t empty = dl(d, 0);
+    CHECK_ST(nixl_mem_register(a, &empty, NULL), NIXL_ERR_ZERO_LENGTH);
+    nixl_desc_t z = {(uintptr_t)buf, 0, 0, 0, NULL};
+    nixl_dlist_t lz = dl(&z, 1);
+    CHECK_ST(nixl_mem_register(a, &lz, NULL), NIXL_ERR_ZERO_LENGTH);
+    nixl_desc_t ov[2] = {d[0], d[2]};
+    nixl_dlist_t lov = dl(ov, 2);
+    CHECK_ST(nixl_mem_register(a, &lov, NULL), NIXL_ERR_OVERLAP);
+    /* The second registration fails in the backend: nothing stays. */
+    CHECK_ST(nixl_mem_register(a, &l, NULL), NIXL_ERR_BACKEND);
+    CHECK_ST(nixl_mem_register(a, &l, NULL), NIXL_OK);
+    nixl_dlist_t l2 = dl(&d[2], 1);
+    CHECK_ST(nixl_mem_register(a, &l2, NULL), NIXL_ERR_OVERLAP);
+    /* Deregistration must match exactly. */
+    nixl_desc_t part = {(uintptr_t)buf, 512, 0, 0, NULL};
+    nixl_dlist_t lp = dl(&part, 1);
+    CHECK_ST(nixl_mem_deregister(a, &lp, NULL), NIXL_ERR_REG_MISMATCH);
+    nixl_desc_t twice[2] = {d[0], d[0]};
+    nixl_dlist_t lt = dl(twice, 2);
+    CHECK_ST(nixl_mem_deregister(a, &lt, NULL), NIXL_ERR_REG_MISMATCH);
+    CHECK_ST(nixl_mem_deregister(a, &l, NULL), NIXL_OK);
+    CHECK_ST(nixl_mem_deregister(a, &l, NULL), NIXL_ERR_REG_MISMATCH);
+    nixl_agent_destroy(a);
+    free(buf);
+}
+
+typedef struct seen {
+    int n;
+    char sender[64];
+    char msg[128];
+    const unsigned char *check;
+    unsigned char want;
+    int data_ok;
+} seen_t;
+
+static void on_notif(const char *sender, const void *msg, size_t len, void *arg)
+{
+    seen_t *s = arg;
+    s->n++;
+    snprintf(s->sender, sizeof(s->sender), "%s", sender);
+    snprintf(s->msg, sizeof(s->msg), "%.*s", (int)len, (const char *)msg);
+    s->data_ok = !s->check || (s->check[0] == s->want && s->check[4095] == s->want);
+}
+
+static void test_transfer_rules(void)
+{
+    nixl_agent_t *a = mk_agent("ini"), *b = mk_agent("tgt");
+    mk_fake(a, "async_polls", "3");
+    mk_fake(b, NULL, NULL);
+    unsigned char *src = malloc(8192), *dst = malloc(8192);
+    memset(src, 0xab, 8192);
+    memset(dst, 0, 8192);
+    nixl_desc_t ds = {(uintptr_t)src, 8192, 0, 0, NULL}, dd = {(uintptr_t)dst, 8192, 0, 0, NULL};
+    nixl_dlist_t ls = dl(&ds, 1), ld = dl(&dd, 1);
+    CHECK_ST(nixl_mem_register(a, &ls, NULL), NIXL_OK);
+    CHECK_ST(nixl_mem_register(b, &ld, NULL), NIXL_OK);
+
+    void *own;
+    size_t own_len;
+    CHECK_ST(nixl_md_get_local(a, &own, &own_len), NIXL_OK);
+    CHECK_ST(nixl_md_load_remote(a, own, own_len, NULL), NIXL_ERR_SELF);
+    CHECK_ST(nixl_md_load_remote(b, own, own_len / 2, NULL), NIXL_ERR_BAD_METADATA);
+    nixl_free(own);
+    exchange(a, b);
+
+    /* 4 pieces of 1 KiB, contiguous on both sides -> 1 after merging;
+     * pieces 4..7 swapped pairwise -> not mergeable. */
+    nixl_desc_t l8[8], r8[8];
+    for (int i = 0; i < 8; i++) {
+        l8[i] = (nixl_desc_t){(uintptr_t)src + 1024 * i, 1024, 0, 0, NULL};
+        int j = i < 4 ? i : (i ^ 1);
+        r8[i] = (nixl_desc_t){(uintptr_t)dst + 1024 * j, 1024, 0, 0, NULL};
+    }
+    nixl_dlist_t L = dl(l8, 8), R = dl(r8, 8), R7 = dl(r8, 7);
+    nixl_xfer_t *x = NULL;
+    CHECK_ST(nixl_xfer_create(a, NIXL_OP_WRITE, &L, &R7, "tgt", NULL, &x), NIXL_ERR_LENGTH_MISMATCH);
+    CHECK_ST(nixl_xfer_create(a, NIXL_OP_WRITE, &L, &R, "nobody", NULL, &x), NIXL_ERR_UNKNOWN_PEER);
+    nixl_desc_t outside = {(uintptr_t)dst + 8000, 1024, 0, 0, NULL};
+    nixl_dlist_t RO = dl(&outside, 1), L1 = dl(l8, 1);
+    CHECK_ST(nixl_xfer_create(a, NIXL_OP_WRITE, &L1, &RO, "tgt", NULL, &x), NIXL_ERR_NOT_REGISTERED);
+    nixl_desc_t unreg = {(uintptr_t)dst, 16, 0, 0, NULL};
+    nixl_dlist_t LU = dl(&unreg, 1), RU = dl(&unreg, 1);
+    CHECK_ST(nixl_xfer_create(a, NIXL_OP_WRITE, &LU, &RU, "tgt", NULL, &x), NIXL_ERR_NOT_REGISTERED);
+
+    nixl_opt_args_t opt = {.field_mask = NIXL_OPT_NOTIF, .notif = "landed", .notif_len = 6};
+    CHECK_ST(nixl_xfer_create(a, NIXL_OP_WRITE, &L, &R, "tgt", &opt, &x), NIXL_OK);
+    CHECK_ST(nixl_xfer_status(x), NIXL_ERR_INVALID_PARAM); /* never posted */
+    CHECK_ST(nixl_xfer_post(x), NIXL_IN_PROG);
+    CHECK_ST(nixl_xfer_post(x), NIXL_ERR_IN_FLIGHT);
+    /* Deregistering memory an in-flight request uses is refused. */
+    CHECK_ST(nixl_mem_deregister(a, &ls, NULL), NIXL_ERR_IN_FLIGHT);
+    seen_t s = {0};
+    s.check = dst;
+    s.want = 0xab;
+    size_t cnt = 0;
+    CHECK_ST(nixl_notifs_get(b, on_notif, &s, &cnt), NIXL_OK);
+    CHECK(cnt == 0 && s.n == 0); /* nothing before the data */
+    nixl_status_t st;
+    while ((st = nixl_xfer_status(x)) == NIXL_IN_PROG)
+        ;
+    CHECK_ST(st, NIXL_OK);
+    CHECK_ST(nixl_notifs_get(b, on_notif, &s, &cnt), NIXL_OK);
+    CHECK(cnt == 1 && s.n == 1 && strcmp(s.sender, "ini") == 0 && strcmp(s.msg, "landed") == 0 && s.data_ok);
+    CHECK(memcmp(src, dst, 8192) == 0);
+
+    nixl_xfer_info_t info;
+    CHECK_ST(nixl_xfer_info(x, &info), NIXL_OK);
+    CHECK(strcmp(info.backend, "fake") == 0 && strcmp(info.path, "fake.copy") == 0);
+    CHECK(info.bytes == 8192 && info.descs_in == 8 && info.descs == 5 && info.posts == 1);
+
+    /* Re-post after completion moves new data. */
+    memset(src, 0x5c, 8192);
+    CHECK_ST(nixl_xfer_post(x), NIXL_IN_PROG);
+    while ((st = nixl_xfer_status(x)) == NIXL_IN_PROG)
+        ;
+    CHECK_ST(st, NIXL_OK);
+    CHECK(memcmp(src, dst, 8192) == 0);
+
+    /* Release in flight: canceled, its notification never arrives. */
+    CHECK_ST(nixl_notifs_get(b, on_notif, &s, &cnt), NIXL_OK);
+    s.n = 0;
+    CHECK_ST(nixl_xfer_post(x), NIXL_IN_PROG);
+    nixl_xfer_release(x);
+    CHECK_ST(nixl_notifs_get(b, on_notif, &s, &cnt), NIXL_OK);
+    CHECK(cnt == 0 && s.n == 0);
+
+    /* Generations: a reload makes old requests stale, an invalidation
+     * makes them fail with PEER_INVALIDATED. */
+    CHECK_ST(nixl_xfer_create(a, NIXL_OP_READ, &L, &R, "tgt", NULL, &x), NIXL_OK);
+    void *blob;
+    size_t len;
+    CHECK_ST(nixl_md_get_local(b, &blob, &len), NIXL_OK);
+    CHECK_ST(nixl_md_load_remote(a, blob, len, NULL), NIXL_OK);
+    CHECK_ST(nixl_xfer_post(x), NIXL_ERR_STALE);
+    nixl_xfer_release(x);
+    CHECK_ST(nixl_xfer_create(a, NIXL_OP_READ, &L, &R, "tgt", NULL, &x), NIXL_OK);
+    CHECK_ST(nixl_md_invalidate_remote(a, "tgt"), NIXL_OK);
+    CHECK_ST(nixl_md_check_remote(a, "tgt"), NIXL_ERR_UNKNOWN_PEER);
+    CHECK_ST(nixl_xfer_post(x), NIXL_ERR_PEER_INVALIDATED);
+    CHECK_ST(nixl_md_invalidate_remote(a, "tgt"), NIXL_ERR_UNKNOWN_PEER);
+    nixl_xfer_release(x);
+    CHECK_ST(nixl_md_load_remote(a, blob, len, NULL), NIXL_OK);
+    nixl_free(blob);
+
+    /* Two-step: prepared once, requests by index; runs merge. */
+    nixl_prep_t *lp, *rp;
+    CHECK_ST(nixl_prep_create(a, NULL, &L, NULL, &lp), NIXL_OK);
+    CHECK_ST(nixl_prep_create(a, "tgt", &R, NULL, &rp), NIXL_OK);
+    uint32_t li[3] = {0, 1, 2}, ri[3] = {0, 1, 9};
+    CHECK_ST(nixl_xfer_make(a, NIXL_OP_READ, lp, li, rp, ri, 3, NULL, &x), NIXL_ERR_INVALID_PARAM);
+    ri[2] = 2;
+    memset(dst, 0x11, 8192);
+    memset(src, 0, 8192);
+    CHECK_ST(nixl_xfer_make(a, NIXL_OP_READ, lp, li, rp, ri, 3, NULL, &x), NIXL_OK);
+    CHECK_ST(nixl_xfer_post(x), NIXL_IN_PROG);
+    while ((st = nixl_xfer_status(x)) == NIXL_IN_PROG)
+        ;
+    CHECK_ST(st, NIXL_OK);
+    CHECK(src[0] == 0x11 && src[3071] == 0x11 && src[3072] == 0);
+    CHECK_ST(nixl_xfer_info(x, &info), NIXL_OK);
+    CHECK(info.descs == 1 && info.descs_in == 3);
+
+    /* Deregistration since the request was made: post re-resolves and refuses. */
+    CHECK_ST(nixl_mem_deregister(a, &ls, NULL), NIXL_OK);
+    CHECK_ST(nixl_xfer_post(x), NIXL_ERR_NOT_REGISTERED);
+    nixl_xfer_release(x);
+    CHECK_ST(nixl_xfer_make(a, NIXL_OP_READ, lp, li, rp, ri, 3, NULL, &x), NIXL_ERR_NOT_REGISTERED);
+    nixl_prep_release(lp);
+    nixl_prep_release(rp);
+
+    /* Standalone notification. */
+    CHECK_ST(nixl_notif_send(a, "tgt", "hello", 5, NULL), NIXL_OK);
+    s.n = 0;
+    s.check = NULL;
+    CHECK_ST(nixl_notifs_get(b, on_notif, &s, &cnt), NIXL_OK);
+    CHECK(s.n == 1 && strcmp(s.msg, "hello") == 0);
+    CHECK_ST(nixl_notif_send(a, "nobody", "x", 1, NULL), NIXL_ERR_UNKNOWN_PEER);
+
+    nixl_path_stat_t ps[8];
+    size_t np = 0;
+    CHECK_ST(nixl_path_stats(a, ps, 8, &np), NIXL_OK);
+    CHECK(np == 1 && strcmp(ps[0].path, "fake.copy") == 0 && ps[0].bytes == 2 * 8192 + 3072 &&
+          ps[0].requests >= 3 && ps[0].fallbacks == 0);
+
+    nixl_agent_destroy(a);
+    nixl_agent_destroy(b);
+    free(src);
+    free(dst);
+}
+
+static void test_fallback_accounting(void)
+{
+    nixl_agent_t *a = mk_agent("fb_ini"), *b = mk_agent("fb_tgt");
+    mk_fake(a, "fallback", "1");
+    mk_fake(b, NULL, NULL);
+    char *src = calloc(1, 4096), *dst = calloc(1, 4096);
+    nixl_desc_t ds = {(uintptr_t)src, 4096, 0, 0, NULL}, dd = {(uintptr_t)dst, 4096, 0, 0, NULL};
+    nixl_dlist_t ls = dl(&ds, 1), ld = dl(&dd, 1);
+    CHECK_ST(nixl_mem_register(a, &ls, NULL), NIXL_OK);
+    CHECK_ST(nixl_mem_register(b, &ld, NULL), NIXL_OK);
+    exchange(a, b);
+    nixl_xfer_t *x;
+    CHECK_ST(nixl_xfer_create(a, NIXL_OP_WRITE, &ls, &ld, "fb_tgt", NULL, &x), NIXL_OK);
+    for (int i = 0; i < 3; i++)
+        CHECK_ST(nixl_xfer_post(x), NIXL_OK);
+    nixl_xfer_release(x);
+    nixl_fallback_stat_t fs[4];
+    size_t n = 0;
+    CHECK_ST(nixl_fallback_stats(a, fs, 4, &n), NIXL_OK);
+    CHECK(n == 1 && fs[0].count == 3 && strcmp(fs[0].path, "fake.slow") == 0);
+    nixl_path_stat_t ps[4];
+    CHECK_ST(nixl_path_stats(a, ps, 4, &n), NIXL_OK);
+    CHECK(n == 1 && ps[0].fallbacks == 3);
+    /* Policy: refuse fallbacks. */
+    setenv("NIXL_ALLOW_FALLBACK", "0", 1);
+    CHECK_ST(nixl_xfer_create(a, NIXL_OP_WRITE, &ls, &ld, "fb_tgt", NULL, &x), NIXL_ERR_NO_PATH);
+    unsetenv("NIXL_ALLOW_FALLBACK");
+    nixl_agent_destroy(a);
+    nixl_agent_destroy(b);
+    free(src);
+    free(dst);
+}
+
+static void test_status_names(void)
+{
+    CHECK(strcmp(nixl_status_name(NIXL_ERR_STALE), "NIXL_ERR_STALE") == 0);
+    CHECK(strcmp(nixl_strerror(NIXL_OK), "success") == 0);
+}
+
+int main(void)
+{
+    test_module_listed();
+    test_agent_and_backend_args();
+    test_registration();
+    test_transfer_rules();
+    test_fallback_accounting();
+    test_status_names();
+    if (failures) {
+        fprintf(stderr, "test_core: %d check(s) failed\n", failures);
+        return 1;
+    }
+    printf("test_core: all checks passed\n");
+    return 0;
+}
