@@ -6,7 +6,12 @@
  * u16 type, i32 status, u32 payload length} (little-endian) and a payload.
  * A frame with a bad magic, version, type or a length over
  * NIXL_MD_SOCK_MAX_FRAME is rejected and the connection closed.  One
- * request and one reply per connection.
+ * request and one reply per connection.  Magic 0x4b53584e, version 1;
+ * types SEND=1 (payload: blob), FETCH=2 (no payload), INVALIDATE=3 (payload:
+ * 1..63 printable bytes, no NUL), REPLY=4 (status; payload only for a
+ * successful FETCH).  The listener has no authentication: bind it
+ * (NIXL_LISTEN_ADDR) where only trusted peers reach it.
+ * nixl_md_listener_stop must not be called from inside a handler.
  */
 #ifndef NIXL_MD_SOCKET_H
 #define NIXL_MD_SOCKET_H

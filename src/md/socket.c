@@ -1,0 +1,947 @@
+/*
+ * socket.c - metadata over TCP (see socket.h for the wire format).
+ *
+ * The listener is one thread serving one connection at a time: the traffic
+ * is a handful of small exchanges at start-up, so serialising them keeps the
+ * handlers simple (they never run concurrently).  Every peer is untrusted:
+ * each connection gets a fixed deadline and every frame is validated before
+ * a handler sees it.  All sockets are non-blocking and every wait is a
+ * poll() that also watches the stop pipe, so stopping is bounded.
+ * The client calls open one connection per request with one deadline
+ * covering connect, send and reply.
+ */
+#include "md/socket.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "util/log.h"
+#include "util/time.h"
+
+#define SOCK_MAGIC 0x4b53584eu /* "NXSK" little-endian */
+#define SOCK_VERSION 1
+#define SOCK_HDR_LEN 16
+
+enum {
+    SOCK_TYPE_SEND = 1,
+    SOCK_TYPE_FETCH = 2,
+    SOCK_TYPE_INVALIDATE = 3,
+    SOCK_TYPE_REPLY = 4,
+};
+
+/* How long one connection may hold the listener, whatever the peer does. */
+#define SOCK_SERVE_DEADLINE_MS 1000
+/* Pause after accept() fails for lack of resources, so the loop does not spin. */
+#define SOCK_ACCEPT_BACKOFF_MS 100
+#define SOCK_BACKLOG 64
+/* "[v6 address]:port" */
+#define SOCK_PEER_STR_LEN (INET6_ADDRSTRLEN + 8)
+
+typedef struct frame_hdr {
+    uint32_t magic;
+    uint16_t version;
+    uint16_t type;
+    int32_t status;
+    uint32_t len;
+} frame_hdr_t;
+
+struct nixl_md_listener {
+    int fd;
+    int stop_rd; /* stays readable once stop wrote to it: wakes every poll */
+    int stop_wr;
+    uint16_t port;
+    nixl_md_handlers_t handlers;
+    pthread_t thread;
+};
+
+/* ------------------------------------------------------------------------
+ * Framing
+ * ------------------------------------------------------------------------ */
+
+static void put_u16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+
+static void put_u32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint16_t get_u16(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | (p[1] << 8));
+}
+
+static uint32_t get_u32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+
+/* Two's complement without relying on implementation-defined conversions. */
+static int32_t u32_to_i32(uint32_t u)
+{
+    return u <= INT32_MAX ? (int32_t)u : -(int32_t)(~u) - 1;
+}
+
+static void hdr_encode(const frame_hdr_t *h, uint8_t out[SOCK_HDR_LEN])
+{
+    put_u32(out, h->magic);
+    put_u16(out + 4, h->version);
+    put_u16(out + 6, h->type);
+    put_u32(out + 8, (uint32_t)h->status);
+    put_u32(out + 12, h->len);
+}
+
+static void hdr_decode(const uint8_t in[SOCK_HDR_LEN], frame_hdr_t *h)
+{
+    h->magic = get_u32(in);
+    h->version = get_u16(in + 4);
+    h->type = get_u16(in + 6);
+    h->status = u32_to_i32(get_u32(in + 8));
+    h->len = get_u32(in + 12);
+}
+
+/* The common checks of every frame; NULL when fine, else what is wrong. */
+static const char *hdr_check_common(const frame_hdr_t *h, char *why, size_t why_cap)
+{
+    if (h->magic != SOCK_MAGIC) {
+        snprintf(why, why_cap, "bad magic 0x%08x", (unsigned)h->magic);
+        return why;
+    }
+    if (h->version != SOCK_VERSION) {
+        snprintf(why, why_cap, "unsupported version %u", (unsigned)h->version);
+        return why;
+    }
+    if (h->type < SOCK_TYPE_SEND || h->type > SOCK_TYPE_REPLY) {
+        snprintf(why, why_cap, "unknown frame type %u", (unsigned)h->type);
+        return why;
+    }
+    if (h->len > NIXL_MD_SOCK_MAX_FRAME) {
+        snprintf(why, why_cap, "payload length %u over the limit of %u", (unsigned)h->len,
+                 (unsigned)NIXL_MD_SOCK_MAX_FRAME);
+        return why;
+    }
+    return NULL;
+}
+
+static const char *request_check(const frame_hdr_t *h, char *why, size_t why_cap)
+{
+    if (hdr_check_common(h, why, why_cap))
+        return why;
+    if (h->type == SOCK_TYPE_REPLY) {
+        snprintf(why, why_cap, "a REPLY frame sent as a request");
+        return why;
+    }
+    if (h->status != 0) {
+        snprintf(why, why_cap, "request with non-zero status %d", (int)h->status);
+        return why;
+    }
+    if (h->type == SOCK_TYPE_SEND && h->len == 0) {
+        snprintf(why, why_cap, "SEND with an empty blob");
+        return why;
+    }
+    if (h->type == SOCK_TYPE_FETCH && h->len != 0) {
+        snprintf(why, why_cap, "FETCH with a %u-byte payload (expected none)", (unsigned)h->len);
+        return why;
+    }
+    if (h->type == SOCK_TYPE_INVALIDATE && (h->len == 0 || h->len > NIXL_NAME_MAX)) {
+        snprintf(why, why_cap, "INVALIDATE name of %u bytes (expected 1..%d)", (unsigned)h->len,
+                 NIXL_NAME_MAX);
+        return why;
+    }
+    return NULL;
+}
+
+/* Agent names travel without their NUL; printable ASCII only. */
+static const char *name_check(const uint8_t *name, size_t len, char *why, size_t why_cap)
+{
+    for (size_t i = 0; i < len; i++) {
+        if (name[i] == 0) {
+            snprintf(why, why_cap, "INVALIDATE name has a NUL at byte %zu", i);
+            return why;
+        }
+        if (name[i] < 0x20 || name[i] > 0x7e) {
+            snprintf(why, why_cap, "INVALIDATE name has non-printable byte 0x%02x at %zu", name[i], i);
+            return why;
+        }
+    }
+    return NULL;
+}
+
+static int status_is_known(int32_t s)
+{
+    switch (s) {
+#define SOCK_STATUS_CASE_(name, value, msg) case value:
+        NIXL_STATUS_LIST(SOCK_STATUS_CASE_)
+#undef SOCK_STATUS_CASE_
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * Non-blocking I/O against a deadline
+ * ------------------------------------------------------------------------ */
+
+typedef enum {
+    IO_OK,
+    IO_EOF,
+    IO_TIMEOUT,
+    IO_STOPPED,
+    IO_SYSERR,
+} io_result_t;
+
+typedef struct sock_io {
+    int fd;
+    int stop_fd; /* -1 on the client side */
+    uint64_t deadline_ns;
+    int sys_err; /* errno behind the last IO_SYSERR */
+} sock_io_t;
+
+static io_result_t io_wait(sock_io_t *io, short events)
+{
+    for (;;) {
+        uint64_t now = nixl_now_ns();
+        if (now >= io->deadline_ns)
+            return IO_TIMEOUT;
+        uint64_t left_ms = (io->deadline_ns - now + 999999) / 1000000;
+        struct pollfd p[2] = {{.fd = io->fd, .events = events}, {.fd = io->stop_fd, .events = POLLIN}};
+        int n = poll(p, io->stop_fd >= 0 ? 2 : 1, left_ms > INT32_MAX ? INT32_MAX : (int)left_ms);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            io->sys_err = errno;
+            return IO_SYSERR;
+        }
+        if (io->stop_fd >= 0 && p[1].revents)
+            return IO_STOPPED;
+        /* POLLERR/POLLHUP included: the next read or write reports it. */
+        if (p[0].revents)
+            return IO_OK;
+    }
+}
+
+/* Reads exactly len bytes; *got says how many arrived (to tell a clean
+ * close from a truncated frame). */
+static io_result_t io_read_full(sock_io_t *io, void *buf, size_t len, size_t *got)
+{
+    size_t off = 0;
+    io_result_t r = IO_OK;
+
+    while (off < len) {
+        if (nixl_now_ns() >= io->deadline_ns) {
+            r = IO_TIMEOUT;
+            break;
+        }
+        ssize_t n = recv(io->fd, (uint8_t *)buf + off, len - off, 0);
+        if (n > 0) {
+            off += (size_t)n;
+            continue;
+        }
+        if (n == 0) {
+            r = IO_EOF;
+            break;
+        }
+        if (errno == EINTR)
+            continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+            r = io_wait(io, POLLIN);
+            if (r != IO_OK)
+                break;
+            continue;
+        }
+        io->sys_err = errno;
+        r = IO_SYSERR;
+        break;
+    }
+    *got = off;
+    return r;
+}
+
+/* Writes all of iov[0..cnt); iov is consumed. */
+static io_result_t io_write_all(sock_io_t *io, struct iovec *iov, int cnt)
+{
+    while (cnt > 0) {
+        if (iov->iov_len == 0) {
+            iov++;
+            cnt--;
+            continue;
+        }
+        if (nixl_now_ns() >= io->deadline_ns)
+            return IO_TIMEOUT;
+        struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)cnt};
+        ssize_t n = sendmsg(io->fd, &msg, MSG_NOSIGNAL);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                io_result_t r = io_wait(io, POLLOUT);
+                if (r != IO_OK)
+                    return r;
+                continue;
+            }
+            io->sys_err = errno;
+            return IO_SYSERR;
+        }
+        size_t done = (size_t)n;
+        while (cnt > 0 && done >= iov->iov_len) {
+            done -= iov->iov_len;
+            iov++;
+            cnt--;
+        }
+        if (cnt > 0) {
+            iov->iov_base = (uint8_t *)iov->iov_base + done;
+            iov->iov_len -= done;
+        }
+    }
+    return IO_OK;
+}
+
+static io_result_t io_write_frame(sock_io_t *io, const frame_hdr_t *h, const void *payload)
+{
+    uint8_t raw[SOCK_HDR_LEN];
+    hdr_encode(h, raw);
+    struct iovec iov[2] = {{.iov_base = raw, .iov_len = sizeof(raw)},
+                           {.iov_base = (void *)payload, .iov_len = payload ? h->len : 0}};
+    return io_write_all(io, iov, 2);
+}
+
+static void sock_set_nodelay(int fd)
+{
+    int one = 1;
+    /* Latency only: a failure here changes nothing else. */
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+/* Accepts dotted IPv4 or textual IPv6. */
+static int sock_parse_addr(const char *ip, uint16_t port, struct sockaddr_storage *ss, socklen_t *len)
+{
+    memset(ss, 0, sizeof(*ss));
+    struct sockaddr_in *v4 = (struct sockaddr_in *)ss;
+    if (inet_pton(AF_INET, ip, &v4->sin_addr) == 1) {
+        v4->sin_family = AF_INET;
+        v4->sin_port = htons(port);
+        *len = sizeof(*v4);
+        return 0;
+    }
+    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)ss;
+    if (inet_pton(AF_INET6, ip, &v6->sin6_addr) == 1) {
+        v6->sin6_family = AF_INET6;
+        v6->sin6_port = htons(port);
+        *len = sizeof(*v6);
+        return 0;
+    }
+    return -1;
+}
+
+static void sock_addr_str(const struct sockaddr_storage *ss, char *out, size_t cap)
+{
+    char ip[INET6_ADDRSTRLEN];
+    if (ss->ss_family == AF_INET) {
+        const struct sockaddr_in *v4 = (const struct sockaddr_in *)ss;
+        inet_ntop(AF_INET, &v4->sin_addr, ip, sizeof(ip));
+        snprintf(out, cap, "%s:%u", ip, (unsigned)ntohs(v4->sin_port));
+    } else if (ss->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *v6 = (const struct sockaddr_in6 *)ss;
+        inet_ntop(AF_INET6, &v6->sin6_addr, ip, sizeof(ip));
+        snprintf(out, cap, "[%s]:%u", ip, (unsigned)ntohs(v6->sin6_port));
+    } else {
+        snprintf(out, cap, "(unknown address family %d)", (int)ss->ss_family);
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * Listener
+ * ------------------------------------------------------------------------ */
+
+/* Logs why a read or write on a served connection ended early. */
+static void serve_io_fail(const char *peer, const char *what, io_result_t r, const sock_io_t *io)
+{
+    switch (r) {
+    case IO_STOPPED:
+        NIXL_DEBUG("md listener: stopping; dropped the connection from %s while %s", peer, what);
+        break;
+    case IO_TIMEOUT:
+        NIXL_WARN("md listener: %s did not complete within %d ms while %s; connection closed", peer,
+                  SOCK_SERVE_DEADLINE_MS, what);
+        break;
+    case IO_EOF:
+        NIXL_WARN("md listener: %s closed the connection while %s (truncated frame)", peer, what);
+        break;
+    case IO_SYSERR:
+        NIXL_WARN("md listener: %s: error while %s: %s", peer, what, strerror(io->sys_err));
+        break;
+    case IO_OK:
+        break;
+    }
+}
+
+/* Runs the handler for a validated request; *blob_out is set for FETCH. */
+static nixl_status_t serve_dispatch(nixl_md_listener_t *l, const char *peer, const frame_hdr_t *req,
+                                    const uint8_t *payload, void **blob_out, size_t *len_out)
+{
+    const nixl_md_handlers_t *h = &l->handlers;
+
+    switch (req->type) {
+    case SOCK_TYPE_SEND:
+        if (!h->on_load)
+            return NIXL_ERR_NOT_SUPPORTED;
+        return h->on_load(h->arg, payload, req->len);
+    case SOCK_TYPE_INVALIDATE:
+        if (!h->on_invalidate)
+            return NIXL_ERR_NOT_SUPPORTED;
+        return h->on_invalidate(h->arg, (const char *)payload);
+    case SOCK_TYPE_FETCH: {
+        if (!h->on_fetch)
+            return NIXL_ERR_NOT_SUPPORTED;
+        void *blob = NULL;
+        size_t len = 0;
+        nixl_status_t st = h->on_fetch(h->arg, &blob, &len);
+        if (st != NIXL_OK) {
+            free(blob);
+            return st;
+        }
+        if (!blob || len == 0) {
+            NIXL_WARN("md listener: fetch handler returned an empty blob; replying to %s with an error", peer);
+            free(blob);
+            return NIXL_ERR_BAD_METADATA;
+        }
+        if (len > NIXL_MD_SOCK_MAX_FRAME) {
+            NIXL_WARN("md listener: local blob of %zu bytes exceeds the frame limit of %u; replying to %s "
+                      "with an error",
+                      len, (unsigned)NIXL_MD_SOCK_MAX_FRAME, peer);
+            free(blob);
+            return NIXL_ERR_TOO_BIG;
+        }
+        *blob_out = blob;
+        *len_out = len;
+        return NIXL_OK;
+    }
+    default:
+        return NIXL_ERR_NOT_SUPPORTED; /* request_check let no other type through */
+    }
+}
+
+static void listener_serve(nixl_md_listener_t *l, int fd, const char *peer)
+{
+    sock_io_t io = {.fd = fd, .stop_fd = l->stop_rd,
+                    .deadline_ns = nixl_now_ns() + (uint64_t)SOCK_SERVE_DEADLINE_MS * 1000000u};
+    uint8_t raw[SOCK_HDR_LEN];
+    frame_hdr_t req;
+    char why[128];
+    size_t got = 0;
+    uint8_t *payload = NULL;
+    void *blob = NULL;
+    size_t blob_len = 0;
+
+    io_result_t r = io_read_full(&io, raw, sizeof(raw), &got);
+    if (r == IO_EOF && got == 0) {
+        /* Port probes and health checks do this; not worth a warning. */
+        NIXL_INFO("md listener: %s closed the connection without sending a request", peer);
+        return;
+    }
+    if (r != IO_OK) {
+        serve_io_fail(peer, "reading the request header", r, &io);
+        return;
+    }
+    hdr_decode(raw, &req);
+    if (request_check(&req, why, sizeof(why))) {
+        NIXL_WARN("md listener: bad request from %s: %s; connection closed", peer, why);
+        return;
+    }
+
+    if (req.len > 0) {
+        /* One spare byte so an INVALIDATE name becomes a C string. */
+        payload = malloc((size_t)req.len + 1);
+        if (!payload) {
+            NIXL_ERROR("md listener: no memory for a %u-byte request from %s", (unsigned)req.len, peer);
+            return;
+        }
+        r = io_read_full(&io, payload, req.len, &got);
+        if (r != IO_OK) {
+            if (r == IO_EOF)
+                NIXL_WARN("md listener: bad request from %s: truncated payload (%zu of %u bytes); "
+                          "connection closed",
+                          peer, got, (unsigned)req.len);
+            else
+                serve_io_fail(peer, "reading the request payload", r, &io);
+            goto out_free_payload;
+        }
+        payload[req.len] = 0;
+        if (req.type == SOCK_TYPE_INVALIDATE && name_check(payload, req.len, why, sizeof(why))) {
+            NIXL_WARN("md listener: bad request from %s: %s; connection closed", peer, why);
+            goto out_free_payload;
+        }
+    }
+
+    /* The deadline bounds what the peer controls, not our handler's time. */
+    uint64_t t_handler = nixl_now_ns();
+    nixl_status_t st = serve_dispatch(l, peer, &req, payload, &blob, &blob_len);
+    io.deadline_ns += nixl_now_ns() - t_handler;
+
+    frame_hdr_t rep = {.magic = SOCK_MAGIC, .version = SOCK_VERSION, .type = SOCK_TYPE_REPLY,
+                       .status = (int32_t)st, .len = blob ? (uint32_t)blob_len : 0};
+    r = io_write_frame(&io, &rep, blob);
+    if (r != IO_OK)
+        serve_io_fail(peer, "writing the reply", r, &io);
+    else
+        shutdown(fd, SHUT_WR); /* tell the peer the reply is complete before close */
+    free(blob);
+out_free_payload:
+    free(payload);
+}
+
+/* Waits for the stop pipe up to ms; returns 1 when stop was requested. */
+static int listener_sleep(nixl_md_listener_t *l, int ms)
+{
+    struct pollfd p = {.fd = l->stop_rd, .events = POLLIN};
+    return poll(&p, 1, ms) > 0;
+}
+
+/* Errors that concern one connection that already went away (Linux also
+ * reports pending network errors of the new socket through accept). */
+static int accept_error_is_transient(int err)
+{
+    switch (err) {
+    case EAGAIN:
+#if EWOULDBLOCK != EAGAIN
+    case EWOULDBLOCK:
+#endif
+    case EINTR:
+    case ECONNABORTED:
+    case EPROTO:
+    case ENETDOWN:
+    case ENETUNREACH:
+    case EHOSTDOWN:
+    case EHOSTUNREACH:
+    case ENOPROTOOPT:
+    case EOPNOTSUPP:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static void *listener_main(void *arg)
+{
+    nixl_md_listener_t *l = arg;
+
+    for (;;) {
+        struct pollfd p[2] = {{.fd = l->fd, .events = POLLIN}, {.fd = l->stop_rd, .events = POLLIN}};
+        int n = poll(p, 2, -1);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            NIXL_ERROR("md listener: poll failed: %s; listener thread exits", strerror(errno));
+            break;
+        }
+        if (p[1].revents)
+            break;
+        if (!p[0].revents)
+            continue;
+
+        struct sockaddr_storage ss;
+        socklen_t slen = sizeof(ss);
+        int fd = accept4(l->fd, (struct sockaddr *)&ss, &slen, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            int err = errno;
+            if (accept_error_is_transient(err))
+                continue;
+            /* Out of descriptors or memory (or worse): back off instead of spinning. */
+            NIXL_WARN("md listener: accept failed: %s; retrying in %d ms", strerror(err), SOCK_ACCEPT_BACKOFF_MS);
+            if (listener_sleep(l, SOCK_ACCEPT_BACKOFF_MS))
+                break;
+            continue;
+        }
+        char peer[SOCK_PEER_STR_LEN];
+        sock_addr_str(&ss, peer, sizeof(peer));
+        sock_set_nodelay(fd);
+        listener_serve(l, fd, peer);
+        close(fd);
+    }
+    return NULL;
+}
+
+/* The listener thread must not take the process's signals. */
+static int listener_spawn(nixl_md_listener_t *l)
+{
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&l->thread, NULL, listener_main, l);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return rc;
+}
+
+nixl_status_t nixl_md_listener_start(const char *addr, uint16_t port, const nixl_md_handlers_t *handlers,
+                                     nixl_md_listener_t **listener_out)
+{
+    struct sockaddr_storage ss;
+    socklen_t slen;
+    nixl_status_t st = NIXL_ERR_IO;
+    int one = 1;
+
+    if (!handlers || !listener_out) {
+        NIXL_ERROR("md listener: NULL %s", handlers ? "listener_out" : "handlers");
+        return NIXL_ERR_NULL;
+    }
+    if (!addr)
+        addr = "0.0.0.0";
+    if (sock_parse_addr(addr, port, &ss, &slen) != 0) {
+        NIXL_ERROR("md listener: '%s' is not an IPv4 or IPv6 address", addr);
+        return NIXL_ERR_INVALID_PARAM;
+    }
+
+    nixl_md_listener_t *l = calloc(1, sizeof(*l));
+    if (!l) {
+        NIXL_ERROR("md listener: out of memory");
+        return NIXL_ERR_NO_MEMORY;
+    }
+    l->handlers = *handlers;
+
+    l->fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (l->fd < 0) {
+        NIXL_ERROR("md listener: socket() failed: %s", strerror(errno));
+        goto err_free;
+    }
+    if (setsockopt(l->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0) {
+        NIXL_ERROR("md listener: SO_REUSEADDR failed: %s", strerror(errno));
+        goto err_close_fd;
+    }
+    if (bind(l->fd, (struct sockaddr *)&ss, slen) != 0) {
+        NIXL_ERROR("md listener: cannot bind %s port %u: %s", addr, (unsigned)port, strerror(errno));
+        st = errno == EACCES ? NIXL_ERR_PERMISSION : NIXL_ERR_IO;
+        goto err_close_fd;
+    }
+    if (listen(l->fd, SOCK_BACKLOG) != 0) {
+        NIXL_ERROR("md listener: listen on %s port %u failed: %s", addr, (unsigned)port, strerror(errno));
+        goto err_close_fd;
+    }
+    struct sockaddr_storage bound;
+    socklen_t blen = sizeof(bound);
+    if (getsockname(l->fd, (struct sockaddr *)&bound, &blen) != 0) {
+        NIXL_ERROR("md listener: getsockname failed: %s", strerror(errno));
+        goto err_close_fd;
+    }
+    l->port = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
+                                                : ((struct sockaddr_in *)&bound)->sin_port);
+
+    int pfd[2];
+    if (pipe2(pfd, O_NONBLOCK | O_CLOEXEC) != 0) {
+        NIXL_ERROR("md listener: pipe2 failed: %s", strerror(errno));
+        goto err_close_fd;
+    }
+    l->stop_rd = pfd[0];
+    l->stop_wr = pfd[1];
+
+    int rc = listener_spawn(l);
+    if (rc != 0) {
+        NIXL_ERROR("md listener: cannot start its thread: %s", strerror(rc));
+        goto err_close_pipe;
+    }
+    NIXL_INFO("md listener: serving on %s port %u", addr, (unsigned)l->port);
+    *listener_out = l;
+    return NIXL_OK;
+
+err_close_pipe:
+    close(l->stop_rd);
+    close(l->stop_wr);
+err_close_fd:
+    close(l->fd);
+err_free:
+    free(l);
+    return st;
+}
+
+uint16_t nixl_md_listener_port(const nixl_md_listener_t *listener)
+{
+    return listener ? listener->port : 0;
+}
+
+void nixl_md_listener_stop(nixl_md_listener_t *listener)
+{
+    if (!listener)
+        return;
+    const char b = 1;
+    ssize_t n;
+    do {
+        n = write(listener->stop_wr, &b, 1);
+    } while (n < 0 && errno == EINTR);
+    if (n != 1)
+        /* Cannot happen on an empty pipe; joining would hang, so say why. */
+        NIXL_ERROR("md listener: cannot signal stop: %s", strerror(errno));
+    pthread_join(listener->thread, NULL);
+    close(listener->stop_rd);
+    close(listener->stop_wr);
+    close(listener->fd);
+    free(listener);
+}
+
+/* ------------------------------------------------------------------------
+ * Client
+ * ------------------------------------------------------------------------ */
+
+static const char *sock_type_name(uint16_t type)
+{
+    switch (type) {
+    case SOCK_TYPE_SEND:
+        return "send";
+    case SOCK_TYPE_FETCH:
+        return "fetch";
+    case SOCK_TYPE_INVALIDATE:
+        return "invalidate";
+    default:
+        return "request";
+    }
+}
+
+/* "send to", "fetch from"...: log lines read "md fetch from 10.0.0.2:5555: ..." */
+static const char *sock_op_peer(uint16_t type)
+{
+    switch (type) {
+    case SOCK_TYPE_SEND:
+        return "send to";
+    case SOCK_TYPE_FETCH:
+        return "fetch from";
+    case SOCK_TYPE_INVALIDATE:
+        return "invalidate at";
+    default:
+        return "request to";
+    }
+}
+
+/* Maps a failed client-side I/O step to a status, logging it once. */
+static nixl_status_t client_io_fail(const char *peer, uint16_t type, const char *what, io_result_t r,
+                                    const sock_io_t *io, int timeout_ms)
+{
+    switch (r) {
+    case IO_TIMEOUT:
+        NIXL_WARN("md %s %s: timed out after %d ms while %s", sock_op_peer(type), peer, timeout_ms, what);
+        return NIXL_ERR_TIMEOUT;
+    case IO_EOF:
+        NIXL_WARN("md %s %s: peer closed the connection while %s", sock_op_peer(type), peer, what);
+        return NIXL_ERR_IO;
+    case IO_SYSERR:
+        NIXL_WARN("md %s %s: %s while %s", sock_op_peer(type), peer, strerror(io->sys_err), what);
+        return io->sys_err == ETIMEDOUT ? NIXL_ERR_TIMEOUT : NIXL_ERR_IO;
+    default:
+        NIXL_WARN("md %s %s: failed while %s", sock_op_peer(type), peer, what);
+        return NIXL_ERR_IO;
+    }
+}
+
+static nixl_status_t client_connect(const struct sockaddr_storage *ss, socklen_t slen, const char *peer,
+                                    uint16_t type, int timeout_ms, sock_io_t *io)
+{
+    io_result_t r;
+    int err = 0;
+    socklen_t elen = sizeof(err);
+
+    io->fd = socket(ss->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (io->fd < 0) {
+        NIXL_WARN("md %s %s: socket() failed: %s", sock_op_peer(type), peer, strerror(errno));
+        return NIXL_ERR_IO;
+    }
+    /* EINTR leaves a non-blocking connect running, like EINPROGRESS. */
+    if (connect(io->fd, (const struct sockaddr *)ss, slen) != 0 && errno != EINPROGRESS && errno != EINTR) {
+        err = errno;
+        goto err_refused;
+    }
+    r = io_wait(io, POLLOUT);
+    if (r != IO_OK) {
+        nixl_status_t st = client_io_fail(peer, type, "connecting", r, io, timeout_ms);
+        close(io->fd);
+        return st;
+    }
+    if (getsockopt(io->fd, SOL_SOCKET, SO_ERROR, &err, &elen) != 0)
+        err = errno;
+    if (err != 0)
+        goto err_refused;
+    sock_set_nodelay(io->fd);
+    return NIXL_OK;
+
+err_refused:
+    close(io->fd);
+    NIXL_WARN("md %s %s: cannot connect: %s", sock_op_peer(type), peer, strerror(err));
+    return err == ETIMEDOUT ? NIXL_ERR_TIMEOUT : NIXL_ERR_IO;
+}
+
+/* Reads and validates the reply; *blob_out is set only for a FETCH that succeeded. */
+static nixl_status_t client_read_reply(sock_io_t *io, const char *peer, uint16_t type, int timeout_ms,
+                                       void **blob_out, size_t *len_out)
+{
+    uint8_t raw[SOCK_HDR_LEN];
+    frame_hdr_t rep;
+    char why[128];
+    size_t got = 0;
+
+    io_result_t r = io_read_full(io, raw, sizeof(raw), &got);
+    if (r == IO_EOF && got == 0) {
+        NIXL_WARN("md %s %s: peer closed the connection without replying (request rejected?)",
+                  sock_op_peer(type), peer);
+        return NIXL_ERR_IO;
+    }
+    if (r == IO_EOF) {
+        NIXL_WARN("md %s %s: truncated reply header (%zu of %d bytes)", sock_op_peer(type), peer, got,
+                  SOCK_HDR_LEN);
+        return NIXL_ERR_BAD_METADATA;
+    }
+    if (r != IO_OK)
+        return client_io_fail(peer, type, "waiting for the reply", r, io, timeout_ms);
+
+    hdr_decode(raw, &rep);
+    const char *bad = hdr_check_common(&rep, why, sizeof(why));
+    if (!bad && rep.type != SOCK_TYPE_REPLY) {
+        snprintf(why, sizeof(why), "frame type %u instead of REPLY", (unsigned)rep.type);
+        bad = why;
+    }
+    if (!bad && (rep.status > 0 || !status_is_known(rep.status))) {
+        snprintf(why, sizeof(why), "unknown status %d", (int)rep.status);
+        bad = why;
+    }
+    int want_blob = type == SOCK_TYPE_FETCH && rep.status == NIXL_OK;
+    if (!bad && want_blob && rep.len == 0) {
+        snprintf(why, sizeof(why), "successful FETCH reply without a blob");
+        bad = why;
+    }
+    if (!bad && !want_blob && rep.len != 0) {
+        snprintf(why, sizeof(why), "unexpected %u-byte payload", (unsigned)rep.len);
+        bad = why;
+    }
+    if (bad) {
+        NIXL_WARN("md %s %s: malformed reply: %s", sock_op_peer(type), peer, bad);
+        return NIXL_ERR_BAD_METADATA;
+    }
+    if (!want_blob)
+        return (nixl_status_t)rep.status;
+
+    void *blob = malloc(rep.len);
+    if (!blob) {
+        NIXL_ERROR("md fetch from %s: no memory for a %u-byte blob", peer, (unsigned)rep.len);
+        return NIXL_ERR_NO_MEMORY;
+    }
+    r = io_read_full(io, blob, rep.len, &got);
+    if (r != IO_OK) {
+        nixl_status_t st;
+        if (r == IO_EOF) {
+            NIXL_WARN("md fetch from %s: truncated reply (%zu of %u bytes)", peer, got, (unsigned)rep.len);
+            st = NIXL_ERR_BAD_METADATA;
+        } else {
+            st = client_io_fail(peer, type, "reading the blob", r, io, timeout_ms);
+        }
+        free(blob);
+        return st;
+    }
+    *blob_out = blob;
+    *len_out = rep.len;
+    return NIXL_OK;
+}
+
+/* One request, one reply; returns the peer's status or a local error. */
+static nixl_status_t sock_transact(const char *ip, uint16_t port, uint16_t type, const void *payload,
+                                   size_t len, int timeout_ms, void **blob_out, size_t *len_out)
+{
+    struct sockaddr_storage ss;
+    socklen_t slen;
+    char peer[SOCK_PEER_STR_LEN];
+
+    if (!ip) {
+        NIXL_WARN("md %s: NULL ip", sock_type_name(type));
+        return NIXL_ERR_NULL;
+    }
+    if (sock_parse_addr(ip, port, &ss, &slen) != 0) {
+        NIXL_WARN("md %s: '%s' is not an IPv4 or IPv6 address", sock_type_name(type), ip);
+        return NIXL_ERR_INVALID_PARAM;
+    }
+    if (port == 0) {
+        NIXL_WARN("md %s %s: port 0", sock_op_peer(type), ip);
+        return NIXL_ERR_INVALID_PARAM;
+    }
+    if (timeout_ms <= 0) {
+        NIXL_WARN("md %s %s: timeout of %d ms (must be > 0)", sock_op_peer(type), ip, timeout_ms);
+        return NIXL_ERR_INVALID_PARAM;
+    }
+    if (len > NIXL_MD_SOCK_MAX_FRAME) {
+        NIXL_WARN("md %s %s: %zu bytes exceed the frame limit of %u", sock_op_peer(type), ip, len,
+                  (unsigned)NIXL_MD_SOCK_MAX_FRAME);
+        return NIXL_ERR_TOO_BIG;
+    }
+    sock_addr_str(&ss, peer, sizeof(peer));
+
+    sock_io_t io = {.fd = -1, .stop_fd = -1,
+                    .deadline_ns = nixl_now_ns() + (uint64_t)timeout_ms * 1000000u};
+    nixl_status_t st = client_connect(&ss, slen, peer, type, timeout_ms, &io);
+    if (st != NIXL_OK)
+        return st;
+
+    frame_hdr_t req = {.magic = SOCK_MAGIC, .version = SOCK_VERSION, .type = type, .status = 0,
+                       .len = (uint32_t)len};
+    io_result_t r = io_write_frame(&io, &req, payload);
+    if (r != IO_OK)
+        st = client_io_fail(peer, type, "sending the request", r, &io, timeout_ms);
+    else
+        st = client_read_reply(&io, peer, type, timeout_ms, blob_out, len_out);
+    close(io.fd);
+    return st;
+}
+
+nixl_status_t nixl_md_sock_send(const char *ip, uint16_t port, const void *blob, size_t len, int timeout_ms)
+{
+    if (!blob || len == 0) {
+        NIXL_WARN("md send: %s blob", blob ? "empty" : "NULL");
+        return blob ? NIXL_ERR_ZERO_LENGTH : NIXL_ERR_NULL;
+    }
+    return sock_transact(ip, port, SOCK_TYPE_SEND, blob, len, timeout_ms, NULL, NULL);
+}
+
+nixl_status_t nixl_md_sock_fetch(const char *ip, uint16_t port, int timeout_ms, void **blob_out, size_t *len_out)
+{
+    if (!blob_out || !len_out) {
+        NIXL_WARN("md fetch: NULL output pointer");
+        return NIXL_ERR_NULL;
+    }
+    void *blob = NULL;
+    size_t len = 0;
+    nixl_status_t st = sock_transact(ip, port, SOCK_TYPE_FETCH, NULL, 0, timeout_ms, &blob, &len);
+    if (st == NIXL_OK) {
+        *blob_out = blob;
+        *len_out = len;
+    }
+    return st;
+}
+
+nixl_status_t nixl_md_sock_invalidate(const char *ip, uint16_t port, const char *name, int timeout_ms)
+{
+    char why[128];
+
+    if (!name) {
+        NIXL_WARN("md invalidate: NULL name");
+        return NIXL_ERR_NULL;
+    }
+    size_t len = strnlen(name, NIXL_NAME_MAX + 1);
+    if (len == 0 || len > NIXL_NAME_MAX) {
+        NIXL_WARN("md invalidate: name must be 1..%d bytes", NIXL_NAME_MAX);
+        return NIXL_ERR_INVALID_PARAM;
+    }
+    if (name_check((const uint8_t *)name, len, why, sizeof(why))) {
+        NIXL_WARN("md invalidate: %s", why);
+        return NIXL_ERR_INVALID_PARAM;
+    }
+    return sock_transact(ip, port, SOCK_TYPE_INVALIDATE, name, len, timeout_ms, NULL, NULL);
+}
