@@ -240,13 +240,13 @@ static nixl_status_t parse_backend_head(md_reader_t *r, uint32_t index, md_backe
     const char *why;
 
     if (!(p = rd_take(r, 1)))
-        MD_REJECT("backend section %" PRIu32 ": truncated before the name", index);
+        MD_REJECT("backend #%" PRIu32 ": truncated before the name", index);
     out->name_len = p[0];
     if (!(out->name = rd_take(r, out->name_len)))
-        MD_REJECT("backend section %" PRIu32 ": name length %u exceeds the %zu bytes left", index,
+        MD_REJECT("backend #%" PRIu32 ": name length %u exceeds the %zu bytes left", index,
                   out->name_len, r->left);
     if ((why = name_problem(out->name, out->name_len, NIXL_MD_BACKEND_NAME_MAX)))
-        MD_REJECT("backend section %" PRIu32 ": %s", index, why);
+        MD_REJECT("backend #%" PRIu32 ": %s", index, why);
     if (!(p = rd_take(r, 4)))
         MD_REJECT("backend %.*s: truncated before the connection info", out->name_len,
                   (const char *)out->name);
@@ -409,7 +409,7 @@ static nixl_status_t parse_backend(md_reader_t *r, uint32_t index, nixl_md_backe
         return st;
     memcpy(be->name, head.name, head.name_len);
     be->name[head.name_len] = '\0';
-    be->conn = head.conn;
+    be->conn = head.conn_len ? head.conn : NULL;
     be->conn_len = head.conn_len;
     be->num_regions = head.num_regions;
     be->regions = head.num_regions ? regions : NULL;

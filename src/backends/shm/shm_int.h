@@ -1,0 +1,297 @@
+/*
+ * shm_int.h - what the files of the shm backend share: the instance, peers,
+ * registrations, remote keys, requests, and the functions each file offers
+ * the others.  Nothing here is seen by the core.
+ *
+ * Files: shm.c (ops table, parameters, instance, identity, peers),
+ * shm_mem.c (registration and remote keys), shm_maps.c (which mapping backs
+ * an address), shm_xfer.c (requests and copies), shm_pool.c (worker
+ * threads), shm_notif.c (notification socket).
+ */
+#ifndef NIXL_BACKENDS_SHM_INT_H
+#define NIXL_BACKENDS_SHM_INT_H
+
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+#include <sys/un.h>
+#include <time.h>
+
+#include "nixl/backend.h"
+
+/* process_vm_* take at most this many iovecs on each side. */
+#ifdef IOV_MAX
+#define SHM_IOV_MAX IOV_MAX
+#else
+#define SHM_IOV_MAX 1024
+#endif
+
+#define SHM_NAME_MAX 63      /* agent names, as NIXL_NAME_MAX */
+#define SHM_SOCK_NAME_MAX 100 /* abstract socket name, without the leading NUL */
+
+#define SHM_STR2_(x) #x
+#define SHM_STR_(x) SHM_STR2_(x)
+/* Logging goes through the host; the level is checked before formatting. */
+#define SHM_LOG(be, lvl, ...)                                                                     \
+    do {                                                                                          \
+        const nixl_host_services_t *shm_h_ = (be)->host;                                          \
+        if (shm_h_->log_enabled(lvl))                                                             \
+            shm_h_->log(lvl, __FILE__ ":" SHM_STR_(__LINE__), __VA_ARGS__);                      \
+    } while (0)
+#define SHM_ERROR(be, ...) SHM_LOG(be, NIXL_LOG_ERROR, __VA_ARGS__)
+#define SHM_WARN(be, ...) SHM_LOG(be, NIXL_LOG_WARN, __VA_ARGS__)
+#define SHM_INFO(be, ...) SHM_LOG(be, NIXL_LOG_INFO, __VA_ARGS__)
+#define SHM_DEBUG(be, ...) SHM_LOG(be, NIXL_LOG_DEBUG, __VA_ARGS__)
+
+#define shm_likely(x) __builtin_expect(!!(x), 1)
+#define shm_unlikely(x) __builtin_expect(!!(x), 0)
+
+/* Little-endian field access for the bytes we put in the metadata. */
+static inline void shm_put_u16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+static inline void shm_put_u32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline void shm_put_u64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline uint16_t shm_get_u16(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | (p[1] << 8));
+}
+static inline uint32_t shm_get_u32(const uint8_t *p)
+{
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+static inline uint64_t shm_get_u64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+static inline uint64_t shm_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Who a process is, in a form that survives pid reuse and namespaces. */
+typedef struct shm_ident {
+    uint32_t pid;
+    uint32_t uid;
+    uint64_t start_time; /* field 22 of /proc/<pid>/stat, clock ticks since boot */
+    uint64_t pidns_dev;
+    uint64_t pidns_ino;
+    uint8_t boot_id[16];
+} shm_ident_t;
+
+/* One vma as /proc/self/maps (or PROCMAP_QUERY) describes it. */
+typedef struct shm_vma {
+    uint64_t start, end;
+    uint64_t offset; /* file offset of start */
+    uint64_t dev;    /* makedev(major, minor) of the backing inode */
+    uint64_t ino;
+    unsigned readable : 1, writable : 1, shared : 1;
+    const char *path; /* NUL-terminated; "" when anonymous; valid until the next lookup */
+} shm_vma_t;
+
+/* Finds vmas.  Uses the PROCMAP_QUERY ioctl when the kernel has it (6.11+),
+ * else parses /proc/self/maps with a short-lived cache. */
+typedef struct shm_maps {
+    int fd;        /* /proc/self/maps, for the ioctl; -1 when unavailable */
+    int use_query; /* 1 until the ioctl is found missing */
+    char *text;    /* last full read of /proc/self/maps */
+    size_t text_cap;
+    shm_vma_t *vmas; /* parsed, sorted by start; paths point into text */
+    size_t nvmas, vmas_cap;
+    uint64_t taken_ns; /* 0: no valid snapshot */
+    char name[PATH_MAX];
+} shm_maps_t;
+
+/* A file we keep open so peers can open it through /proc/<pid>/fd/<n>. */
+typedef struct shm_file {
+    struct shm_file *next;
+    uint64_t dev, ino;
+    int fd;
+    unsigned refs;
+} shm_file_t;
+
+/* reg() output. */
+typedef struct shm_reg {
+    uint64_t addr, len;
+    shm_file_t *file; /* NULL: peers reach it with CMA only */
+    uint64_t offset;  /* file offset of addr */
+} shm_reg_t;
+
+typedef struct shm_pool shm_pool_t;
+
+typedef struct shm_be {
+    const nixl_host_services_t *host;
+    /* parameters */
+    unsigned threads;
+    uint64_t inline_max;
+    uint64_t chunk;
+    int map_enabled;
+
+    shm_ident_t self;
+    int ptrace_scope; /* -1 when Yama is absent */
+    int can_ptrace_any; /* CAP_SYS_PTRACE in the effective set */
+    long page_size;
+    char agent_name[SHM_NAME_MAX + 1];
+    size_t agent_name_len;
+
+    /* notifications in */
+    int sock;
+    char sock_name[SHM_SOCK_NAME_MAX + 1];
+    uint8_t *rx_buf;
+    size_t rx_cap;
+    uint64_t drop_warn_ns; /* rate limit of "dropped a datagram" warnings */
+    uint64_t dropped;
+
+    /* registration state; reg may be called from several threads */
+    pthread_mutex_t reg_lock;
+    shm_file_t *files;
+    shm_maps_t maps;
+
+    shm_pool_t *pool; /* NULL: every copy runs inline in post */
+} shm_be_t;
+
+typedef struct shm_peer {
+    char name[SHM_NAME_MAX + 1];
+    pid_t pid;
+    int pidfd; /* -1 when the kernel has no pidfd_open */
+    uint64_t start_time;
+    int sock; /* ours, to send to the peer's notification socket */
+    struct sockaddr_un addr;
+    socklen_t addr_len;
+    _Atomic int gone_logged; /* "peer exited" is logged once, not per post */
+} shm_peer_t;
+
+/* rkey_load() output. */
+typedef struct shm_rmd {
+    shm_peer_t *peer;
+    uint64_t addr, len;
+    uint8_t *base; /* where addr is mapped here; NULL: reach it with CMA */
+    void *map;
+    size_t map_len;
+    int fallback; /* the key offered a mapping that failed: CMA is a fallback */
+} shm_rmd_t;
+
+/* One (dst, src, len) copy of the shm.map path. */
+typedef struct shm_copy {
+    uint8_t *dst;
+    const uint8_t *src;
+    size_t len;
+} shm_copy_t;
+
+/* Segments [first, first + count) make one unit of work: one process_vm_*
+ * call or one run of memcpy. */
+typedef struct shm_item {
+    size_t first, count;
+} shm_item_t;
+
+typedef struct shm_req {
+    nixl_be_req_t hdr; /* first: the core sees only this */
+    shm_be_t *be;
+    shm_peer_t *peer;
+    nixl_op_t op;
+    int mapped;
+    uint64_t bytes;
+    size_t nseg, nitems;
+    struct iovec *liov, *riov; /* shm.cma */
+    shm_copy_t *copy;          /* shm.map */
+    shm_item_t *items;
+
+    /* the notification datagram of the current post */
+    uint8_t *notif_buf;
+    size_t notif_cap, notif_len;
+    int has_notif;
+
+    _Atomic int status; /* nixl_status_t of the current post */
+    _Atomic int err;    /* first error of the current post */
+    _Atomic int cancel;
+
+    /* owned by the pool lock */
+    struct shm_req *qnext;
+    int queued;
+    int pooled; /* ever handed to the pool: release must synchronize */
+    size_t next_item, done;
+    unsigned running;
+} shm_req_t;
+
+/* shm.c */
+int shm_read_file(const char *path, char *buf, size_t cap);
+int shm_proc_start_time(pid_t pid, uint64_t *out);
+/* NIXL_OK while the peer runs; NIXL_ERR_PEER_GONE (logged) once it exited. */
+nixl_status_t shm_peer_check(shm_be_t *be, shm_peer_t *peer);
+
+/* shm_maps.c */
+void shm_maps_init(shm_maps_t *m);
+void shm_maps_fini(shm_maps_t *m);
+void shm_maps_invalidate(shm_maps_t *m);
+/* 1: [addr, addr+len) lies inside one vma, *out filled; 0: it does not;
+ * -1: the maps could not be read. */
+int shm_maps_find(shm_be_t *be, uint64_t addr, uint64_t len, shm_vma_t *out);
+/* Parse /proc/<pid>/maps text into vmas (exposed for tests). */
+int shm_maps_parse(char *text, shm_vma_t **vmas, size_t *n, size_t *cap);
+
+/* shm_mem.c */
+nixl_status_t shm_reg(void *be, const nixl_be_region_t *region, void **md_out);
+void shm_dereg(void *be, void *md);
+nixl_status_t shm_rkey_pack(void *be, void *md, void *buf, size_t *len);
+nixl_status_t shm_rkey_load(void *be, void *peer, const nixl_be_region_t *region, const void *rkey,
+                            size_t rkey_len, void **rmd_out);
+void shm_rkey_unload(void *be, void *rmd);
+
+/* shm_xfer.c */
+nixl_status_t shm_xfer_prepare(void *be, const nixl_be_xfer_t *xfer, nixl_be_req_t **req_out);
+nixl_status_t shm_xfer_post(void *be, nixl_be_req_t *req, const void *notif, size_t notif_len);
+nixl_status_t shm_xfer_status(void *be, nixl_be_req_t *req);
+void shm_xfer_release(void *be, nixl_be_req_t *req);
+/* Run item i of r; called by the poster or a worker. */
+nixl_status_t shm_req_run_item(shm_req_t *r, size_t i);
+/* After the last item: send the notification unless canceled or failed,
+ * then publish the final status. */
+void shm_req_finish(shm_req_t *r, int canceled);
+
+/* shm_pool.c */
+nixl_status_t shm_pool_create(shm_be_t *be, unsigned nthreads, shm_pool_t **pool_out);
+void shm_pool_destroy(shm_pool_t *pool);
+/* Queue every item of r (its status already IN_PROG). */
+void shm_pool_submit(shm_pool_t *pool, shm_req_t *r);
+/* Cancel r: drop its queued items, wait until no worker touches it. */
+void shm_pool_cancel(shm_pool_t *pool, shm_req_t *r);
+
+/* shm_notif.c */
+nixl_status_t shm_notif_open(shm_be_t *be);
+void shm_notif_close(shm_be_t *be);
+nixl_status_t shm_notif_peer_open(shm_be_t *be, shm_peer_t *peer, const char *sock_name, size_t name_len);
+void shm_notif_peer_close(shm_peer_t *peer);
+/* Size of the datagram carrying len payload bytes from this agent. */
+size_t shm_notif_size(const shm_be_t *be, size_t len);
+/* Build the datagram in buf (at least shm_notif_size bytes). */
+void shm_notif_build(const shm_be_t *be, uint8_t *buf, const void *msg, size_t len);
+/* Send a built datagram; may sleep up to ~2 s while the peer's queue is full.
+ * Any thread. */
+nixl_status_t shm_notif_send_raw(shm_be_t *be, shm_peer_t *peer, const uint8_t *dgram, size_t len);
+nixl_status_t shm_notif_send(void *be, void *peer, const void *msg, size_t len);
+nixl_status_t shm_progress(void *be);
+
+#endif

@@ -1,0 +1,302 @@
+/*
+ * shm_xfer.c - transfer requests: prepare, post, status, release.
+ *
+ * prepare does all per-descriptor work once: it splits descriptors at the
+ * chunk size and builds either (dst, src, len) copies (shm.map: every remote
+ * region is mapped here) or local/remote iovec arrays (shm.cma), grouped in
+ * work items of at most 'chunk' bytes and IOV_MAX iovecs.  post then only
+ * runs the items: inline for small requests (or when there is no pool),
+ * else on the worker pool, whose last finishing worker sends the
+ * notification and publishes the status.  Posting allocates nothing per
+ * descriptor.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+
+#include "shm_int.h"
+
+#define SHM_PATH_MAP "shm.map"
+#define SHM_PATH_CMA "shm.cma"
+
+static int shm_in_range(uint64_t addr, uint64_t len, uint64_t base, uint64_t base_len)
+{
+    return addr >= base && len <= base_len && addr - base <= base_len - len;
+}
+
+/* Walks the segments of a request: descriptors cut at 'chunk' bytes, and
+ * groups them into items. */
+typedef struct shm_layout {
+    size_t nseg, nitems;
+    uint64_t item_bytes;
+    size_t item_count;
+} shm_layout_t;
+
+static void shm_layout_add(shm_layout_t *l, uint64_t seg_len, uint64_t chunk)
+{
+    if (l->nitems == 0 || l->item_count == SHM_IOV_MAX || l->item_bytes + seg_len > chunk) {
+        l->nitems++;
+        l->item_bytes = 0;
+        l->item_count = 0;
+    }
+    l->item_bytes += seg_len;
+    l->item_count++;
+    l->nseg++;
+}
+
+static nixl_status_t shm_check_xfer(shm_be_t *be, const nixl_be_xfer_t *x, int *mapped_out, int *fallback_out)
+{
+    int mapped = be->map_enabled, fallback = 0;
+    if (x->op != NIXL_OP_READ && x->op != NIXL_OP_WRITE) {
+        SHM_ERROR(be, "shm: unknown transfer op %d", (int)x->op);
+        return NIXL_ERR_INVALID_PARAM;
+    }
+    if (x->local_mem != NIXL_MEM_DRAM || x->remote_mem != NIXL_MEM_DRAM) {
+        SHM_ERROR(be, "shm: transfers between DRAM only (got %d -> %d)", (int)x->local_mem, (int)x->remote_mem);
+        return NIXL_ERR_MEM_TYPE;
+    }
+    if (!x->peer || !x->iov || x->count == 0)
+        return x->count == 0 ? NIXL_ERR_ZERO_LENGTH : NIXL_ERR_NULL;
+    for (size_t i = 0; i < x->count; i++) {
+        const nixl_be_iov_t *v = &x->iov[i];
+        const shm_reg_t *l = v->lmd;
+        const shm_rmd_t *r = v->rmd;
+        if (!l || !r || r->peer != x->peer || !shm_in_range(v->laddr, v->len, l->addr, l->len) ||
+            !shm_in_range(v->raddr, v->len, r->addr, r->len)) {
+            SHM_ERROR(be, "shm: piece %zu of a transfer lies outside its registered regions", i);
+            return NIXL_ERR_INVALID_PARAM;
+        }
+        if (!r->base)
+            mapped = 0;
+        if (r->fallback)
+            fallback = 1;
+    }
+    *mapped_out = mapped;
+    *fallback_out = mapped ? 0 : fallback;
+    return NIXL_OK;
+}
+
+nixl_status_t shm_xfer_prepare(void *bev, const nixl_be_xfer_t *x, nixl_be_req_t **req_out)
+{
+    shm_be_t *be = bev;
+    int mapped, fallback;
+    if (!x || !req_out)
+        return NIXL_ERR_NULL;
+    nixl_status_t st = shm_check_xfer(be, x, &mapped, &fallback);
+    if (st != NIXL_OK)
+        return st;
+
+    shm_layout_t lay = {0};
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < x->count; i++) {
+        for (uint64_t off = 0; off < x->iov[i].len; off += be->chunk) {
+            uint64_t left = x->iov[i].len - off;
+            shm_layout_add(&lay, left < be->chunk ? left : be->chunk, be->chunk);
+        }
+        bytes += x->iov[i].len;
+    }
+    if (lay.nseg == 0) {
+        SHM_ERROR(be, "shm: transfer of %zu pieces moves no bytes", x->count);
+        return NIXL_ERR_ZERO_LENGTH;
+    }
+    size_t seg_size = mapped ? sizeof(shm_copy_t) : 2 * sizeof(struct iovec);
+    if (lay.nseg > (SIZE_MAX / 2 - sizeof(shm_req_t)) / (seg_size + sizeof(shm_item_t))) {
+        SHM_ERROR(be, "shm: transfer of %zu pieces is too large to describe", lay.nseg);
+        return NIXL_ERR_TOO_BIG;
+    }
+    size_t size = sizeof(shm_req_t) + lay.nseg * seg_size + lay.nitems * sizeof(shm_item_t);
+    shm_req_t *r = calloc(1, size);
+    if (!r)
+        return NIXL_ERR_NO_MEMORY;
+    uint8_t *tail = (uint8_t *)(r + 1);
+    if (mapped) {
+        r->copy = (shm_copy_t *)tail;
+        tail += lay.nseg * sizeof(shm_copy_t);
+    } else {
+        r->liov = (struct iovec *)tail;
+        r->riov = r->liov + lay.nseg;
+        tail += lay.nseg * 2 * sizeof(struct iovec);
+    }
+    r->items = (shm_item_t *)tail;
+
+    shm_layout_t fill = {0};
+    for (size_t i = 0; i < x->count; i++) {
+        const nixl_be_iov_t *v = &x->iov[i];
+        const shm_rmd_t *rmd = v->rmd;
+        for (uint64_t off = 0; off < v->len; off += be->chunk) {
+            uint64_t left = v->len - off, len = left < be->chunk ? left : be->chunk;
+            size_t nitems_before = fill.nitems, s = fill.nseg;
+            shm_layout_add(&fill, len, be->chunk);
+            if (fill.nitems != nitems_before)
+                r->items[fill.nitems - 1].first = s;
+            r->items[fill.nitems - 1].count++;
+            uint8_t *local = (uint8_t *)(uintptr_t)(v->laddr + off);
+            if (mapped) {
+                uint8_t *remote = rmd->base + (v->raddr - rmd->addr) + off;
+                r->copy[s].dst = x->op == NIXL_OP_WRITE ? remote : local;
+                r->copy[s].src = x->op == NIXL_OP_WRITE ? local : remote;
+                r->copy[s].len = (size_t)len;
+            } else {
+                r->liov[s].iov_base = local;
+                r->liov[s].iov_len = (size_t)len;
+                r->riov[s].iov_base = (void *)(uintptr_t)(v->raddr + off);
+                r->riov[s].iov_len = (size_t)len;
+            }
+        }
+    }
+    r->be = be;
+    r->peer = x->peer;
+    r->op = x->op;
+    r->mapped = mapped;
+    r->bytes = bytes;
+    r->nseg = lay.nseg;
+    r->nitems = lay.nitems;
+    r->hdr.path = mapped ? SHM_PATH_MAP : SHM_PATH_CMA;
+    r->hdr.fallback = (uint32_t)fallback;
+    atomic_init(&r->status, NIXL_OK);
+    atomic_init(&r->err, NIXL_OK);
+    atomic_init(&r->cancel, 0);
+    *req_out = &r->hdr;
+    return NIXL_OK;
+}
+
+/* Record the first error of a post and log it once. */
+static nixl_status_t shm_req_fail(shm_req_t *r, nixl_status_t st, int err, size_t done, size_t want)
+{
+    int expected = NIXL_OK;
+    if (!atomic_compare_exchange_strong(&r->err, &expected, (int)st))
+        return st;
+    shm_be_t *be = r->be;
+    const char *call = r->op == NIXL_OP_WRITE ? "process_vm_writev" : "process_vm_readv";
+    if (st == NIXL_ERR_PERMISSION) {
+        char scope[32] = "no Yama";
+        if (be->ptrace_scope >= 0)
+            snprintf(scope, sizeof(scope), "is %d", be->ptrace_scope);
+        SHM_ERROR(be, "shm: CMA refused by the kernel (%s: %s) for peer %s (pid %d): same uid needed; "
+                      "kernel.yama.ptrace_scope must be 0 or 1 (%s), or grant CAP_SYS_PTRACE",
+                  call, strerror(err), r->peer->name, (int)r->peer->pid, scope);
+    } else if (st == NIXL_ERR_PEER_GONE) {
+        SHM_ERROR(be, "shm: %s: peer %s (pid %d) has exited", call, r->peer->name, (int)r->peer->pid);
+    } else if (err) {
+        SHM_ERROR(be, "shm: %s to/from peer %s failed: %s", call, r->peer->name, strerror(err));
+    } else {
+        SHM_ERROR(be, "shm: %s with peer %s moved %zu of %zu bytes: part of a range is not mapped", call,
+                  r->peer->name, done, want);
+    }
+    return st;
+}
+
+nixl_status_t shm_req_run_item(shm_req_t *r, size_t i)
+{
+    const shm_item_t *it = &r->items[i];
+    if (r->mapped) {
+        const shm_copy_t *c = &r->copy[it->first], *end = c + it->count;
+        for (; c < end; c++)
+            memcpy(c->dst, c->src, c->len);
+        return NIXL_OK;
+    }
+    size_t want = 0;
+    for (size_t k = 0; k < it->count; k++)
+        want += r->liov[it->first + k].iov_len;
+    ssize_t n;
+    do {
+        if (r->op == NIXL_OP_WRITE)
+            n = process_vm_writev(r->peer->pid, r->liov + it->first, it->count, r->riov + it->first, it->count, 0);
+        else
+            n = process_vm_readv(r->peer->pid, r->liov + it->first, it->count, r->riov + it->first, it->count, 0);
+    } while (n < 0 && errno == EINTR);
+    if (shm_likely((size_t)n == want))
+        return NIXL_OK;
+    if (n >= 0)
+        return shm_req_fail(r, NIXL_ERR_XFER_FAILED, 0, (size_t)n, want);
+    int e = errno;
+    nixl_status_t st = (e == EPERM || e == EACCES) ? NIXL_ERR_PERMISSION
+                       : e == ESRCH                ? NIXL_ERR_PEER_GONE
+                                                   : NIXL_ERR_XFER_FAILED;
+    return shm_req_fail(r, st, e, 0, want);
+}
+
+void shm_req_finish(shm_req_t *r, int canceled)
+{
+    int st = atomic_load(&r->err);
+    if (st == NIXL_OK && canceled)
+        st = NIXL_ERR_CANCELED;
+    if (st == NIXL_OK && r->has_notif)
+        st = shm_notif_send_raw(r->be, r->peer, r->notif_buf, r->notif_len);
+    atomic_store_explicit(&r->status, st, memory_order_release);
+}
+
+static nixl_status_t shm_req_set_notif(shm_req_t *r, const void *notif, size_t notif_len)
+{
+    shm_be_t *be = r->be;
+    r->has_notif = notif != NULL;
+    if (!notif)
+        return NIXL_OK;
+    if (notif_len > NIXL_NOTIF_MAX) {
+        SHM_ERROR(be, "shm: notification of %zu bytes, at most %d allowed", notif_len, NIXL_NOTIF_MAX);
+        return NIXL_ERR_TOO_BIG;
+    }
+    size_t need = shm_notif_size(be, notif_len);
+    if (need > r->notif_cap) {
+        uint8_t *nb = realloc(r->notif_buf, need);
+        if (!nb)
+            return NIXL_ERR_NO_MEMORY;
+        r->notif_buf = nb;
+        r->notif_cap = need;
+    }
+    shm_notif_build(be, r->notif_buf, notif, notif_len);
+    r->notif_len = need;
+    return NIXL_OK;
+}
+
+nixl_status_t shm_xfer_post(void *bev, nixl_be_req_t *hdr, const void *notif, size_t notif_len)
+{
+    shm_be_t *be = bev;
+    shm_req_t *r = (shm_req_t *)hdr;
+    if (!r)
+        return NIXL_ERR_NULL;
+    if (atomic_load_explicit(&r->status, memory_order_acquire) == NIXL_IN_PROG)
+        return NIXL_ERR_IN_FLIGHT;
+    nixl_status_t st = shm_peer_check(be, r->peer);
+    if (st == NIXL_OK)
+        st = shm_req_set_notif(r, notif, notif_len);
+    if (shm_unlikely(st != NIXL_OK)) {
+        atomic_store(&r->status, st);
+        return st;
+    }
+    atomic_store(&r->err, NIXL_OK);
+    atomic_store(&r->cancel, 0);
+
+    if (!be->pool || r->bytes <= be->inline_max) {
+        for (size_t i = 0; i < r->nitems && st == NIXL_OK; i++)
+            st = shm_req_run_item(r, i);
+        if (st == NIXL_OK && r->has_notif)
+            st = shm_notif_send_raw(be, r->peer, r->notif_buf, r->notif_len);
+        atomic_store(&r->status, st);
+        return st;
+    }
+    atomic_store(&r->status, NIXL_IN_PROG);
+    shm_pool_submit(be->pool, r);
+    return NIXL_IN_PROG;
+}
+
+nixl_status_t shm_xfer_status(void *bev, nixl_be_req_t *hdr)
+{
+    (void)bev;
+    shm_req_t *r = (shm_req_t *)hdr;
+    return (nixl_status_t)atomic_load_explicit(&r->status, memory_order_acquire);
+}
+
+void shm_xfer_release(void *bev, nixl_be_req_t *hdr)
+{
+    shm_be_t *be = bev;
+    shm_req_t *r = (shm_req_t *)hdr;
+    if (!r)
+        return;
+    if (r->pooled)
+        shm_pool_cancel(be->pool, r);
+    free(r->notif_buf);
+    free(r);
+}

@@ -1,0 +1,707 @@
+/*
+ * cases_xfer.c - conformance cases about transfers and notifications: data
+ * lands byte for byte (and nothing else changes), a notification is seen only
+ * after its data, the request life cycle (re-post, in flight, cancel), peer
+ * generations, dead peers, refused descriptors and path accounting.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "conf.h"
+
+#define XFER_TIMEOUT_MS 20000u
+
+typedef struct piece {
+    size_t loff, roff, len;
+} piece_t;
+
+typedef struct local_buf {
+    uint8_t *p;
+    size_t len;
+    int shared;
+} local_buf_t;
+
+static local_buf_t local_make(conf_ctx_t *ctx, size_t len, uint64_t seed)
+{
+    local_buf_t b = {.p = conf_buf_alloc(len, ctx->shared), .len = len, .shared = ctx->shared};
+    conf_pattern_fill(b.p, len, seed, 0);
+    CHECK_OK(conf_register(ctx->agent, b.p, len));
+    return b;
+}
+
+static void local_drop(conf_ctx_t *ctx, local_buf_t *b)
+{
+    CHECK_OK(conf_deregister(ctx->agent, b->p, b->len));
+    conf_buf_free(b->p, b->len, b->shared);
+    b->p = NULL;
+}
+
+/* Lists for pieces: local descs into lb, remote descs into the target. */
+typedef struct lists {
+    nixl_desc_t *l, *r;
+    nixl_dlist_t ll, rl;
+} lists_t;
+
+static lists_t lists_make(const conf_ctx_t *ctx, const local_buf_t *lb, const piece_t *pc, size_t n)
+{
+    lists_t s;
+    s.l = calloc(n ? n : 1, sizeof(*s.l));
+    s.r = calloc(n ? n : 1, sizeof(*s.r));
+    CHECK(s.l && s.r);
+    for (size_t i = 0; i < n; i++) {
+        s.l[i].addr = (uint64_t)(uintptr_t)lb->p + pc[i].loff;
+        s.l[i].len = pc[i].len;
+        s.r[i].addr = ctx->tgt_addr + pc[i].roff;
+        s.r[i].len = pc[i].len;
+    }
+    s.ll = (nixl_dlist_t){.mem_type = NIXL_MEM_DRAM, .count = n, .descs = s.l};
+    s.rl = (nixl_dlist_t){.mem_type = NIXL_MEM_DRAM, .count = n, .descs = s.r};
+    return s;
+}
+
+static void lists_free(lists_t *s)
+{
+    free(s->l);
+    free(s->r);
+}
+
+static nixl_xfer_t *xfer_make_pieces(conf_ctx_t *ctx, nixl_op_t op, const local_buf_t *lb, const piece_t *pc,
+                                     size_t n, const char *notif)
+{
+    lists_t s = lists_make(ctx, lb, pc, n);
+    nixl_opt_args_t opt = {0};
+    if (notif) {
+        opt.field_mask = NIXL_OPT_NOTIF;
+        opt.notif = notif;
+        opt.notif_len = strlen(notif);
+    }
+    nixl_xfer_t *x = NULL;
+    CHECK_OK(nixl_xfer_create(ctx->agent, op, &s.ll, &s.rl, CONF_TARGET_NAME, notif ? &opt : NULL, &x));
+    CHECK(x != NULL);
+    lists_free(&s);
+    return x;
+}
+
+static void xfer_run(nixl_xfer_t *x)
+{
+    nixl_status_t s = nixl_xfer_post(x);
+    if (s != NIXL_OK && s != NIXL_IN_PROG)
+        conf_fail(__FILE__, __LINE__, "nixl_xfer_post: %s", nixl_status_name(s));
+    CHECK_OK(conf_wait(x, XFER_TIMEOUT_MS));
+}
+
+/* What the target buffer holds after writing pieces of lb over stream tseed. */
+static uint8_t *image_after_write(const conf_ctx_t *ctx, uint64_t tseed, const local_buf_t *lb, const piece_t *pc,
+                                  size_t n)
+{
+    uint8_t *img = malloc(ctx->tgt_len);
+    CHECK(img != NULL);
+    conf_pattern_fill(img, ctx->tgt_len, tseed, 0);
+    for (size_t i = 0; i < n; i++)
+        memcpy(img + pc[i].roff, lb->p + pc[i].loff, pc[i].len);
+    return img;
+}
+
+static void expect_notif(conf_ctx_t *ctx, const char *want_msg, const uint8_t *img)
+{
+    conf_notif_t n;
+    if (conf_target_wait_notif(ctx, XFER_TIMEOUT_MS, 0, img, img ? ctx->tgt_len : 0, &n))
+        conf_fail(__FILE__, __LINE__, "no notification '%s' within %u ms", want_msg, XFER_TIMEOUT_MS);
+    if (strcmp(n.sender, CONF_INIT_NAME) != 0)
+        conf_fail(__FILE__, __LINE__, "notification from '%s', want '%s'", n.sender, CONF_INIT_NAME);
+    if (n.len != strlen(want_msg) || memcmp(n.msg, want_msg, n.len) != 0)
+        conf_fail(__FILE__, __LINE__, "notification '%.*s' (%zu bytes), want '%s'", (int)(n.len > 80 ? 80 : n.len),
+                  (char *)n.msg, n.len, want_msg);
+    free(n.msg);
+}
+
+typedef struct init_rx {
+    int count;
+    char sender[NIXL_NAME_MAX + 1];
+    uint8_t msg[64];
+    size_t len;
+} init_rx_t;
+
+static void init_on_notif(const char *sender, const void *msg, size_t len, void *arg)
+{
+    init_rx_t *rx = arg;
+    if (rx->count++ == 0) {
+        snprintf(rx->sender, sizeof(rx->sender), "%s", sender);
+        rx->len = len < sizeof(rx->msg) ? len : sizeof(rx->msg);
+        memcpy(rx->msg, msg, rx->len);
+    }
+}
+
+static int path_has_backend_prefix(const char *path)
+{
+    size_t n = strlen(conf_opts.backend);
+    return strncmp(path, conf_opts.backend, n) == 0 && path[n] == '.' && path[n + 1] != 0;
+}
+
+/* ---- write / read ---- */
+
+static const piece_t write_pieces[] = {
+    {0, 8192, 4096},
+    {100000, 500000, 50000},
+    {600000, (1u << 20) - 1, 1}, /* the last byte of the region */
+    {5, 0, 3},                   /* the first bytes */
+};
+
+static void case_write(conf_ctx_t *ctx)
+{
+    size_t n = sizeof(write_pieces) / sizeof(write_pieces[0]);
+    conf_target_start(ctx, 1u << 20, 1);
+    local_buf_t lb = local_make(ctx, 1u << 20, 2);
+    nixl_xfer_t *x = xfer_make_pieces(ctx, NIXL_OP_WRITE, &lb, write_pieces, n, NULL);
+    xfer_run(x);
+    uint8_t *img = image_after_write(ctx, 1, &lb, write_pieces, n);
+    conf_target_expect(ctx, 0, img, ctx->tgt_len);
+
+    nixl_xfer_info_t info;
+    CHECK_OK(nixl_xfer_info(x, &info));
+    CHECK(strcmp(info.backend, conf_opts.backend) == 0);
+    if (!path_has_backend_prefix(info.path))
+        conf_fail(__FILE__, __LINE__, "path '%s' does not start with '%s.'", info.path, conf_opts.backend);
+    CHECK_EQ_U64(info.bytes, 4096 + 50000 + 1 + 3);
+    CHECK_EQ_U64(info.descs_in, n);
+    CHECK_EQ_U64(info.descs, n);
+    CHECK_EQ_U64(info.posts, 1);
+    conf_note("path %s", info.path);
+    nixl_xfer_release(x);
+    free(img);
+    local_drop(ctx, &lb);
+}
+
+static void case_read(conf_ctx_t *ctx)
+{
+    static const piece_t pc[] = {
+        {0, 8192, 4096},
+        {100000, 500000, 50000},
+        {(1u << 20) - 1, 0, 1},
+        {7, (1u << 20) - 3, 3},
+    };
+    size_t n = sizeof(pc) / sizeof(pc[0]);
+    conf_target_start(ctx, 1u << 20, 3);
+    local_buf_t lb = local_make(ctx, 1u << 20, 4);
+    nixl_xfer_t *x = xfer_make_pieces(ctx, NIXL_OP_READ, &lb, pc, n, NULL);
+    xfer_run(x);
+    uint8_t *want = malloc(lb.len);
+    CHECK(want != NULL);
+    conf_pattern_fill(want, lb.len, 4, 0);
+    for (size_t i = 0; i < n; i++)
+        conf_pattern_fill(want + pc[i].loff, pc[i].len, 3, pc[i].roff);
+    CHECK_BYTES("local buffer after READ", lb.p, want, lb.len);
+    /* A READ leaves the target unchanged. */
+    conf_pattern_fill(want, ctx->tgt_len, 3, 0);
+    conf_target_expect(ctx, 0, want, ctx->tgt_len);
+
+    nixl_xfer_info_t info;
+    CHECK_OK(nixl_xfer_info(x, &info));
+    CHECK(strcmp(info.backend, conf_opts.backend) == 0);
+    CHECK(path_has_backend_prefix(info.path));
+    CHECK_EQ_U64(info.bytes, 4096 + 50000 + 1 + 3);
+    conf_note("path %s", info.path);
+    nixl_xfer_release(x);
+    free(want);
+    local_drop(ctx, &lb);
+}
+
+/* The target compares its whole buffer at the moment it sees the
+ * notification: every byte must be there already. */
+static void case_write_notif(conf_ctx_t *ctx)
+{
+    size_t len = 8u << 20, np = 64;
+    piece_t *pc = calloc(np, sizeof(*pc));
+    CHECK(pc != NULL);
+    for (size_t i = 0; i < np; i++) {
+        /* Reverse order, one hole of 4 KiB per piece: no merging. */
+        pc[i].loff = i * (len / np);
+        pc[i].roff = (np - 1 - i) * (len / np) + 4096;
+        pc[i].len = len / np - 4096;
+    }
+    conf_target_start(ctx, len, 11);
+    local_buf_t lb = local_make(ctx, len, 12);
+    nixl_xfer_t *x = xfer_make_pieces(ctx, NIXL_OP_WRITE, &lb, pc, np, "kv-ready:1");
+    uint8_t *img = image_after_write(ctx, 11, &lb, pc, np);
+    nixl_status_t s = nixl_xfer_post(x);
+    if (s != NIXL_OK && s != NIXL_IN_PROG)
+        conf_fail(__FILE__, __LINE__, "nixl_xfer_post: %s", nixl_status_name(s));
+    expect_notif(ctx, "kv-ready:1", img);
+    CHECK_OK(conf_wait(x, XFER_TIMEOUT_MS));
+    CHECK_EQ_U64(conf_target_count_notifs(ctx, 100), 0); /* exactly one notification */
+    nixl_xfer_release(x);
+    free(img);
+    free(pc);
+    local_drop(ctx, &lb);
+}
+
+static void case_notif_standalone(conf_ctx_t *ctx)
+{
+    conf_target_start(ctx, 4096, 1);
+    size_t sizes[] = {1, 2, 100, 4096, 60000, NIXL_NOTIF_MAX, 3, 5, 7, 11};
+    size_t nmsg = sizeof(sizes) / sizeof(sizes[0]);
+    uint8_t *msg = malloc(NIXL_NOTIF_MAX + 1);
+    CHECK(msg != NULL);
+    for (size_t i = 0; i < nmsg; i++) {
+        conf_pattern_fill(msg, sizes[i], 100 + i, 0);
+        msg[0] = (uint8_t)i; /* order marker; the rest includes zero bytes */
+        CHECK_OK(nixl_notif_send(ctx->agent, CONF_TARGET_NAME, msg, sizes[i], NULL));
+    }
+    for (size_t i = 0; i < nmsg; i++) {
+        conf_notif_t n;
+        if (conf_target_wait_notif(ctx, XFER_TIMEOUT_MS, 0, NULL, 0, &n))
+            conf_fail(__FILE__, __LINE__, "notification %zu of %zu did not arrive", i + 1, nmsg);
+        CHECK(strcmp(n.sender, CONF_INIT_NAME) == 0);
+        conf_pattern_fill(msg, sizes[i], 100 + i, 0);
+        msg[0] = (uint8_t)i;
+        if (n.len != sizes[i])
+            conf_fail(__FILE__, __LINE__, "notification %zu: %zu bytes, want %zu (out of order or cut)", i, n.len,
+                      sizes[i]);
+        CHECK_BYTES("notification", n.msg, msg, n.len);
+        free(n.msg);
+    }
+    CHECK_ST(nixl_notif_send(ctx->agent, CONF_TARGET_NAME, msg, NIXL_NOTIF_MAX + 1, NULL), NIXL_ERR_TOO_BIG);
+    CHECK_EQ_U64(conf_target_count_notifs(ctx, 100), 0);
+    free(msg);
+
+    /* The other way round. */
+    CHECK_OK(conf_target_send_notif(ctx, "pong", 4));
+    init_rx_t rx;
+    memset(&rx, 0, sizeof(rx));
+    uint64_t deadline = conf_now_ms() + XFER_TIMEOUT_MS;
+    while (rx.count == 0 && conf_now_ms() < deadline) {
+        CHECK_OK(nixl_notifs_get(ctx->agent, init_on_notif, &rx, NULL));
+        conf_sleep_us(100);
+    }
+    if (rx.count != 1)
+        conf_fail(__FILE__, __LINE__, "initiator got %d notifications from the target, want 1", rx.count);
+    CHECK(strcmp(rx.sender, CONF_TARGET_NAME) == 0);
+    CHECK(rx.len == 4 && memcmp(rx.msg, "pong", 4) == 0);
+}
+
+/* ---- request life cycle ---- */
+
+/* A completed request can be posted again; data changed in between lands. */
+static void case_repost(conf_ctx_t *ctx)
+{
+    static const piece_t pc[] = {{0, 1000, 3000}, {5000, 9001, 777}};
+    conf_target_start(ctx, 64 * 1024, 21);
+    local_buf_t lb = local_make(ctx, 64 * 1024, 22);
+    nixl_xfer_t *x = xfer_make_pieces(ctx, NIXL_OP_WRITE, &lb, pc, 2, "again");
+    for (int round = 0; round < 3; round++) {
+        if (round > 0)
+            conf_pattern_fill(lb.p, lb.len, 30 + (uint64_t)round, 0);
+        uint8_t *img = image_after_write(ctx, 21, &lb, pc, 2);
+        xfer_run(x);
+        expect_notif(ctx, "again", img);
+        free(img);
+    }
+    nixl_xfer_info_t info;
+    CHECK_OK(nixl_xfer_info(x, &info));
+    CHECK_EQ_U64(info.posts, 3);
+    CHECK_EQ_U64(info.bytes, 3000 + 777);
+    CHECK_EQ_U64(conf_target_count_notifs(ctx, 50), 0);
+    nixl_xfer_release(x);
+    local_drop(ctx, &lb);
+}
+
+#define BIG_LEN (64u << 20)
+
+static nixl_xfer_t *big_write(conf_ctx_t *ctx, local_buf_t *lb, const char *notif)
+{
+    /* 64 pieces in reverse order so nothing merges and the backend has work. */
+    enum { NP = 64 };
+    piece_t pc[NP];
+    for (size_t i = 0; i < NP; i++) {
+        pc[i].loff = i * (BIG_LEN / NP);
+        pc[i].roff = (NP - 1 - i) * (BIG_LEN / NP);
+        pc[i].len = BIG_LEN / NP;
+    }
+    return xfer_make_pieces(ctx, NIXL_OP_WRITE, lb, pc, NP, notif);
+}
+
+static void case_post_in_flight(conf_ctx_t *ctx)
+{
+    conf_target_start(ctx, BIG_LEN, 41);
+    local_buf_t lb = local_make(ctx, BIG_LEN, 42);
+    nixl_xfer_t *x = big_write(ctx, &lb, NULL);
+    nixl_status_t s = nixl_xfer_post(x);
+    if (s == NIXL_OK) {
+        nixl_xfer_release(x);
+        local_drop(ctx, &lb);
+        conf_skip("a %u MiB WRITE completed inside nixl_xfer_post: no request in flight to post again",
+                  BIG_LEN >> 20);
+    }
+    CHECK_ST(s, NIXL_IN_PROG);
+    /* The caller has not seen it complete, so it is still in flight. */
+    CHECK_ST(nixl_xfer_post(x), NIXL_ERR_IN_FLIGHT);
+    CHECK_OK(conf_wait(x, XFER_TIMEOUT_MS));
+    /* The failed re-post did not disturb the one in flight. */
+    uint8_t *img = malloc(BIG_LEN);
+    CHECK(img != NULL);
+    for (size_t i = 0; i < 64; i++)
+        memcpy(img + (63 - i) * (BIG_LEN / 64), lb.p + i * (BIG_LEN / 64), BIG_LEN / 64);
+    conf_target_expect(ctx, 0, img, BIG_LEN);
+    free(img);
+    nixl_xfer_info_t info;
+    CHECK_OK(nixl_xfer_info(x, &info));
+    CHECK_EQ_U64(info.bytes, BIG_LEN);
+    nixl_xfer_release(x);
+    local_drop(ctx, &lb);
+}
+
+/* Releasing a request in flight cancels it: its notification never
+ * arrives, the target memory is not written after release returns, and the
+ * agent keeps working. */
+static void case_release_in_flight(conf_ctx_t *ctx)
+{
+    conf_target_start(ctx, BIG_LEN, 51);
+    local_buf_t lb = local_make(ctx, BIG_LEN, 52);
+    nixl_xfer_t *x = big_write(ctx, &lb, "canceled");
+    nixl_status_t s = nixl_xfer_post(x);
+    nixl_xfer_release(x);
+    if (s == NIXL_OK) {
+        local_drop(ctx, &lb);
+        conf_skip("a %u MiB WRITE completed inside nixl_xfer_post: nothing in flight to cancel", BIG_LEN >> 20);
+    }
+    CHECK_ST(s, NIXL_IN_PROG);
+    /* Overwrite the destination; a late write of the canceled request
+     * would show up as damage to this pattern. */
+    conf_target_fill(ctx, 0, BIG_LEN, 53);
+    conf_sleep_us(200 * 1000);
+
+    static const piece_t pc[] = {{0, 17, 1000}};
+    nixl_xfer_t *y = xfer_make_pieces(ctx, NIXL_OP_WRITE, &lb, pc, 1, "after");
+    uint8_t *img = malloc(BIG_LEN);
+    CHECK(img != NULL);
+    conf_pattern_fill(img, BIG_LEN, 53, 0);
+    memcpy(img + 17, lb.p, 1000);
+    xfer_run(y);
+    expect_notif(ctx, "after", img); /* "canceled" first would fail here */
+    CHECK_EQ_U64(conf_target_count_notifs(ctx, 300), 0);
+    conf_target_expect(ctx, 0, img, BIG_LEN);
+    free(img);
+    nixl_xfer_release(y);
+    local_drop(ctx, &lb);
+}
+
+/* ---- peer generations ---- */
+
+static void case_peer_invalidated(conf_ctx_t *ctx)
+{
+    static const piece_t pc[] = {{0, 0, 512}};
+    conf_target_start(ctx, 4096, 61);
+    local_buf_t lb = local_make(ctx, 4096, 62);
+    nixl_xfer_t *x = xfer_make_pieces(ctx, NIXL_OP_WRITE, &lb, pc, 1, NULL);
+    xfer_run(x);
+    CHECK_OK(nixl_md_invalidate_remote(ctx->agent, CONF_TARGET_NAME));
+    CHECK_ST(nixl_xfer_post(x), NIXL_ERR_PEER_INVALIDATED);
+    lists_t l = lists_make(ctx, &lb, pc, 1);
+    nixl_xfer_t *y = NULL;
+    CHECK_ERR(nixl_xfer_create(ctx->agent, NIXL_OP_WRITE, &l.ll, &l.rl, CONF_TARGET_NAME, NULL, &y));
+    CHECK(y == NULL);
+    /* Loaded again: new requests work, the old one stays refused. */
+    conf_target_exchange(ctx);
+    CHECK_ERR(nixl_xfer_post(x));
+    CHECK_OK(nixl_xfer_create(ctx->agent, NIXL_OP_WRITE, &l.ll, &l.rl, CONF_TARGET_NAME, NULL, &y));
+    conf_target_fill(ctx, 0, 4096, 63);
+    xfer_run(y);
+    uint8_t *img = image_after_write(ctx, 63, &lb, pc, 1);
+    conf_target_expect(ctx, 0, img, 4096);
+    free(img);
+    lists_free(&l);
+    nixl_xfer_release(y);
+    nixl_xfer_release(x);
+    local_drop(ctx, &lb);
+}
+
+static void case_reload_stale(conf_ctx_t *ctx)
+{
+    static const piece_t pc[] = {{0, 100, 1000}};
+    conf_target_start(ctx, 4096, 71);
+    local_buf_t lb = local_make(ctx, 4096, 72);
+    nixl_xfer_t *x = xfer_make_pieces(ctx, NIXL_OP_WRITE, &lb, pc, 1, NULL);
+    xfer_run(x);
+    conf_target_exchange(ctx); /* the peer's metadata again: a new generation */
+    CHECK_ST(nixl_xfer_post(x), NIXL_ERR_STALE);
+    CHECK_ST(nixl_xfer_post(x), NIXL_ERR_STALE);
+    conf_target_fill(ctx, 0, 4096, 73);
+    nixl_xfer_t *y = xfer_make_pieces(ctx, NIXL_OP_WRITE, &lb, pc, 1, NULL);
+    xfer_run(y);
+    uint8_t *img = image_after_write(ctx, 73, &lb, pc, 1);
+    conf_target_expect(ctx, 0, img, 4096);
+    free(img);
+    nixl_xfer_release(y);
+    nixl_xfer_release(x);
+    local_drop(ctx, &lb);
+}
+
+/* ---- exact ranges ---- */
+
+static void case_unaligned(conf_ctx_t *ctx)
+{
+    static const piece_t wp[] = {
+        {1, 3, 1}, {7, 4097, 3}, {8191, 10001, 4097}, {20001, 33333, 511},
+        {0, 0, 1}, {65535, 65535, 1}, {30001, 50001, 13},
+    };
+    static const piece_t rp[] = {{3, 1, 5}, {4099, 7, 17}, {12345, 20000, 1023}, {40001, 65530, 6}, {65535, 0, 1}};
+    size_t nw = sizeof(wp) / sizeof(wp[0]), nr = sizeof(rp) / sizeof(rp[0]);
+    conf_target_start(ctx, 65536, 81);
+    local_buf_t lb = local_make(ctx, 65536, 82);
+    nixl_xfer_t *x = xfer_make_pieces(ctx, NIXL_OP_WRITE, &lb, wp, nw, NULL);
+    xfer_run(x);
+    uint8_t *img = image_after_write(ctx, 81, &lb, wp, nw);
+    conf_target_expect(ctx, 0, img, 65536);
+    nixl_xfer_release(x);
+
+    /* READ odd ranges back into a fresh local pattern. */
+    conf_pattern_fill(lb.p, lb.len, 83, 0);
+    x = xfer_make_pieces(ctx, NIXL_OP_READ, &lb, rp, nr, NULL);
+    xfer_run(x);
+    uint8_t *want = malloc(lb.len);
+    CHECK(want != NULL);
+    conf_pattern_fill(want, lb.len, 83, 0);
+    for (size_t i = 0; i < nr; i++)
+        memcpy(want + rp[i].loff, img + rp[i].roff, rp[i].len);
+    CHECK_BYTES("local buffer after unaligned READ", lb.p, want, lb.len);
+    nixl_xfer_release(x);
+    free(want);
+    free(img);
+    local_drop(ctx, &lb);
+}
+
+/* ---- refused requests ---- */
+
+static void case_length_mismatch(conf_ctx_t *ctx)
+{
+    static const piece_t pc[] = {{0, 0, 64}, {128, 128, 64}, {256, 256, 64}};
+    conf_target_start(ctx, 4096, 1);
+    local_buf_t lb = local_make(ctx, 4096, 2);
+    lists_t l = lists_make(ctx, &lb, pc, 3);
+    nixl_xfer_t *x = NULL;
+    l.ll.count = 2;
+    CHECK_ST(nixl_xfer_create(ctx->agent, NIXL_OP_WRITE, &l.ll, &l.rl, CONF_TARGET_NAME, NULL, &x),
+             NIXL_ERR_LENGTH_MISMATCH);
+    CHECK_ST(nixl_xfer_create(ctx->agent, NIXL_OP_READ, &l.rl, &l.ll, CONF_TARGET_NAME, NULL, &x),
+             NIXL_ERR_LENGTH_MISMATCH);
+    CHECK(x == NULL);
+    /* Same count, one pair of different sizes: refused as well. */
+    l.ll.count = 3;
+    l.r[1].len = 65;
+    CHECK_ERR(nixl_xfer_create(ctx->agent, NIXL_OP_WRITE, &l.ll, &l.rl, CONF_TARGET_NAME, NULL, &x));
+    CHECK(x == NULL);
+    lists_free(&l);
+    uint8_t img[4096];
+    conf_pattern_fill(img, sizeof(img), 1, 0);
+    conf_target_expect(ctx, 0, img, sizeof(img));
+    local_drop(ctx, &lb);
+}
+
+static void expect_not_registered(conf_ctx_t *ctx, uint64_t laddr, uint64_t raddr, uint64_t len, const char *what)
+{
+    nixl_desc_t l = {.addr = laddr, .len = len}, r = {.addr = raddr, .len = len};
+    nixl_dlist_t ll = {.mem_type = NIXL_MEM_DRAM, .count = 1, .descs = &l};
+    nixl_dlist_t rl = {.mem_type = NIXL_MEM_DRAM, .count = 1, .descs = &r};
+    nixl_xfer_t *x = NULL;
+    for (int op = 0; op < 2; op++) {
+        nixl_status_t s = nixl_xfer_create(ctx->agent, (nixl_op_t)op, &ll, &rl, CONF_TARGET_NAME, NULL, &x);
+        if (s != NIXL_ERR_NOT_REGISTERED)
+            conf_fail(__FILE__, __LINE__, "%s (%s): nixl_xfer_create returned %s, want NIXL_ERR_NOT_REGISTERED",
+                      what, op ? "WRITE" : "READ", nixl_status_name(s));
+        CHECK(x == NULL);
+    }
+}
+
+static void case_not_registered(conf_ctx_t *ctx)
+{
+    size_t len = 65536;
+    conf_target_start(ctx, len, 91);
+    local_buf_t lb = local_make(ctx, len, 92);
+    uint8_t *unreg = malloc(4096);
+    CHECK(unreg != NULL);
+    uint64_t l0 = (uint64_t)(uintptr_t)lb.p, r0 = ctx->tgt_addr;
+
+    expect_not_registered(ctx, (uint64_t)(uintptr_t)unreg, r0, 64, "local descriptor in unregistered memory");
+    expect_not_registered(ctx, l0 + len - 8, r0, 16, "local descriptor running past its region");
+    expect_not_registered(ctx, l0, r0 + len + 4096, 16, "remote descriptor outside every region");
+    expect_not_registered(ctx, l0, r0 + len - 8, 16, "remote descriptor running past its region");
+    expect_not_registered(ctx, l0, r0 - 8, 16, "remote descriptor starting before its region");
+
+    /* Two touching registrations are two regions: a descriptor across the
+     * seam is not inside one registration. */
+    uint8_t *two = conf_buf_alloc(8192, ctx->shared);
+    nixl_desc_t halves[2] = {{.addr = (uint64_t)(uintptr_t)two, .len = 4096},
+                             {.addr = (uint64_t)(uintptr_t)two + 4096, .len = 4096}};
+    nixl_dlist_t hl = {.mem_type = NIXL_MEM_DRAM, .count = 2, .descs = halves};
+    CHECK_OK(nixl_mem_register(ctx->agent, &hl, NULL));
+    expect_not_registered(ctx, (uint64_t)(uintptr_t)two + 4000, r0, 200, "local descriptor across two registrations");
+
+    /* The two-step form checks at prepare time. */
+    nixl_desc_t bad = {.addr = r0 + len - 1, .len = 2};
+    nixl_dlist_t bl = {.mem_type = NIXL_MEM_DRAM, .count = 1, .descs = &bad};
+    nixl_prep_t *p = NULL;
+    CHECK_ST(nixl_prep_create(ctx->agent, CONF_TARGET_NAME, &bl, NULL, &p), NIXL_ERR_NOT_REGISTERED);
+    bad.addr = (uint64_t)(uintptr_t)unreg;
+    CHECK_ST(nixl_prep_create(ctx->agent, NULL, &bl, NULL, &p), NIXL_ERR_NOT_REGISTERED);
+    CHECK(p == NULL);
+
+    CHECK_OK(nixl_mem_deregister(ctx->agent, &hl, NULL));
+    conf_buf_free(two, 8192, ctx->shared);
+    uint8_t *img = malloc(len);
+    CHECK(img != NULL);
+    conf_pattern_fill(img, len, 91, 0);
+    conf_target_expect(ctx, 0, img, len);
+    free(img);
+    free(unreg);
+    local_drop(ctx, &lb);
+}
+
+/* A target killed with SIGKILL: a request to it fails (never succeeds,
+ * never hangs) within 2 s. */
+static void case_peer_gone(conf_ctx_t *ctx)
+{
+    static const piece_t pc[] = {{0, 0, 1u << 20}};
+    conf_target_start(ctx, 1u << 20, 101);
+    local_buf_t lb = local_make(ctx, 1u << 20, 102);
+    nixl_xfer_t *x = xfer_make_pieces(ctx, NIXL_OP_WRITE, &lb, pc, 1, NULL);
+    xfer_run(x);
+    conf_target_kill(ctx);
+
+    uint64_t t0 = conf_now_ms();
+    nixl_status_t s = nixl_xfer_post(x);
+    while (s == NIXL_IN_PROG && conf_now_ms() - t0 < 2000) {
+        conf_sleep_us(200);
+        s = nixl_xfer_status(x);
+    }
+    uint64_t ms = conf_now_ms() - t0;
+    if (s == NIXL_IN_PROG)
+        conf_fail(__FILE__, __LINE__, "request to a dead peer still in progress after %llu ms",
+                  (unsigned long long)ms);
+    if (s == NIXL_OK)
+        conf_fail(__FILE__, __LINE__, "request to a dead peer reported success");
+    conf_note("re-posted request to the dead peer: %s after %llu ms%s", nixl_status_name(s), (unsigned long long)ms,
+              s == NIXL_ERR_PEER_GONE ? "" : " (not NIXL_ERR_PEER_GONE)");
+    CHECK(ms <= 2000);
+
+    /* A new request to it as well (refused at create or failing). */
+    lists_t l = lists_make(ctx, &lb, pc, 1);
+    nixl_xfer_t *y = NULL;
+    t0 = conf_now_ms();
+    s = nixl_xfer_create(ctx->agent, NIXL_OP_READ, &l.ll, &l.rl, CONF_TARGET_NAME, NULL, &y);
+    if (s == NIXL_OK) {
+        s = nixl_xfer_post(y);
+        while (s == NIXL_IN_PROG && conf_now_ms() - t0 < 2000) {
+            conf_sleep_us(200);
+            s = nixl_xfer_status(y);
+        }
+        nixl_xfer_release(y);
+    }
+    ms = conf_now_ms() - t0;
+    if (s >= 0)
+        conf_fail(__FILE__, __LINE__, "new READ from a dead peer: %s after %llu ms", nixl_status_name(s),
+                  (unsigned long long)ms);
+    conf_note("new request to the dead peer: %s after %llu ms", nixl_status_name(s), (unsigned long long)ms);
+    lists_free(&l);
+    nixl_xfer_release(x);
+    local_drop(ctx, &lb);
+}
+
+/* ---- path accounting ---- */
+
+static const nixl_path_stat_t *stat_row(const nixl_path_stat_t *rows, size_t n, const char *path)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(rows[i].path, path) == 0)
+            return &rows[i];
+    return NULL;
+}
+
+static void case_path_stats(conf_ctx_t *ctx)
+{
+    static const piece_t pc[] = {{0, 0, 1000}, {2000, 3000, 24}, {4000, 5000, 7}};
+    conf_target_start(ctx, 65536, 111);
+    local_buf_t lb = local_make(ctx, 65536, 112);
+    enum { CAP = 64 };
+    nixl_path_stat_t before[CAP], after[CAP];
+    size_t nb = 0, na = 0;
+    CHECK_OK(nixl_path_stats(ctx->agent, before, CAP, &nb));
+    CHECK(nb <= CAP);
+
+    nixl_xfer_t *x = xfer_make_pieces(ctx, NIXL_OP_WRITE, &lb, pc, 3, NULL);
+    xfer_run(x);
+    nixl_xfer_info_t info;
+    CHECK_OK(nixl_xfer_info(x, &info));
+    CHECK(strcmp(info.backend, conf_opts.backend) == 0);
+    if (!path_has_backend_prefix(info.path))
+        conf_fail(__FILE__, __LINE__, "path '%s' does not start with '%s.'", info.path, conf_opts.backend);
+    CHECK_EQ_U64(info.bytes, 1031);
+    CHECK_EQ_U64(info.descs, 3);
+    CHECK_EQ_U64(info.descs_in, 3);
+    CHECK_EQ_U64(info.posts, 1);
+
+    for (int round = 1; round <= 2; round++) {
+        CHECK_OK(nixl_path_stats(ctx->agent, after, CAP, &na));
+        CHECK(na <= CAP);
+        const nixl_path_stat_t *a = stat_row(after, na, info.path);
+        const nixl_path_stat_t *b = stat_row(before, nb, info.path);
+        if (!a)
+            conf_fail(__FILE__, __LINE__, "nixl_path_stats has no row for path '%s'", info.path);
+        nixl_path_stat_t zero;
+        memset(&zero, 0, sizeof(zero));
+        if (!b)
+            b = &zero;
+        CHECK_EQ_U64(a->requests - b->requests, 1);
+        CHECK_EQ_U64(a->bytes - b->bytes, info.bytes);
+        CHECK_EQ_U64(a->descs - b->descs, info.descs);
+        CHECK_EQ_U64(a->errors - b->errors, 0);
+        memcpy(before, after, sizeof(after));
+        nb = na;
+        if (round == 1)
+            xfer_run(x); /* a re-post counts again */
+    }
+    /* Fewer rows than exist: the count still says how many there are. */
+    if (na > 1) {
+        size_t n1 = 0;
+        CHECK_OK(nixl_path_stats(ctx->agent, after, 1, &n1));
+        CHECK_EQ_U64(n1, na);
+    }
+    nixl_fallback_stat_t fb[CAP];
+    size_t nf = 0;
+    CHECK_OK(nixl_fallback_stats(ctx->agent, fb, CAP, &nf));
+    conf_note("path %s: %zu path rows, %zu fallback rows", info.path, na, nf);
+    nixl_xfer_release(x);
+    local_drop(ctx, &lb);
+}
+
+const conf_case_t conf_cases_xfer[] = {
+    {"write", case_write, CONF_NEED_XFER, 0, "WRITE pieces land byte for byte, neighbours untouched; xfer_info"},
+    {"write_shared", case_write, CONF_NEED_XFER, 1, "write on nixl_mem_alloc memory"},
+    {"read", case_read, CONF_NEED_XFER, 0, "READ pieces land byte for byte, target unchanged"},
+    {"read_shared", case_read, CONF_NEED_XFER, 1, "read on nixl_mem_alloc memory"},
+    {"write_notif", case_write_notif, CONF_NEED_XFER | CONF_NEED_NOTIF, 0,
+     "target sees every byte when it sees the notification"},
+    {"write_notif_shared", case_write_notif, CONF_NEED_XFER | CONF_NEED_NOTIF, 1,
+     "write_notif on nixl_mem_alloc memory"},
+    {"notif_standalone", case_notif_standalone, CONF_NEED_XFER | CONF_NEED_NOTIF, 0,
+     "notifications both ways, exact bytes, in order; too big -> TOO_BIG"},
+    {"repost", case_repost, CONF_NEED_XFER | CONF_NEED_NOTIF, 0, "re-post of a completed request sends new data"},
+    {"post_in_flight", case_post_in_flight, CONF_NEED_XFER, 0, "posting a request in flight -> IN_FLIGHT"},
+    {"release_in_flight", case_release_in_flight, CONF_NEED_XFER | CONF_NEED_NOTIF, 0,
+     "release in flight cancels: no notification, no late writes"},
+    {"release_in_flight_shared", case_release_in_flight, CONF_NEED_XFER | CONF_NEED_NOTIF, 1,
+     "release_in_flight on nixl_mem_alloc memory"},
+    {"peer_invalidated", case_peer_invalidated, CONF_NEED_XFER, 0, "post after invalidation -> PEER_INVALIDATED"},
+    {"reload_stale", case_reload_stale, CONF_NEED_XFER, 0, "post after a reload of the peer -> STALE"},
+    {"unaligned", case_unaligned, CONF_NEED_XFER, 0, "odd addresses and lengths land exactly, guards intact"},
+    {"unaligned_shared", case_unaligned, CONF_NEED_XFER, 1, "unaligned on nixl_mem_alloc memory"},
+    {"length_mismatch", case_length_mismatch, CONF_NEED_XFER, 0, "lists of different lengths -> LENGTH_MISMATCH"},
+    {"not_registered", case_not_registered, CONF_NEED_XFER, 0,
+     "descriptors outside or across registrations -> NOT_REGISTERED"},
+    {"peer_gone", case_peer_gone, CONF_NEED_XFER | CONF_NEED_PROCS2, 0,
+     "requests to a SIGKILLed peer fail within 2 s"},
+    {"peer_gone_shared", case_peer_gone, CONF_NEED_XFER | CONF_NEED_PROCS2, 1, "peer_gone on nixl_mem_alloc memory"},
+    {"path_stats", case_path_stats, CONF_NEED_XFER, 0, "xfer_info and nixl_path_stats account exactly"},
+    {"path_stats_shared", case_path_stats, CONF_NEED_XFER, 1, "path_stats on nixl_mem_alloc memory"},
+};
+const size_t conf_cases_xfer_count = sizeof(conf_cases_xfer) / sizeof(conf_cases_xfer[0]);

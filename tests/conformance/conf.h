@@ -1,0 +1,177 @@
+/*
+ * conf.h - shared pieces of the conformance battery: the case table entry,
+ * assertions that end the case process, the per-case context and the
+ * "target" peer the cases drive.
+ *
+ * The target is the agent on the other end of a transfer.  With --procs 1 it
+ * lives in the case process; with --procs 2 it lives in a child process
+ * (this executable re-run with a hidden role flag) and is driven over a pipe.
+ * The cases do not know which: both go through the same command handler.
+ */
+#ifndef NIXL_CONF_H
+#define NIXL_CONF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "nixl.h"
+
+#define CONF_INIT_NAME "conf_init"
+#define CONF_TARGET_NAME "conf_target"
+
+/* What a case needs from the backend; missing ones are a visible SKIP. */
+enum {
+    CONF_NEED_XFER = 1u << 0,  /* transfers to the target (LOCAL or SAME_HOST by procs) */
+    CONF_NEED_NOTIF = 1u << 1, /* NIXL_CAP_NOTIF */
+    CONF_NEED_PROCS2 = 1u << 2 /* a target in its own process */
+};
+
+typedef struct conf_ctx conf_ctx_t;
+
+typedef struct conf_case {
+    const char *name;
+    void (*fn)(conf_ctx_t *ctx);
+    uint32_t needs;
+    int shared; /* buffers from nixl_mem_alloc instead of malloc */
+    const char *doc;
+} conf_case_t;
+
+/* Options of this run (set once by main). */
+typedef struct conf_opts {
+    const char *backend;
+    int procs;
+    const nixl_backend_info_t *info;
+    const char *exe; /* path to re-exec for the target process */
+} conf_opts_t;
+
+extern conf_opts_t conf_opts;
+
+/* The case tables, one per file of cases. */
+extern const conf_case_t conf_cases_reg[];
+extern const size_t conf_cases_reg_count;
+extern const conf_case_t conf_cases_xfer[];
+extern const size_t conf_cases_xfer_count;
+extern const conf_case_t conf_cases_many[];
+extern const size_t conf_cases_many_count;
+
+/* ---- assertions: a failure prints where and why, then ends the case ---- */
+void conf_fail(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4), noreturn));
+void conf_skip(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+void conf_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#define CHECK(cond)                                                                              \
+    do {                                                                                         \
+        if (!(cond))                                                                             \
+            conf_fail(__FILE__, __LINE__, "check failed: %s", #cond);                            \
+    } while (0)
+
+#define CHECK_ST(expr, want)                                                                     \
+    do {                                                                                         \
+        nixl_status_t st_got_ = (expr);                                                          \
+        nixl_status_t st_want_ = (want);                                                         \
+        if (st_got_ != st_want_)                                                                 \
+            conf_fail(__FILE__, __LINE__, "%s returned %s (%d), want %s (%d)", #expr,             \
+                      nixl_status_name(st_got_), (int)st_got_, nixl_status_name(st_want_),       \
+                      (int)st_want_);                                                            \
+    } while (0)
+
+#define CHECK_OK(expr) CHECK_ST(expr, NIXL_OK)
+
+/* An error of any kind (never NIXL_OK nor NIXL_IN_PROG). */
+#define CHECK_ERR(expr)                                                                          \
+    do {                                                                                         \
+        nixl_status_t st_got_ = (expr);                                                          \
+        if (st_got_ >= 0)                                                                        \
+            conf_fail(__FILE__, __LINE__, "%s returned %s, want an error", #expr,                \
+                      nixl_status_name(st_got_));                                                \
+    } while (0)
+
+#define CHECK_EQ_U64(a, b)                                                                       \
+    do {                                                                                         \
+        uint64_t eq_a_ = (uint64_t)(a), eq_b_ = (uint64_t)(b);                                   \
+        if (eq_a_ != eq_b_)                                                                      \
+            conf_fail(__FILE__, __LINE__, "%s = %llu, want %s = %llu", #a,                       \
+                      (unsigned long long)eq_a_, #b, (unsigned long long)eq_b_);                 \
+    } while (0)
+
+/* Byte-for-byte comparison; a failure names the first differing offset. */
+void conf_check_bytes(const char *file, int line, const char *what, const void *got, const void *want,
+                      size_t len);
+#define CHECK_BYTES(what, got, want, len) conf_check_bytes(__FILE__, __LINE__, what, got, want, len)
+
+/* ---- helpers ---- */
+/* Deterministic bytes: byte i of stream 'seed' (independent of where a
+ * fill starts, so pieces of one stream can be compared). */
+uint8_t conf_pattern_byte(uint64_t seed, uint64_t i);
+void conf_pattern_fill(void *buf, size_t len, uint64_t seed, uint64_t start);
+uint64_t conf_rand(uint64_t *state);
+uint64_t conf_now_ms(void);
+void conf_sleep_us(unsigned us);
+
+/* Buffers: shared (nixl_mem_alloc) or plain (page-aligned malloc). */
+void *conf_buf_alloc(size_t len, int shared);
+void conf_buf_free(void *p, size_t len, int shared);
+
+/* Agent with the backend under test created in it. */
+nixl_agent_t *conf_agent_create(const char *name, int listen, nixl_backend_t **backend_out);
+nixl_status_t conf_register(nixl_agent_t *agent, void *addr, size_t len);
+nixl_status_t conf_deregister(nixl_agent_t *agent, void *addr, size_t len);
+
+/* Poll a request until it leaves IN_PROG; NIXL_ERR_TIMEOUT after timeout_ms. */
+nixl_status_t conf_wait(nixl_xfer_t *xfer, unsigned timeout_ms);
+
+/* ---- the per-case context ---- */
+typedef struct conf_target conf_target_t;
+
+struct conf_ctx {
+    const conf_case_t *c;
+    int shared;
+    nixl_agent_t *agent; /* the initiator, CONF_INIT_NAME */
+    nixl_backend_t *backend;
+    conf_target_t *tgt;
+    uint64_t tgt_addr; /* the target's registered buffer, in its address space */
+    size_t tgt_len;
+};
+
+/* Start the target with one registered buffer of len bytes filled with
+ * stream 'seed', then exchange metadata both ways (blobs in one process,
+ * the target's listener across processes). */
+void conf_target_start(conf_ctx_t *ctx, size_t len, uint64_t seed);
+/* Exchange metadata again (the peer gets a new generation). */
+void conf_target_exchange(conf_ctx_t *ctx);
+/* Exit the target, checking it ended cleanly. */
+void conf_target_stop(conf_ctx_t *ctx);
+
+/* The target's buffer [off, off+len) must equal want. */
+void conf_target_expect(conf_ctx_t *ctx, size_t off, const void *want, size_t len);
+void conf_target_fill(conf_ctx_t *ctx, size_t off, size_t len, uint64_t seed);
+void conf_target_get(conf_ctx_t *ctx, size_t off, size_t len, void *out);
+
+/* Wait up to timeout_ms for the next notification to the target.  When
+ * want != NULL the target compares its buffer [off, off+len) with want at
+ * the moment it sees the notification.  Returns 0 and fills msg/sender, or
+ * -1 on timeout.  *msg_out is malloc'd. */
+typedef struct conf_notif {
+    char sender[NIXL_NAME_MAX + 1];
+    void *msg;
+    size_t len;
+} conf_notif_t;
+int conf_target_wait_notif(conf_ctx_t *ctx, unsigned timeout_ms, size_t off, const void *want, size_t len,
+                           conf_notif_t *out);
+/* Notifications the target received within window_ms (queued ones count). */
+size_t conf_target_count_notifs(conf_ctx_t *ctx, unsigned window_ms);
+/* The target sends a notification to the initiator. */
+nixl_status_t conf_target_send_notif(conf_ctx_t *ctx, const void *msg, size_t len);
+/* nixl_md_check_remote on the target for the initiator. */
+nixl_status_t conf_target_check_peer(conf_ctx_t *ctx);
+/* The target's metadata blob (malloc'd). */
+void conf_target_md_get(conf_ctx_t *ctx, void **blob_out, size_t *len_out);
+/* Load a blob into the target; returns the status and the name it gave. */
+nixl_status_t conf_target_md_load(conf_ctx_t *ctx, const void *blob, size_t len, char name_out[NIXL_NAME_MAX + 1]);
+/* --procs 2 only: SIGKILL the target process and reap it. */
+void conf_target_kill(conf_ctx_t *ctx);
+
+/* The hidden role: serve target commands on these fds until EOF. */
+int conf_target_main(int rfd, int wfd);
+
+#endif

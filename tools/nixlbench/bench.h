@@ -1,0 +1,128 @@
+/*
+ * bench.h - what the pieces of nixlbench share: the options, the test
+ * pattern and layout permutation both processes recompute from a seed, the
+ * notification inbox, timing and the fatal-error helpers.
+ *
+ * nixlbench uses only the public API (nixl.h); nothing here reaches into
+ * the library's internals.
+ */
+#ifndef NIXLBENCH_BENCH_H
+#define NIXLBENCH_BENCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "nixl.h"
+
+#define BENCH_MAX_ROWS 4096
+#define BENCH_MSG_MAX 256
+
+typedef enum { BENCH_ALLOC_NIXL = 0, BENCH_ALLOC_MALLOC = 1 } bench_alloc_t;
+typedef enum { BENCH_LAYOUT_SHUFFLED = 0, BENCH_LAYOUT_CONTIG = 1 } bench_layout_t;
+
+typedef struct bench_opts {
+    const char *backend;
+    nixl_op_t op;
+    bench_alloc_t alloc;
+    bench_layout_t layout;
+    uint64_t block_min, block_max; /* equal when not a sweep */
+    uint64_t batch_min, batch_max;
+    uint64_t iters;                /* 0: chosen per row */
+    uint64_t warmup;
+    uint64_t max_bytes;            /* largest block*batch a row may use */
+    uint64_t seed;
+    uint32_t timeout_ms;           /* waiting for the target's answers */
+    uint32_t target_poll_us;       /* target's sleep between idle polls */
+    const char *json_path;
+    int quiet;
+    /* connection */
+    int is_target;
+    const char *peer_ip; /* NULL: spawn the target locally */
+    uint16_t peer_port;
+    uint16_t listen_port; /* target role */
+    int report_fd;        /* target role: where to write "port N" (-1: stdout) */
+} bench_opts_t;
+
+/* ---- failure helpers (nixlbench.c) ---- */
+
+/* Print "nixlbench: <what>: <message>" and exit 1; the spawned target is
+ * stopped first. */
+void bench_die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+/* Exit 1 naming the call that failed when st is an error. */
+void bench_check(nixl_status_t st, const char *call);
+/* The spawned target, so a fatal error does not leave it behind. */
+void bench_set_child(pid_t pid);
+/* 0 while the spawned target runs (or none was spawned), -1 once it died. */
+int bench_child_alive(void);
+/* Wait up to timeout_ms for the spawned target to exit, driving the agent
+ * meanwhile; kill it past that.  0 when it exited with status 0 (or none
+ * was spawned). */
+int bench_child_reap(nixl_agent_t *agent, uint32_t timeout_ms);
+
+/* ---- time ---- */
+uint64_t bench_now_ns(void);
+
+/* ---- pattern and layout (bench_pattern.c) ---- */
+
+/* Byte x of the initiator's buffer in the row with this seed is a fixed
+ * function of (seed, x); fill writes [x0, x0+len) of it at p. */
+void bench_pattern_fill(uint8_t *p, uint64_t seed, uint64_t x0, size_t len);
+/* Index of the first byte of p that differs from the pattern, or -1. */
+int64_t bench_pattern_check(const uint8_t *p, uint64_t seed, uint64_t x0, size_t len);
+/* slot[i] = target block that initiator block i pairs with: identity for
+ * contig, a permutation derived from seed for shuffled.  slot has count
+ * entries. */
+void bench_layout_slots(bench_layout_t layout, uint64_t seed, uint32_t *slot, size_t count);
+/* Seed of one row, derived from the run's seed and the row's number. */
+uint64_t bench_row_seed(uint64_t base, uint64_t row);
+/* Fill the target's buffer so that, read back through the layout, the
+ * initiator's buffer holds the pattern. */
+void bench_target_fill(uint8_t *buf, uint64_t seed, uint64_t block, uint64_t batch, bench_layout_t layout);
+/* Offset in the target buffer of the first wrong byte after a write, or -1. */
+int64_t bench_target_check(const uint8_t *buf, uint64_t seed, uint64_t block, uint64_t batch, bench_layout_t layout);
+
+/* Parse "64K", "1M", "4096" (powers of 1024); 0 on success. */
+int bench_parse_size(const char *s, uint64_t *out);
+/* "64M" or "1K:64M" (sweep of powers of two); 0 on success. */
+int bench_parse_range(const char *s, uint64_t *min_out, uint64_t *max_out);
+/* "64 KiB" style for tables. */
+void bench_fmt_size(uint64_t v, char *buf, size_t cap);
+
+/* ---- memory (bench_pattern.c) ---- */
+void *bench_alloc(bench_alloc_t kind, size_t len);
+void bench_free(bench_alloc_t kind, void *p, size_t len);
+const char *bench_alloc_name(bench_alloc_t kind);
+const char *bench_layout_name(bench_layout_t layout);
+
+/* ---- notification inbox (bench_notif.c) ---- */
+
+typedef struct bench_msg {
+    char sender[NIXL_NAME_MAX + 1];
+    char text[BENCH_MSG_MAX]; /* NUL-terminated; longer messages are cut */
+} bench_msg_t;
+
+/* Collect every pending notification of the agent into the inbox. */
+void bench_inbox_poll(nixl_agent_t *agent);
+/* Pop the oldest message, 0 when there was one. */
+int bench_inbox_pop(bench_msg_t *msg_out);
+/* Wait for a message whose text starts with one of the prefixes (others
+ * are dropped with a warning); exits on timeout or when the spawned target
+ * dies. */
+void bench_inbox_wait(nixl_agent_t *agent, const char *const *prefixes, size_t n, uint32_t timeout_ms,
+                      bench_msg_t *msg_out);
+void bench_notif_send(nixl_agent_t *agent, const char *peer, const char *text);
+
+/* ---- the two roles ---- */
+int bench_run_target(const bench_opts_t *o);
+int bench_run_initiator(const bench_opts_t *o, const char *ip, uint16_t port);
+
+/* ---- the raw limit (bench_limits.c) ---- */
+
+/* Bytes per second of one thread's memcpy of the same pieces: batch blocks
+ * from a contiguous source to the layout's slots (write) or back (read).
+ * src and dst hold at least block*batch bytes. */
+double bench_memcpy_limit(uint8_t *dst, const uint8_t *src, uint64_t block, uint64_t batch, const uint32_t *slot,
+                          nixl_op_t op);
+
+#endif

@@ -1,0 +1,378 @@
+/*
+ * bench_initiator.c - the active side of nixlbench: one row per (block,
+ * batch), each measured the way a serving engine would use the library.
+ *
+ * Per row: descriptors are laid out (contiguous or shuffled on the target),
+ * both lists are prepared once and a request is made from index arrays (the
+ * two-step API, the fast path for paged KV); the first transfer is checked
+ * byte for byte, then the same request is re-posted iters times on one
+ * thread.  The same pieces copied by memcpy give the row's raw limit.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench.h"
+
+typedef struct row {
+    uint64_t block, batch, bytes, iters;
+    double seconds, gbps, limit_gbps, ratio, per_desc_us;
+    double prep_local_us, prep_remote_us, make_us, make_desc_per_s, post_us;
+    nixl_xfer_info_t info;
+} row_t;
+
+typedef struct initiator {
+    const bench_opts_t *o;
+    nixl_agent_t *agent;
+    char peer[NIXL_NAME_MAX + 1];
+    uint8_t *buf; /* registered, max_bytes */
+    uint64_t len;
+    uint64_t remote_addr, remote_len;
+    uint8_t *lim_src, *lim_dst; /* unregistered, for the memcpy limit */
+    nixl_desc_t *ldesc, *rdesc;
+    uint32_t *idx, *slot;
+    FILE *json;
+} initiator_t;
+
+static nixl_dlist_t dlist_of(const nixl_desc_t *d, size_t n)
+{
+    return (nixl_dlist_t){.mem_type = NIXL_MEM_DRAM, .count = n, .descs = d};
+}
+
+static uint64_t default_iters(const bench_opts_t *o, uint64_t bytes)
+{
+    const uint64_t min_moved = 256ull << 20, cap = 100000;
+    if (o->iters)
+        return o->iters;
+    if (bytes >= (1ull << 20))
+        return 20;
+    uint64_t n = (min_moved + bytes - 1) / bytes;
+    return n < 20 ? 20 : (n > cap ? cap : n);
+}
+
+/* Polls a posted request to completion; a request that never completes is
+ * an error, not a hang. */
+static void xfer_wait(const initiator_t *in, nixl_xfer_t *x, nixl_status_t st, const char *what)
+{
+    uint64_t deadline = 0;
+    unsigned spins = 0;
+    while (st == NIXL_IN_PROG) {
+        st = nixl_xfer_status(x);
+        if (st != NIXL_IN_PROG)
+            break;
+        if ((++spins & 0xfff) == 0) {
+            uint64_t now = bench_now_ns();
+            if (!deadline)
+                deadline = now + (uint64_t)in->o->timeout_ms * 1000000ull;
+            else if (now > deadline)
+                bench_die("%s did not complete within %u ms", what, in->o->timeout_ms);
+        }
+    }
+    if (st != NIXL_OK) {
+        char call[96];
+        snprintf(call, sizeof(call), "nixl_xfer_status(%s)", what);
+        bench_check(st, call);
+    }
+}
+
+static void verify_write(initiator_t *in, const nixl_prep_t *lp, const nixl_prep_t *rp, const row_t *r,
+                         uint64_t seed)
+{
+    char text[BENCH_MSG_MAX];
+    snprintf(text, sizeof(text), "chk %" PRIu64 " %" PRIu64 " %" PRIu64 " %s", seed, r->block, r->batch,
+             bench_layout_name(in->o->layout));
+    bench_pattern_fill(in->buf, seed, 0, r->bytes);
+    nixl_opt_args_t opt = {.field_mask = NIXL_OPT_NOTIF, .notif = text, .notif_len = strlen(text)};
+    nixl_xfer_t *x;
+    bench_check(nixl_xfer_make(in->agent, NIXL_OP_WRITE, lp, in->idx, rp, in->idx, r->batch, &opt, &x),
+                "nixl_xfer_make(verification write)");
+    xfer_wait(in, x, nixl_xfer_post(x), "verification write");
+    nixl_xfer_release(x);
+
+    static const char *const answers[] = {"ok", "bad"};
+    bench_msg_t m;
+    unsigned long long got_seed, off;
+    bench_inbox_wait(in->agent, answers, 2, in->o->timeout_ms, &m);
+    if (sscanf(m.text, "bad %llu %llu", &got_seed, &off) == 2)
+        bench_die("verification failed: block %" PRIu64 " batch %" PRIu64 " write: target byte at offset %llu"
+                  " differs from the pattern (seed %" PRIu64 ")",
+                  r->block, r->batch, off, seed);
+    if (sscanf(m.text, "ok %llu", &got_seed) != 1 || got_seed != seed)
+        bench_die("verification answer \"%s\" does not match seed %" PRIu64, m.text, seed);
+}
+
+static void verify_read(initiator_t *in, nixl_xfer_t *x, const row_t *r, uint64_t seed)
+{
+    char text[BENCH_MSG_MAX];
+    snprintf(text, sizeof(text), "fill %" PRIu64 " %" PRIu64 " %" PRIu64 " %s", seed, r->block, r->batch,
+             bench_layout_name(in->o->layout));
+    memset(in->buf, 0xa5, r->bytes); /* stale bytes must not pass */
+    bench_notif_send(in->agent, in->peer, text);
+    static const char *const answers[] = {"filled"};
+    bench_msg_t m;
+    unsigned long long got_seed;
+    bench_inbox_wait(in->agent, answers, 1, in->o->timeout_ms, &m);
+    if (sscanf(m.text, "filled %llu", &got_seed) != 1 || got_seed != seed)
+        bench_die("fill answer \"%s\" does not match seed %" PRIu64, m.text, seed);
+    xfer_wait(in, x, nixl_xfer_post(x), "verification read");
+    int64_t bad = bench_pattern_check(in->buf, seed, 0, r->bytes);
+    if (bad >= 0)
+        bench_die("verification failed: block %" PRIu64 " batch %" PRIu64 " read: local byte at offset %" PRId64
+                  " differs from the pattern (seed %" PRIu64 ")",
+                  r->block, r->batch, bad, seed);
+}
+
+static void run_row(initiator_t *in, row_t *r, uint64_t seed)
+{
+    const bench_opts_t *o = in->o;
+    uint64_t t0, t1, t2, t3;
+
+    bench_layout_slots(o->layout, seed, in->slot, r->batch);
+    for (uint64_t i = 0; i < r->batch; i++) {
+        in->ldesc[i] = (nixl_desc_t){.addr = (uint64_t)(uintptr_t)in->buf + i * r->block, .len = r->block};
+        in->rdesc[i] = (nixl_desc_t){.addr = in->remote_addr + (uint64_t)in->slot[i] * r->block, .len = r->block};
+    }
+    nixl_dlist_t ll = dlist_of(in->ldesc, r->batch), rl = dlist_of(in->rdesc, r->batch);
+    nixl_prep_t *lp, *rp;
+    nixl_xfer_t *x;
+
+    t0 = bench_now_ns();
+    bench_check(nixl_prep_create(in->agent, NULL, &ll, NULL, &lp), "nixl_prep_create(local)");
+    t1 = bench_now_ns();
+    bench_check(nixl_prep_create(in->agent, in->peer, &rl, NULL, &rp), "nixl_prep_create(remote)");
+    t2 = bench_now_ns();
+    bench_check(nixl_xfer_make(in->agent, o->op, lp, in->idx, rp, in->idx, r->batch, NULL, &x), "nixl_xfer_make");
+    t3 = bench_now_ns();
+    r->prep_local_us = (double)(t1 - t0) / 1e3;
+    r->prep_remote_us = (double)(t2 - t1) / 1e3;
+    r->make_us = (double)(t3 - t2) / 1e3;
+    r->make_desc_per_s = (double)r->batch * 1e9 / (double)(t3 - t0 ? t3 - t0 : 1);
+
+    if (o->op == NIXL_OP_WRITE)
+        verify_write(in, lp, rp, r, seed);
+    else
+        verify_read(in, x, r, seed);
+
+    for (uint64_t w = 0; w < o->warmup; w++)
+        xfer_wait(in, x, nixl_xfer_post(x), "warmup transfer");
+
+    uint64_t post_ns = 0;
+    t0 = bench_now_ns();
+    for (uint64_t it = 0; it < r->iters; it++) {
+        uint64_t a = bench_now_ns();
+        nixl_status_t st = nixl_xfer_post(x);
+        post_ns += bench_now_ns() - a;
+        if (st < 0)
+            bench_check(st, "nixl_xfer_post");
+        xfer_wait(in, x, st, "timed transfer");
+    }
+    t1 = bench_now_ns();
+    bench_check(nixl_xfer_info(x, &r->info), "nixl_xfer_info");
+    nixl_xfer_release(x);
+    nixl_prep_release(rp);
+    nixl_prep_release(lp);
+
+    r->seconds = (double)(t1 - t0) / 1e9;
+    r->gbps = (double)r->bytes * (double)r->iters / r->seconds / 1e9;
+    r->per_desc_us = r->seconds * 1e6 / ((double)r->iters * (double)r->batch);
+    r->post_us = (double)post_ns / 1e3 / (double)r->iters;
+
+    bench_pattern_fill(in->lim_src, seed, 0, r->bytes);
+    r->limit_gbps = bench_memcpy_limit(in->lim_dst, in->lim_src, r->block, r->batch, in->slot, o->op) / 1e9;
+    r->ratio = r->gbps / r->limit_gbps;
+}
+
+static void print_header(void)
+{
+    printf("%8s %7s %9s %10s %6s %11s %10s %12s %9s  %s\n", "block", "batch", "GB/s", "limit GB/s", "ratio",
+           "per-desc us", "prep us", "make Mdesc/s", "post us", "path");
+}
+
+static void print_row(const row_t *r)
+{
+    char b[16];
+    bench_fmt_size(r->block, b, sizeof(b));
+    printf("%8s %7" PRIu64 " %9.2f %10.2f %6.3f %11.4f %10.1f %12.2f %9.2f  %s\n", b, r->batch, r->gbps,
+           r->limit_gbps, r->ratio, r->per_desc_us, r->prep_local_us + r->prep_remote_us,
+           r->make_desc_per_s / 1e6, r->post_us, r->info.path);
+    fflush(stdout);
+}
+
+/* Names from the library are plain identifiers, but a quote or a control
+ * byte must never break the JSON line. */
+static void json_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+static void json_row(initiator_t *in, const row_t *r)
+{
+    const bench_opts_t *o = in->o;
+    FILE *f = in->json;
+    fputs("{\"backend\":", f);
+    json_str(f, r->info.backend[0] ? r->info.backend : o->backend);
+    fprintf(f, ",\"op\":\"%s\",\"block_size\":%" PRIu64 ",\"batch_size\":%" PRIu64 ",\"bytes\":%" PRIu64,
+            o->op == NIXL_OP_WRITE ? "write" : "read", r->block, r->batch, r->bytes);
+    fprintf(f, ",\"iters\":%" PRIu64 ",\"warmup\":%" PRIu64 ",\"seconds\":%.9g,\"gbps\":%.6g,\"limit_gbps\":%.6g"
+               ",\"ratio\":%.6g",
+            r->iters, o->warmup, r->seconds, r->gbps, r->limit_gbps, r->ratio);
+    fputs(",\"path\":", f);
+    json_str(f, r->info.path);
+    fprintf(f, ",\"descs_after_merge\":%" PRIu64 ",\"make_desc_per_s\":%.6g,\"prep_us\":%.6g"
+               ",\"prep_local_us\":%.6g,\"prep_remote_us\":%.6g,\"make_us\":%.6g,\"post_us\":%.6g"
+               ",\"per_desc_us\":%.6g,\"layout\":\"%s\",\"alloc\":\"%s\",\"initiator_mem\":\"dram\""
+               ",\"target_mem\":\"dram\"}\n",
+            r->info.descs, r->make_desc_per_s, r->prep_local_us + r->prep_remote_us, r->prep_local_us,
+            r->prep_remote_us, r->make_us, r->post_us, r->per_desc_us, bench_layout_name(o->layout),
+            bench_alloc_name(o->alloc));
+    if (fflush(f))
+        bench_die("cannot write %s", o->json_path);
+}
+
+/* Largest block*batch of the rows that will run; 0 when none fits. */
+static uint64_t rows_max_bytes(const bench_opts_t *o)
+{
+    uint64_t max = 0;
+    for (uint64_t ba = o->batch_min; ba <= o->batch_max; ba *= 2)
+        for (uint64_t bl = o->block_min; bl <= o->block_max; bl *= 2)
+            if (bl <= o->max_bytes / ba && bl * ba > max)
+                max = bl * ba;
+    return max;
+}
+
+static void connect_target(initiator_t *in, const char *ip, uint16_t port, uint64_t bytes)
+{
+    char name2[NIXL_NAME_MAX + 1];
+    bench_check(nixl_md_fetch_remote(in->agent, ip, port, in->peer), "nixl_md_fetch_remote");
+    /* The target needs our metadata to send its answers back. */
+    bench_check(nixl_md_send_local(in->agent, ip, port), "nixl_md_send_local");
+
+    char text[BENCH_MSG_MAX];
+    snprintf(text, sizeof(text), "alloc %" PRIu64 " %s", bytes, bench_alloc_name(in->o->alloc));
+    bench_notif_send(in->agent, in->peer, text);
+    static const char *const answers[] = {"buf"};
+    bench_msg_t m;
+    unsigned long long addr, len;
+    bench_inbox_wait(in->agent, answers, 1, in->o->timeout_ms, &m);
+    if (sscanf(m.text, "buf %llu %llu", &addr, &len) != 2 || len < bytes)
+        bench_die("bad buffer answer from the target: \"%s\"", m.text);
+    in->remote_addr = addr;
+    in->remote_len = len;
+    /* Fetch again: the metadata now lists the buffer just registered. */
+    bench_check(nixl_md_fetch_remote(in->agent, ip, port, name2), "nixl_md_fetch_remote(after alloc)");
+    if (strcmp(name2, in->peer))
+        bench_die("the agent at %s:%u changed name from %s to %s", ip, (unsigned)port, in->peer, name2);
+}
+
+static void setup(initiator_t *in, const char *ip, uint16_t port, uint64_t bytes, uint64_t max_batch)
+{
+    const bench_opts_t *o = in->o;
+    char name[NIXL_NAME_MAX + 1];
+    snprintf(name, sizeof(name), "nixlbench-init-%ld", (long)getpid());
+    /* One thread drives everything: the agent's lock would only add cost. */
+    nixl_agent_config_t cfg = {
+        .field_mask = NIXL_AGENT_CONFIG_NAME | NIXL_AGENT_CONFIG_THREAD_MODE,
+        .name = name,
+        .thread_mode = NIXL_THREAD_NONE,
+    };
+    bench_check(nixl_agent_create(&cfg, &in->agent), "nixl_agent_create(initiator)");
+    nixl_backend_t *be;
+    bench_check(nixl_backend_create(in->agent, o->backend, NULL, 0, &be), "nixl_backend_create(initiator)");
+
+    in->len = bytes;
+    in->buf = bench_alloc(o->alloc, bytes);
+    nixl_desc_t d = {.addr = (uint64_t)(uintptr_t)in->buf, .len = bytes};
+    nixl_dlist_t l = dlist_of(&d, 1);
+    bench_check(nixl_mem_register(in->agent, &l, NULL), "nixl_mem_register(initiator buffer)");
+    in->lim_src = bench_alloc(o->alloc, bytes);
+    in->lim_dst = bench_alloc(o->alloc, bytes);
+
+    in->ldesc = calloc(max_batch, sizeof(*in->ldesc));
+    in->rdesc = calloc(max_batch, sizeof(*in->rdesc));
+    in->idx = malloc(max_batch * sizeof(*in->idx));
+    in->slot = malloc(max_batch * sizeof(*in->slot));
+    if (!in->ldesc || !in->rdesc || !in->idx || !in->slot)
+        bench_die("out of memory for %" PRIu64 " descriptors", max_batch);
+    for (uint64_t i = 0; i < max_batch; i++)
+        in->idx[i] = (uint32_t)i;
+
+    connect_target(in, ip, port, bytes);
+}
+
+static void teardown(initiator_t *in)
+{
+    nixl_desc_t d = {.addr = (uint64_t)(uintptr_t)in->buf, .len = in->len};
+    nixl_dlist_t l = dlist_of(&d, 1);
+    bench_check(nixl_mem_deregister(in->agent, &l, NULL), "nixl_mem_deregister(initiator buffer)");
+    nixl_agent_destroy(in->agent);
+    bench_free(in->o->alloc, in->buf, in->len);
+    bench_free(in->o->alloc, in->lim_src, in->len);
+    bench_free(in->o->alloc, in->lim_dst, in->len);
+    free(in->ldesc);
+    free(in->rdesc);
+    free(in->idx);
+    free(in->slot);
+}
+
+int bench_run_initiator(const bench_opts_t *o, const char *ip, uint16_t port)
+{
+    initiator_t in = {.o = o};
+    uint64_t bytes = rows_max_bytes(o);
+    if (!bytes)
+        bench_die("every row exceeds --max-bytes %" PRIu64 " (block x batch per side)", o->max_bytes);
+    if (o->json_path) {
+        in.json = fopen(o->json_path, "w");
+        if (!in.json)
+            bench_die("cannot open %s: %s", o->json_path, strerror(errno));
+    }
+    setup(&in, ip, port, bytes, o->batch_max);
+    if (!o->quiet) {
+        printf("# nixlbench %s: backend %s, op %s, layout %s, alloc %s, target %s (%s:%u)\n", nixl_version(),
+               o->backend, o->op == NIXL_OP_WRITE ? "write" : "read", bench_layout_name(o->layout),
+               bench_alloc_name(o->alloc), in.peer, ip, (unsigned)port);
+        print_header();
+    }
+
+    uint64_t row_no = 0;
+    for (uint64_t ba = o->batch_min; ba <= o->batch_max; ba *= 2) {
+        for (uint64_t bl = o->block_min; bl <= o->block_max; bl *= 2) {
+            row_t r = {.block = bl, .batch = ba};
+            if (bl > o->max_bytes / ba) {
+                if (!o->quiet)
+                    fprintf(stderr, "nixlbench: skipping block %" PRIu64 " x batch %" PRIu64
+                                    ": over --max-bytes\n", bl, ba);
+                continue;
+            }
+            r.bytes = bl * ba;
+            r.iters = default_iters(o, r.bytes);
+            run_row(&in, &r, bench_row_seed(o->seed, row_no++));
+            if (!o->quiet)
+                print_row(&r);
+            if (in.json)
+                json_row(&in, &r);
+        }
+    }
+
+    bench_notif_send(in.agent, in.peer, "quit");
+    /* Keep our agent alive until the target has gone, so nothing it still
+     * needs from us (the notification) disappears under it. */
+    int target_rc = bench_child_reap(in.agent, 10000);
+    teardown(&in);
+    if (in.json && fclose(in.json))
+        bench_die("cannot write %s", o->json_path);
+    return target_rc ? 1 : 0;
+}
