@@ -468,8 +468,8 @@ static int run_prefill(const opts_t *o)
 {
     uint32_t pool_slots = o->tokens * 2, pruns, druns;
     uint64_t n = (uint64_t)o->layers * o->tokens;
-    printf("kv_transfer: KV like DeepSeek-V2-Lite: %u layers x %s tokens x %u B per token and layer (page size 1)\n",
-           o->layers, commas(o->tokens), SLOT_BYTES);
+    printf("kv_transfer: KV like DeepSeek-V2-Lite: %u layers x %s tokens x %s B per token and layer (page size 1)\n",
+           o->layers, commas(o->tokens), commas(SLOT_BYTES));
 
     int port_fd;
     pid_t child = decode_spawn(o, &port_fd);

@@ -1,10 +1,12 @@
 /*
  * minimal.c - the smallest complete nixl program.
  *
- * Two agents in one process stand for a prefill and a decode worker: both
- * get the shm backend, register a buffer, swap metadata blobs, then prefill
+ * Two agents in one process stand for a prefill and a decode worker (one
+ * agent per process is the normal case): both get the shm backend and
+ * register 1 MiB of shared memory, they swap metadata blobs, then prefill
  * WRITEs its buffer into decode's with a notification and decode waits for
  * it.  When decode sees the notification, the bytes are already there.
+ * This is the README's program with every status checked.
  */
 #include <stdio.h>
 #include <string.h>
@@ -59,19 +61,26 @@ static nixl_status_t introduce(nixl_agent_t *a, nixl_agent_t *b)
     return s;
 }
 
+#define LEN (1u << 20)
+
 int main(void)
 {
-    static char src[4096], dst[4096];
-    snprintf(src, sizeof(src), "KV of layer 0, tokens 0..3");
+    /* Shared memory: a same-host peer copies into it with plain memcpy. */
+    void *srcp, *dstp;
+    TRY(nixl_mem_alloc(LEN, &srcp));
+    TRY(nixl_mem_alloc(LEN, &dstp));
+    char *src = srcp, *dst = dstp;
+    for (size_t i = 0; i < LEN; i++)
+        src[i] = (char)('a' + i % 26);
 
     nixl_agent_t *prefill, *decode;
-    TRY(setup("prefill", src, sizeof(src), &prefill));
-    TRY(setup("decode", dst, sizeof(dst), &decode));
+    TRY(setup("prefill", src, LEN, &prefill));
+    TRY(setup("decode", dst, LEN, &decode));
     TRY(introduce(decode, prefill));
     TRY(introduce(prefill, decode));
 
-    nixl_desc_t l = {.addr = (uintptr_t)src, .len = sizeof(src)};
-    nixl_desc_t r = {.addr = (uintptr_t)dst, .len = sizeof(dst)};
+    nixl_desc_t l = {.addr = (uintptr_t)src, .len = LEN};
+    nixl_desc_t r = {.addr = (uintptr_t)dst, .len = LEN};
     nixl_dlist_t local = {.mem_type = NIXL_MEM_DRAM, .count = 1, .descs = &l};
     nixl_dlist_t remote = {.mem_type = NIXL_MEM_DRAM, .count = 1, .descs = &r};
     nixl_opt_args_t opt = {.field_mask = NIXL_OPT_NOTIF, .notif = "kv-ready", .notif_len = 8};
@@ -89,11 +98,13 @@ int main(void)
     int seen = 0;
     while (!seen)
         TRY(nixl_notifs_get(decode, on_notif, &seen, NULL));
-    int same = memcmp(src, dst, sizeof(src)) == 0;
-    printf("decode: buffer %s: \"%s\"\n", same ? "matches" : "DIFFERS", dst);
+    int same = memcmp(src, dst, LEN) == 0;
+    printf("decode: %u bytes %s: \"%.26s...\"\n", LEN, same ? "match" : "DIFFER", dst);
 
     nixl_xfer_release(xfer);
     nixl_agent_destroy(prefill); /* also deregisters its memory */
     nixl_agent_destroy(decode);
+    nixl_mem_free(src, LEN);
+    nixl_mem_free(dst, LEN);
     return same ? 0 : 1;
 }

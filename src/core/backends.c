@@ -127,10 +127,23 @@ static void scan_dir(const char *dir)
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
         size_t n = strlen(e->d_name);
-        if (strncmp(e->d_name, "libnixl_backend_", 16) != 0 || n < 4 || strcmp(e->d_name + n - 3, ".so") != 0)
+        if (strncmp(e->d_name, "libnixl_backend_", 16) != 0 || n < 20 || strcmp(e->d_name + n - 3, ".so") != 0)
             continue;
         char path[512];
         snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        /* A module named like a backend we already have is not even opened:
+         * loading two copies of one backend (say, a sanitizer build's
+         * module next to the built-in one) can break the process. */
+        char name[64];
+        size_t nlen = n - 16 - 3;
+        if (nlen < sizeof(name)) {
+            memcpy(name, e->d_name + 16, nlen);
+            name[nlen] = 0;
+            if (impl_find(name)) {
+                NIXL_INFO("backend module %s skipped: backend %s is already loaded", path, name);
+                continue;
+            }
+        }
         void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
         if (!h) {
             NIXL_WARN("backend module %s: %s", path, dlerror());

@@ -666,9 +666,23 @@ static void case_path_stats(conf_ctx_t *ctx)
         CHECK_OK(nixl_path_stats(ctx->agent, after, 1, &n1));
         CHECK_EQ_U64(n1, na);
     }
+    /* A path counted as a fallback must show up, with a cause, among the
+     * fallback rows: a fallback is never silent. */
     nixl_fallback_stat_t fb[CAP];
     size_t nf = 0;
     CHECK_OK(nixl_fallback_stats(ctx->agent, fb, CAP, &nf));
+    CHECK(nf <= CAP);
+    for (size_t i = 0; i < na; i++) {
+        if (after[i].fallbacks == 0)
+            continue;
+        uint64_t counted = 0;
+        for (size_t j = 0; j < nf; j++)
+            if (strcmp(fb[j].path, after[i].path) == 0 && fb[j].cause[0])
+                counted += fb[j].count;
+        if (counted == 0)
+            conf_fail(__FILE__, __LINE__, "path %s was taken %llu time(s) as a fallback but no fallback row names it",
+                      after[i].path, (unsigned long long)after[i].fallbacks);
+    }
     conf_note("path %s: %zu path rows, %zu fallback rows", info.path, na, nf);
     nixl_xfer_release(x);
     local_drop(ctx, &lb);

@@ -34,6 +34,9 @@ typedef struct bench_opts {
     uint64_t seed;
     uint32_t timeout_ms;           /* waiting for the target's answers */
     uint32_t target_poll_us;       /* target's sleep between idle polls */
+    nixl_param_t params[16]; /* --param KEY=VALUE, given to the backend on both sides */
+    size_t num_params;
+    char param_keys[16][64];
     const char *json_path;
     int quiet;
     /* connection */

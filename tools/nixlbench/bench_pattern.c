@@ -33,7 +33,7 @@ static inline uint8_t pattern_byte(uint64_t seed, uint64_t x)
 
 uint64_t bench_row_seed(uint64_t base, uint64_t row)
 {
-    return mix64(base ^ (row * 0xd1b54a32d192ed03ull + 1));
+    return mix64((base ^ 0x6a09e667f3bcc909ull) + row * 0xd1b54a32d192ed03ull);
 }
 
 void bench_pattern_fill(uint8_t *p, uint64_t seed, uint64_t x0, size_t len)

@@ -168,7 +168,7 @@ int bench_run_target(const bench_opts_t *o)
     };
     bench_check(nixl_agent_create(&cfg, &t.agent), "nixl_agent_create(target)");
     nixl_backend_t *be;
-    bench_check(nixl_backend_create(t.agent, o->backend, NULL, 0, &be), "nixl_backend_create(target)");
+    bench_check(nixl_backend_create(t.agent, o->backend, o->params, o->num_params, &be), "nixl_backend_create(target)");
     report_port(o, &t);
 
     struct timespec nap = {0, (long)o->target_poll_us * 1000};

@@ -132,6 +132,7 @@ static void usage(FILE *f)
           "                         (default; runs cannot merge) or slot i (runs merge)\n"
           "  --alloc nixl|malloc    buffers from nixl_mem_alloc (shared: shm.map) or malloc (shm.cma)\n"
           "  --initiator-mem dram   --target-mem dram   (vram: not supported yet)\n"
+          "  --param KEY=VALUE      backend parameter, both sides (repeatable; e.g. threads=1)\n"
           "  --json FILE            one JSON object per row per line\n"
           "  --quiet                no table on stdout (errors still go to stderr)\n"
           "  --max-bytes SIZE       skip rows whose block x batch exceeds this (default 1G)\n"
@@ -146,7 +147,7 @@ static void usage(FILE *f)
 enum {
     OPT_BACKEND = 256, OPT_OP, OPT_BLOCK, OPT_BATCH, OPT_ITERS, OPT_WARMUP, OPT_LAYOUT, OPT_ALLOC,
     OPT_INIT_MEM, OPT_TARGET_MEM, OPT_JSON, OPT_QUIET, OPT_MAX_BYTES, OPT_SEED, OPT_TIMEOUT, OPT_PEER,
-    OPT_ROLE, OPT_LISTEN_PORT, OPT_REPORT_FD, OPT_POLL_US, OPT_HELP,
+    OPT_ROLE, OPT_LISTEN_PORT, OPT_REPORT_FD, OPT_POLL_US, OPT_PARAM, OPT_HELP,
 };
 
 static const struct option long_opts[] = {
@@ -170,6 +171,7 @@ static const struct option long_opts[] = {
     {"listen-port", required_argument, NULL, OPT_LISTEN_PORT},
     {"report-fd", required_argument, NULL, OPT_REPORT_FD},
     {"target-poll-us", required_argument, NULL, OPT_POLL_US},
+    {"param", required_argument, NULL, OPT_PARAM},
     {"help", no_argument, NULL, OPT_HELP},
     {NULL, 0, NULL, 0},
 };
@@ -219,6 +221,22 @@ static void parse_peer(const char *s, bench_opts_t *o, char *ip, size_t cap)
         bad_usage("--peer: port 0 is not a port");
     o->peer_ip = ip;
     o->peer_port = (uint16_t)port;
+}
+
+/* KEY=VALUE: the value stays in argv, the key is copied into the options. */
+static void add_param(bench_opts_t *o, const char *kv)
+{
+    const char *eq = strchr(kv, '=');
+    if (!eq || eq == kv)
+        bad_usage("--param: expected KEY=VALUE, got \"%s\"", kv);
+    if (o->num_params == sizeof(o->params) / sizeof(o->params[0]))
+        bad_usage("--param: at most %zu parameters", sizeof(o->params) / sizeof(o->params[0]));
+    char *key = o->param_keys[o->num_params];
+    if ((size_t)(eq - kv) >= sizeof(o->param_keys[0]))
+        bad_usage("--param: key of \"%s\" is too long", kv);
+    memcpy(key, kv, (size_t)(eq - kv));
+    key[eq - kv] = '\0';
+    o->params[o->num_params++] = (nixl_param_t){.key = key, .value = eq + 1};
 }
 
 static void parse_opts(int argc, char **argv, bench_opts_t *o, char *ip, size_t ip_cap)
@@ -288,6 +306,7 @@ static void parse_opts(int argc, char **argv, bench_opts_t *o, char *ip, size_t 
         case OPT_LISTEN_PORT: o->listen_port = (uint16_t)parse_count("--listen-port", optarg, 65535); break;
         case OPT_REPORT_FD: o->report_fd = (int)parse_count("--report-fd", optarg, 1 << 20); break;
         case OPT_POLL_US: o->target_poll_us = (uint32_t)parse_count("--target-poll-us", optarg, 1000000); break;
+        case OPT_PARAM: add_param(o, optarg); break;
         case OPT_HELP: usage(stdout); exit(0);
         default: usage(stderr); exit(2);
         }
@@ -307,8 +326,26 @@ static uint16_t spawn_target(const bench_opts_t *o)
     char fd_arg[16], poll_arg[16];
     snprintf(fd_arg, sizeof(fd_arg), "%d", fds[1]);
     snprintf(poll_arg, sizeof(poll_arg), "%u", o->target_poll_us);
-    char *const args[] = {"nixlbench", "--role", "target", "--listen-port", "0", "--backend", (char *)o->backend,
-                          "--report-fd", fd_arg, "--target-poll-us", poll_arg, NULL};
+    char *args[16 + 2 * sizeof(o->params) / sizeof(o->params[0])];
+    char param_args[sizeof(o->params) / sizeof(o->params[0])][256];
+    size_t na = 0;
+    args[na++] = "nixlbench";
+    args[na++] = "--role";
+    args[na++] = "target";
+    args[na++] = "--listen-port";
+    args[na++] = "0";
+    args[na++] = "--backend";
+    args[na++] = (char *)o->backend;
+    args[na++] = "--report-fd";
+    args[na++] = fd_arg;
+    args[na++] = "--target-poll-us";
+    args[na++] = poll_arg;
+    for (size_t i = 0; i < o->num_params; i++) {
+        snprintf(param_args[i], sizeof(param_args[i]), "%s=%s", o->params[i].key, o->params[i].value);
+        args[na++] = "--param";
+        args[na++] = param_args[i];
+    }
+    args[na] = NULL;
     pid_t parent = getpid();
     fflush(NULL);
     pid_t pid = fork();

@@ -353,6 +353,12 @@ static nixl_status_t shm_create(const nixl_host_services_t *host, const nixl_par
         st = NIXL_ERR_INVALID_PARAM;
         goto err_free;
     }
+    if (be->agent_name_len == 0) {
+        /* Receivers drop notifications without a sender. */
+        SHM_ERROR(be, "shm: the agent has no name");
+        st = NIXL_ERR_INVALID_PARAM;
+        goto err_free;
+    }
     memcpy(be->agent_name, name, be->agent_name_len + 1);
     be->page_size = sysconf(_SC_PAGESIZE);
     if (be->page_size <= 0)

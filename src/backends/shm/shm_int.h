@@ -201,10 +201,15 @@ typedef struct shm_copy {
     size_t len;
 } shm_copy_t;
 
-/* Segments [first, first + count) make one unit of work: one process_vm_*
- * call or one run of memcpy. */
+/* One unit of work: copies [first, first + count) (shm.map), or local
+ * iovecs [first, first + count) and remote iovecs [rfirst, rfirst + rcount)
+ * for one process_vm_* call (shm.cma).  The two iovec lists cover the same
+ * bytes but are coalesced separately: the kernel's cost is per remote
+ * iovec, so remote runs merge even where the local side is scattered. */
 typedef struct shm_item {
     size_t first, count;
+    size_t rfirst, rcount;
+    size_t bytes;
 } shm_item_t;
 
 typedef struct shm_req {
@@ -288,9 +293,10 @@ void shm_notif_peer_close(shm_peer_t *peer);
 size_t shm_notif_size(const shm_be_t *be, size_t len);
 /* Build the datagram in buf (at least shm_notif_size bytes). */
 void shm_notif_build(const shm_be_t *be, uint8_t *buf, const void *msg, size_t len);
-/* Send a built datagram; may sleep up to ~2 s while the peer's queue is full.
- * Any thread. */
-nixl_status_t shm_notif_send_raw(shm_be_t *be, shm_peer_t *peer, const uint8_t *dgram, size_t len);
+/* Send a built datagram; may sleep up to ~2 s while the peer's queue is full,
+ * unless *cancel (may be NULL) becomes set.  Any thread. */
+nixl_status_t shm_notif_send_raw(shm_be_t *be, shm_peer_t *peer, const uint8_t *dgram, size_t len,
+                                 _Atomic int *cancel);
 nixl_status_t shm_notif_send(void *be, void *peer, const void *msg, size_t len);
 nixl_status_t shm_progress(void *be);
 

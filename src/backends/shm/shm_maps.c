@@ -256,9 +256,11 @@ int shm_maps_find(shm_be_t *be, uint64_t addr, uint64_t len, shm_vma_t *out)
         int r = shm_maps_query(m, addr, len, out);
         if (r >= 0)
             return r;
-        if (errno != ENOTTY && errno != EINVAL && errno != EOPNOTSUPP)
-            SHM_DEBUG(be, "shm: PROCMAP_QUERY failed (%s); parsing /proc/self/maps instead", strerror(errno));
-        m->use_query = 0;
+        if (errno == ENOTTY || errno == EINVAL || errno == EOPNOTSUPP)
+            m->use_query = 0; /* kernel < 6.11: parse from now on */
+        else
+            SHM_DEBUG(be, "shm: PROCMAP_QUERY at 0x%llx failed (%s); parsing /proc/self/maps this time",
+                      (unsigned long long)addr, strerror(errno));
     }
     int fresh = 0;
     if (!m->taken_ns || shm_now_ns() - m->taken_ns > SHM_MAPS_TTL_NS) {

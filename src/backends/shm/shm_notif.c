@@ -136,7 +136,8 @@ void shm_notif_build(const shm_be_t *be, uint8_t *buf, const void *msg, size_t l
         memcpy(buf + SHM_NOTIF_HDR + be->agent_name_len, msg, len);
 }
 
-nixl_status_t shm_notif_send_raw(shm_be_t *be, shm_peer_t *peer, const uint8_t *dgram, size_t len)
+nixl_status_t shm_notif_send_raw(shm_be_t *be, shm_peer_t *peer, const uint8_t *dgram, size_t len,
+                                 _Atomic int *cancel)
 {
     uint64_t deadline = 0;
     long sleep_ns = 10000;
@@ -157,6 +158,9 @@ nixl_status_t shm_notif_send_raw(shm_be_t *be, shm_peer_t *peer, const uint8_t *
             uint64_t now = shm_now_ns();
             if (!deadline)
                 deadline = now + SHM_SEND_TIMEOUT_NS;
+            /* A request being released must not hold its releaser for 2 s. */
+            if (cancel && atomic_load(cancel))
+                return NIXL_ERR_CANCELED;
             if (now >= deadline) {
                 SHM_ERROR(be, "shm: notification to peer %s timed out: its queue stayed full for 2 s (is it "
                               "making progress?)",
@@ -197,7 +201,7 @@ nixl_status_t shm_notif_send(void *bev, void *peerv, const void *msg, size_t len
     if (!buf)
         return NIXL_ERR_NO_MEMORY;
     shm_notif_build(be, buf, msg, len);
-    st = shm_notif_send_raw(be, peer, buf, need);
+    st = shm_notif_send_raw(be, peer, buf, need, NULL);
     if (buf != small)
         free(buf);
     return st;

@@ -10,6 +10,7 @@
  * which takes at most the items running right now.
  */
 #include <errno.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +48,11 @@ static void shm_pool_dequeue(shm_pool_t *pool, shm_req_t *r)
 static void *shm_pool_worker(void *arg)
 {
     shm_pool_t *pool = arg;
+    /* Copies are throughput work: as SCHED_BATCH a woken worker does not
+     * preempt the thread that just posted (or the application's own
+     * threads) when cores are few.  Best effort. */
+    struct sched_param sp = {.sched_priority = 0};
+    pthread_setschedparam(pthread_self(), SCHED_BATCH, &sp);
     pthread_mutex_lock(&pool->lock);
     for (;;) {
         while (!pool->stop && !pool->head)

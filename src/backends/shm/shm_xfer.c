@@ -3,8 +3,10 @@
  *
  * prepare does all per-descriptor work once: it splits descriptors at the
  * chunk size and builds either (dst, src, len) copies (shm.map: every remote
- * region is mapped here) or local/remote iovec arrays (shm.cma), grouped in
- * work items of at most 'chunk' bytes and IOV_MAX iovecs.  post then only
+ * region is mapped here) or local/remote iovec arrays (shm.cma; each side's
+ * contiguous runs merge on their own, as the kernel's cost is per remote
+ * iovec), grouped in work items of at most 'chunk' bytes and IOV_MAX
+ * iovecs.  post then only
  * runs the items: inline for small requests (or when there is no pool),
  * else on the worker pool, whose last finishing worker sends the
  * notification and publishes the status.  Posting allocates nothing per
@@ -78,6 +80,21 @@ static nixl_status_t shm_check_xfer(shm_be_t *be, const nixl_be_xfer_t *x, int *
     return NIXL_OK;
 }
 
+/* Append [base, +len) to iov[0..*n), extending the last iovec when it ends
+ * where this one starts and belongs to the same item (in_item > 0).
+ * Returns 1 when a new iovec was used. */
+static size_t shm_iov_append(struct iovec *iov, size_t *n, size_t in_item, void *base, size_t len)
+{
+    if (in_item && (uint8_t *)iov[*n - 1].iov_base + iov[*n - 1].iov_len == (uint8_t *)base) {
+        iov[*n - 1].iov_len += len;
+        return 0;
+    }
+    iov[*n].iov_base = base;
+    iov[*n].iov_len = len;
+    (*n)++;
+    return 1;
+}
+
 nixl_status_t shm_xfer_prepare(void *bev, const nixl_be_xfer_t *x, nixl_be_req_t **req_out)
 {
     shm_be_t *be = bev;
@@ -122,6 +139,7 @@ nixl_status_t shm_xfer_prepare(void *bev, const nixl_be_xfer_t *x, nixl_be_req_t
     r->items = (shm_item_t *)tail;
 
     shm_layout_t fill = {0};
+    size_t nliov = 0, nriov = 0;
     for (size_t i = 0; i < x->count; i++) {
         const nixl_be_iov_t *v = &x->iov[i];
         const shm_rmd_t *rmd = v->rmd;
@@ -129,20 +147,23 @@ nixl_status_t shm_xfer_prepare(void *bev, const nixl_be_xfer_t *x, nixl_be_req_t
             uint64_t left = v->len - off, len = left < be->chunk ? left : be->chunk;
             size_t nitems_before = fill.nitems, s = fill.nseg;
             shm_layout_add(&fill, len, be->chunk);
-            if (fill.nitems != nitems_before)
-                r->items[fill.nitems - 1].first = s;
-            r->items[fill.nitems - 1].count++;
+            shm_item_t *it = &r->items[fill.nitems - 1];
+            if (fill.nitems != nitems_before) {
+                it->first = mapped ? s : nliov;
+                it->rfirst = nriov;
+            }
+            it->bytes += (size_t)len;
             uint8_t *local = (uint8_t *)(uintptr_t)(v->laddr + off);
             if (mapped) {
                 uint8_t *remote = rmd->base + (v->raddr - rmd->addr) + off;
                 r->copy[s].dst = x->op == NIXL_OP_WRITE ? remote : local;
                 r->copy[s].src = x->op == NIXL_OP_WRITE ? local : remote;
                 r->copy[s].len = (size_t)len;
+                it->count++;
             } else {
-                r->liov[s].iov_base = local;
-                r->liov[s].iov_len = (size_t)len;
-                r->riov[s].iov_base = (void *)(uintptr_t)(v->raddr + off);
-                r->riov[s].iov_len = (size_t)len;
+                it->count += shm_iov_append(r->liov, &nliov, it->count, local, (size_t)len);
+                it->rcount += shm_iov_append(r->riov, &nriov, it->rcount, (void *)(uintptr_t)(v->raddr + off),
+                                             (size_t)len);
             }
         }
     }
@@ -169,20 +190,20 @@ static nixl_status_t shm_req_fail(shm_req_t *r, nixl_status_t st, int err, size_
     if (!atomic_compare_exchange_strong(&r->err, &expected, (int)st))
         return st;
     shm_be_t *be = r->be;
-    const char *call = r->op == NIXL_OP_WRITE ? "process_vm_writev" : "process_vm_readv";
+    const char *call = r->op == NIXL_OP_WRITE ? "process_vm_writev to" : "process_vm_readv from";
     if (st == NIXL_ERR_PERMISSION) {
         char scope[32] = "no Yama";
         if (be->ptrace_scope >= 0)
             snprintf(scope, sizeof(scope), "is %d", be->ptrace_scope);
-        SHM_ERROR(be, "shm: CMA refused by the kernel (%s: %s) for peer %s (pid %d): same uid needed; "
-                      "kernel.yama.ptrace_scope must be 0 or 1 (%s), or grant CAP_SYS_PTRACE",
-                  call, strerror(err), r->peer->name, (int)r->peer->pid, scope);
+        SHM_ERROR(be, "shm: CMA refused by the kernel (%s peer %s (pid %d): %s): same uid needed and a "
+                      "dumpable peer; kernel.yama.ptrace_scope must be 0 or 1 (%s), or grant CAP_SYS_PTRACE",
+                  call, r->peer->name, (int)r->peer->pid, strerror(err), scope);
     } else if (st == NIXL_ERR_PEER_GONE) {
-        SHM_ERROR(be, "shm: %s: peer %s (pid %d) has exited", call, r->peer->name, (int)r->peer->pid);
+        SHM_ERROR(be, "shm: %s peer %s (pid %d): the peer has exited", call, r->peer->name, (int)r->peer->pid);
     } else if (err) {
-        SHM_ERROR(be, "shm: %s to/from peer %s failed: %s", call, r->peer->name, strerror(err));
+        SHM_ERROR(be, "shm: %s peer %s failed: %s", call, r->peer->name, strerror(err));
     } else {
-        SHM_ERROR(be, "shm: %s with peer %s moved %zu of %zu bytes: part of a range is not mapped", call,
+        SHM_ERROR(be, "shm: %s peer %s moved %zu of %zu bytes: part of a range is not mapped", call,
                   r->peer->name, done, want);
     }
     return st;
@@ -197,15 +218,13 @@ nixl_status_t shm_req_run_item(shm_req_t *r, size_t i)
             memcpy(c->dst, c->src, c->len);
         return NIXL_OK;
     }
-    size_t want = 0;
-    for (size_t k = 0; k < it->count; k++)
-        want += r->liov[it->first + k].iov_len;
+    size_t want = it->bytes;
     ssize_t n;
     do {
         if (r->op == NIXL_OP_WRITE)
-            n = process_vm_writev(r->peer->pid, r->liov + it->first, it->count, r->riov + it->first, it->count, 0);
+            n = process_vm_writev(r->peer->pid, r->liov + it->first, it->count, r->riov + it->rfirst, it->rcount, 0);
         else
-            n = process_vm_readv(r->peer->pid, r->liov + it->first, it->count, r->riov + it->first, it->count, 0);
+            n = process_vm_readv(r->peer->pid, r->liov + it->first, it->count, r->riov + it->rfirst, it->rcount, 0);
     } while (n < 0 && errno == EINTR);
     if (shm_likely((size_t)n == want))
         return NIXL_OK;
@@ -224,7 +243,7 @@ void shm_req_finish(shm_req_t *r, int canceled)
     if (st == NIXL_OK && canceled)
         st = NIXL_ERR_CANCELED;
     if (st == NIXL_OK && r->has_notif)
-        st = shm_notif_send_raw(r->be, r->peer, r->notif_buf, r->notif_len);
+        st = shm_notif_send_raw(r->be, r->peer, r->notif_buf, r->notif_len, &r->cancel);
     atomic_store_explicit(&r->status, st, memory_order_release);
 }
 
@@ -273,7 +292,7 @@ nixl_status_t shm_xfer_post(void *bev, nixl_be_req_t *hdr, const void *notif, si
         for (size_t i = 0; i < r->nitems && st == NIXL_OK; i++)
             st = shm_req_run_item(r, i);
         if (st == NIXL_OK && r->has_notif)
-            st = shm_notif_send_raw(be, r->peer, r->notif_buf, r->notif_len);
+            st = shm_notif_send_raw(be, r->peer, r->notif_buf, r->notif_len, NULL);
         atomic_store(&r->status, st);
         return st;
     }

@@ -161,6 +161,15 @@ static piece_t *small_pieces(size_t n, size_t piece, uint32_t seed)
     return pc;
 }
 
+static void swap_sides(piece_t *pc, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        size_t t = pc[i].loff;
+        pc[i].loff = pc[i].roff;
+        pc[i].roff = t;
+    }
+}
+
 static void case_many_small(void)
 {
     const size_t n = 10000;
@@ -170,8 +179,24 @@ static void case_many_small(void)
         for (int m = 0; m < 2; m++) {
             fixture_t f;
             fx_setup(&f, MEM_MALLOC, rk, n * 1024, "2", inl[m], "1");
-            fx_run_check(&f, NIXL_OP_WRITE, pc, n, path_of(rk), 21);
-            fx_run_check(&f, NIXL_OP_READ, pc, n, path_of(rk), 22);
+            /* local contiguous, remote shuffled; then the other way round,
+             * where the remote runs merge into few iovecs */
+            for (int swap = 0; swap < 2; swap++) {
+                fx_run_check(&f, NIXL_OP_WRITE, pc, n, path_of(rk), 21);
+                fx_run_check(&f, NIXL_OP_READ, pc, n, path_of(rk), 22);
+                swap_sides(pc, n);
+            }
+            /* 3-byte pieces, odd offsets, runs that cross pages and items */
+            piece_t *tiny = malloc(n * sizeof(*tiny));
+            CHECK(tiny);
+            uint32_t *perm = test_perm(n, 8);
+            for (size_t i = 0; i < n; i++)
+                tiny[i] = (piece_t){1 + i * 3, 5 + (size_t)perm[i] * 7, 3};
+            fx_run_check(&f, NIXL_OP_WRITE, tiny, n, path_of(rk), 23);
+            swap_sides(tiny, n);
+            fx_run_check(&f, NIXL_OP_READ, tiny, n, path_of(rk), 24);
+            free(perm);
+            free(tiny);
             fx_teardown(&f);
         }
     }
@@ -312,6 +337,68 @@ static void case_release_inflight(void)
     }
     free(pc);
     printf("release_inflight: ok\n");
+}
+
+/* threads=1: no pool, a large request completes inside post. */
+static void case_nopool(void)
+{
+    for (int rk = MEM_MALLOC; rk <= MEM_MEMFD; rk++) {
+        fixture_t f;
+        fx_setup(&f, MEM_MALLOC, rk, 16 * MiB, "1", "0", "1");
+        CHECK(((shm_be_t *)f.a.be)->pool == NULL);
+        test_fill(f.lmem.p, f.lmem.len, 61);
+        piece_t whole = {0, 0, f.lmem.len};
+        nixl_be_iov_t *iov = fx_iovs(&f, &whole, 1);
+        nixl_status_t first;
+        CHECK_ST(test_xfer(&f.a, f.rem.peer, NIXL_OP_WRITE, iov, 1, "n", 1, NULL, &first), NIXL_OK);
+        CHECK_ST(first, NIXL_OK);
+        CHECK(memcmp(f.lmem.p, f.rmem.p, f.lmem.len) == 0);
+        CHECK(test_wait_notifs(&f.b, 1, 2000));
+        free(iov);
+        fx_teardown(&f);
+    }
+    printf("nopool: ok\n");
+}
+
+/* A remote range that is no longer mapped: process_vm_* comes back short
+ * or with EFAULT; the request fails, it does not hang or retry. */
+static void case_cma_fault(void)
+{
+    const nixl_backend_ops_t *ops = test_ops();
+    const char *inl[] = {"1G", "0"};
+    for (int m = 0; m < 2; m++) {
+        test_side_t a, b;
+        CHECK_ST(test_side_create(&a, "agent-a", "threads", "2", "inline_max", inl[m], NULL), NIXL_OK);
+        CHECK_ST(test_side_create(&b, "agent-b", NULL), NIXL_OK);
+        const size_t len = 8 * MiB;
+        uint8_t *r = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        CHECK(r != MAP_FAILED);
+        test_mem_t l;
+        test_mem_malloc(&l, len);
+        void *lmd = test_reg(&a, l.p, len), *bmd = test_reg(&b, r, len);
+        test_remote_t rem;
+        test_load_remote(&a, &b, bmd, (uint64_t)(uintptr_t)r, len, &rem);
+        /* unmapped from the middle of a work item on: a short transfer */
+        CHECK(munmap(r + len / 2 + 65536, len / 2 - 65536) == 0);
+        nixl_be_iov_t iov = {.laddr = (uint64_t)(uintptr_t)l.p, .raddr = (uint64_t)(uintptr_t)r, .len = len,
+                             .lmd = lmd, .rmd = rem.rmd};
+        CHECK_ST(test_xfer(&a, rem.peer, NIXL_OP_WRITE, &iov, 1, "no", 2, NULL, NULL), NIXL_ERR_XFER_FAILED);
+        CHECK_ST(test_xfer(&a, rem.peer, NIXL_OP_READ, &iov, 1, NULL, 0, NULL, NULL), NIXL_ERR_XFER_FAILED);
+        /* the part still mapped works, and no notification came from the failures */
+        iov.len = len / 2;
+        CHECK_ST(test_xfer(&a, rem.peer, NIXL_OP_WRITE, &iov, 1, "yes", 3, NULL, NULL), NIXL_OK);
+        CHECK(test_wait_notifs(&b, 1, 2000));
+        CHECK(b.host.num_notifs == 1 && b.host.notifs[0].len == 3);
+        ops->rkey_unload(a.be, rem.rmd);
+        ops->peer_unload(a.be, rem.peer);
+        ops->dereg(a.be, lmd);
+        ops->dereg(b.be, bmd);
+        munmap(r, len / 2 + 65536);
+        test_mem_free(&l);
+        test_side_destroy(&a);
+        test_side_destroy(&b);
+    }
+    printf("cma_fault: ok\n");
 }
 
 static void case_params(void)
@@ -791,7 +878,10 @@ static void case_bench(void)
     const nixl_backend_ops_t *ops = test_ops();
     for (int rk = MEM_MALLOC; rk <= MEM_MEMFD; rk++) {
         const char *inl[] = {"1G", "65536"};
-        for (int m = 0; m < 2; m++) {
+        for (int v = 0; v < 4; v++) {
+            int m = v % 2, swap = v / 2;
+            if (swap)
+                swap_sides(pc, n);
             fixture_t f;
             fx_setup(&f, MEM_MALLOC, rk, n * 1024, "0", inl[m], "1");
             test_fill(f.lmem.p, f.lmem.len, 1);
@@ -815,12 +905,15 @@ static void case_bench(void)
                 if (t1 - t0 < post_best)
                     post_best = t1 - t0;
             }
-            printf("bench %s %-6s: 65536 x 1 KiB write: %.0f ns/desc (%.2f GB/s), post %.0f us, prepare %.0f ns/desc\n",
-                   req->path, m == 0 ? "inline" : "pool", best * 1e9 / n, n * 1024.0 / best / 1e9, post_best * 1e6,
-                   (tp1 - tp0) * 1e9 / n);
+            printf("bench %s %-6s %s: 65536 x 1 KiB write: %.0f ns/desc (%.2f GB/s), post %.0f us, prepare %.0f "
+                   "ns/desc\n",
+                   req->path, m == 0 ? "inline" : "pool", swap ? "remote contiguous" : "remote shuffled  ",
+                   best * 1e9 / n, n * 1024.0 / best / 1e9, post_best * 1e6, (tp1 - tp0) * 1e9 / n);
             ops->xfer_release(f.a.be, req);
             free(iov);
             fx_teardown(&f);
+            if (swap)
+                swap_sides(pc, n);
         }
     }
     free(pc);
@@ -831,6 +924,8 @@ static const struct {
     void (*fn)(void);
 } cases[] = {
     {"params", case_params},
+    {"nopool", case_nopool},
+    {"cma_fault", case_cma_fault},
     {"basic", case_basic},
     {"many_small", case_many_small},
     {"large", case_large},

@@ -9,11 +9,14 @@
  * while it is a zombie and once reaped.
  */
 #include <errno.h>
+#include <grp.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "backends/shm/shm_int.h"
 #include "shm_test_util.h"
 
 #define MiB (1024u * 1024u)
@@ -428,9 +431,126 @@ static void parent_main(pid_t child, int rfd, int wfd)
     test_side_destroy(&p.a);
 }
 
-int main(void)
+/* ---- the kernel refusing CMA ---- */
+
+/* Root becomes nobody, so that neither process can override the check. */
+static void drop_privileges(void)
+{
+    if (geteuid() != 0)
+        return;
+    CHECK(setgroups(0, NULL) == 0 && setgid(65534) == 0 && setuid(65534) == 0);
+}
+
+/* The target: non-dumpable, so a peer of the same uid without
+ * CAP_SYS_PTRACE may neither process_vm_* it nor open its /proc/<pid>/fd. */
+static void perm_target(int wfd, int hold_fd)
+{
+    drop_privileges();
+    CHECK(prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0);
+    test_side_t b;
+    CHECK_ST(test_side_create(&b, "target", NULL), NIXL_OK);
+    test_mem_t mem[2];
+    test_mem_malloc(&mem[R_CMA], MiB);
+    test_mem_memfd(&mem[R_MAP], MiB);
+    void *md[2];
+    send_conn(wfd, &b);
+    for (int i = 0; i < 2; i++) {
+        md[i] = test_reg(&b, mem[i].p, mem[i].len);
+        publish(wfd, &b, md[i], mem[i].p, mem[i].len);
+    }
+    uint8_t x;
+    while (read(hold_fd, &x, 1) < 0 && errno == EINTR)
+        ;
+    for (int i = 0; i < 2; i++) {
+        test_ops()->dereg(b.be, md[i]);
+        test_mem_free(&mem[i]);
+    }
+    test_side_destroy(&b);
+}
+
+static int perm_initiator(int rfd)
+{
+    const nixl_backend_ops_t *ops = test_ops();
+    drop_privileges();
+    test_side_t a;
+    CHECK_ST(test_side_create(&a, "initiator", NULL), NIXL_OK);
+    if (((shm_be_t *)a.be)->can_ptrace_any) {
+        printf("perm: this user holds CAP_SYS_PTRACE: the kernel would not refuse\n");
+        test_side_destroy(&a);
+        return 77;
+    }
+    uint8_t conn[256];
+    size_t conn_len = recv_blob(rfd, conn, sizeof(conn));
+    pub_region_t reg[2];
+    for (int i = 0; i < 2; i++)
+        receive_region(rfd, &reg[i]);
+    void *peer;
+    CHECK_ST(ops->peer_load(a.be, "target", conn, conn_len, &peer), NIXL_OK);
+    void *rmd[2];
+    for (int i = 0; i < 2; i++)
+        rmd[i] = load_region(&a, peer, &reg[i]);
+    /* the memfd could not be opened through /proc: counted fallback */
+    CHECK(a.host.fallbacks == 1);
+    printf("perm: fallback cause: %s\n", a.host.last_cause);
+    test_mem_t l;
+    test_mem_malloc(&l, MiB);
+    void *lmd = test_reg(&a, l.p, l.len);
+    for (int i = 0; i < 2; i++) {
+        nixl_be_iov_t iov = {.laddr = (uint64_t)(uintptr_t)l.p, .raddr = reg[i].addr, .len = 4096,
+                             .lmd = lmd, .rmd = rmd[i]};
+        const char *path;
+        CHECK_ST(test_xfer(&a, peer, NIXL_OP_WRITE, &iov, 1, "x", 1, &path, NULL), NIXL_ERR_PERMISSION);
+        CHECK(strcmp(path, "shm.cma") == 0);
+        CHECK_ST(test_xfer(&a, peer, NIXL_OP_READ, &iov, 1, NULL, 0, NULL, NULL), NIXL_ERR_PERMISSION);
+        ops->rkey_unload(a.be, rmd[i]);
+    }
+    ops->peer_unload(a.be, peer);
+    ops->dereg(a.be, lmd);
+    test_mem_free(&l);
+    test_side_destroy(&a);
+    return 0;
+}
+
+static int case_perm(void)
+{
+    int conn_pipe[2], hold_pipe[2];
+    CHECK(pipe(conn_pipe) == 0 && pipe(hold_pipe) == 0);
+    fflush(NULL);
+    pid_t target = fork();
+    CHECK(target >= 0);
+    if (target == 0) {
+        close(conn_pipe[0]);
+        close(hold_pipe[1]);
+        perm_target(conn_pipe[1], hold_pipe[0]);
+        exit(0);
+    }
+    close(hold_pipe[0]);
+    close(conn_pipe[1]);
+    pid_t ini = fork();
+    CHECK(ini >= 0);
+    if (ini == 0) {
+        close(hold_pipe[1]);
+        exit(perm_initiator(conn_pipe[0]));
+    }
+    close(conn_pipe[0]);
+    int st_ini, st_target;
+    CHECK(waitpid(ini, &st_ini, 0) == ini);
+    close(hold_pipe[1]); /* lets the target finish */
+    CHECK(waitpid(target, &st_target, 0) == target);
+    CHECK(WIFEXITED(st_target) && WEXITSTATUS(st_target) == 0);
+    CHECK(WIFEXITED(st_ini));
+    if (WEXITSTATUS(st_ini) == 77)
+        return 77;
+    CHECK(WEXITSTATUS(st_ini) == 0);
+    printf("perm: CMA refused by the kernel gives NIXL_ERR_PERMISSION: ok\n");
+    return 0;
+}
+
+int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc > 1 && strcmp(argv[1], "perm") == 0)
+        return case_perm();
     int to_child[2], to_parent[2];
     CHECK(pipe(to_child) == 0 && pipe(to_parent) == 0);
     fflush(NULL);
