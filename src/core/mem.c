@@ -4,8 +4,10 @@
  * The memory is a memfd mapped MAP_SHARED.  The fd stays open for the life
  * of the allocation so a backend (shm) can find it through /proc/self/fd
  * and publish it; a peer then maps the same pages and copies with plain
- * memcpy (path shm.map) instead of a syscall per descriptor.
+ * memcpy (path shm.map) instead of a syscall per descriptor.  The file is
+ * sealed against shrinking, so no peer can truncate it under us.
  */
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -40,7 +42,7 @@ NIXL_API nixl_status_t nixl_mem_alloc(size_t len, void **ptr_out)
     mem_block_t *b = malloc(sizeof(*b));
     if (!b)
         return NIXL_ERR_NO_MEMORY;
-    b->fd = memfd_create("nixl", MFD_CLOEXEC);
+    b->fd = memfd_create("nixl", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (b->fd < 0) {
         NIXL_ERROR("nixl_mem_alloc: memfd_create: %m");
         free(b);
@@ -48,6 +50,12 @@ NIXL_API nixl_status_t nixl_mem_alloc(size_t len, void **ptr_out)
     }
     if (ftruncate(b->fd, (off_t)sz) != 0) {
         NIXL_ERROR("nixl_mem_alloc: ftruncate %zu: %m", sz);
+        goto err_close;
+    }
+    /* A peer that maps this memory opens the file read-write; sealed, it
+     * cannot shrink it under us (our next touch would be a SIGBUS). */
+    if (fcntl(b->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_SEAL) != 0) {
+        NIXL_ERROR("nixl_mem_alloc: sealing the memfd: %m");
         goto err_close;
     }
     b->ptr = mmap(NULL, sz, PROT_READ | PROT_WRITE, MAP_SHARED, b->fd, 0);

@@ -132,7 +132,7 @@ static void usage(FILE *f)
           "                         (default; runs cannot merge) or slot i (runs merge)\n"
           "  --alloc nixl|malloc    buffers from nixl_mem_alloc (shared: shm.map) or malloc (shm.cma)\n"
           "  --initiator-mem dram   --target-mem dram   (vram: not supported yet)\n"
-          "  --param KEY=VALUE      backend parameter, both sides (repeatable; e.g. threads=1)\n"
+          "  --param KEY=VALUE      backend parameter, both sides (repeatable; e.g. threads=0)\n"
           "  --json FILE            one JSON object per row per line\n"
           "  --quiet                no table on stdout (errors still go to stderr)\n"
           "  --max-bytes SIZE       skip rows whose block x batch exceeds this (default 1G)\n"
@@ -140,7 +140,7 @@ static void usage(FILE *f)
           "  --timeout-ms N         wait for the target's answers at most this long (default 30000)\n"
           "  --peer IP:PORT         use a target started elsewhere instead of spawning one\n"
           "  --role target          be a target: --listen-port P (0: any), serves until \"quit\"\n"
-          "  --target-poll-us N     target's sleep between idle polls (default 50, 0: spin)\n",
+          "  --target-poll-us N     target's sleep between idle polls (default 1000, 0: spin)\n",
           f);
 }
 
@@ -244,7 +244,7 @@ static void parse_opts(int argc, char **argv, bench_opts_t *o, char *ip, size_t 
     *o = (bench_opts_t){
         .backend = "shm", .op = NIXL_OP_WRITE, .alloc = BENCH_ALLOC_NIXL, .layout = BENCH_LAYOUT_SHUFFLED,
         .block_min = 1024, .block_max = 64u << 20, .batch_min = 1, .batch_max = 1, .warmup = 3,
-        .max_bytes = 1ull << 30, .seed = 1, .timeout_ms = 30000, .target_poll_us = 50, .report_fd = -1,
+        .max_bytes = 1ull << 30, .seed = 1, .timeout_ms = 30000, .target_poll_us = 1000, .report_fd = -1,
     };
     int c;
     while ((c = getopt_long(argc, argv, "", long_opts, NULL)) != -1) {

@@ -45,8 +45,8 @@
 #define SHM_CONN_FIXED 56
 
 static const nixl_param_info_t shm_params[] = {
-    {"threads", "0",
-     "copy threads for large requests: 0 = min(4, online cores); 1 = no worker pool, every copy runs inside post"},
+    {"threads", "auto",
+     "worker threads copying large requests: auto = min(4, online cores - 1); 0 = no pool, every copy runs inside post"},
     {"inline_max", "65536", "requests of at most this many bytes are copied inside post (K/M/G suffixes)"},
     {"chunk", "1048576", "bytes per work item of the worker pool; large descriptors are split at this size"},
     {"map", "1", "1: map a peer's shared-file memory and memcpy (shm.map); 0: always process_vm_* (shm.cma)"},
@@ -272,8 +272,9 @@ static nixl_status_t shm_parse_params(shm_be_t *be, const nixl_param_t *params, 
     uint64_t threads, inline_max, chunk;
     int map;
     const char *v = shm_param_value(params, n, 0);
-    if (shm_parse_size(v, &threads) != 0 || threads > SHM_THREADS_MAX) {
-        SHM_ERROR(be, "shm: threads=\"%s\" is not valid: expected 0 (auto) to %d", v, SHM_THREADS_MAX);
+    int threads_auto = strcmp(v, "auto") == 0;
+    if (!threads_auto && (shm_parse_size(v, &threads) != 0 || threads > SHM_THREADS_MAX)) {
+        SHM_ERROR(be, "shm: threads=\"%s\" is not valid: expected auto or 0 to %d", v, SHM_THREADS_MAX);
         return NIXL_ERR_INVALID_PARAM;
     }
     v = shm_param_value(params, n, 1);
@@ -291,9 +292,11 @@ static nixl_status_t shm_parse_params(shm_be_t *be, const nixl_param_t *params, 
         SHM_ERROR(be, "shm: map=\"%s\" is not valid: expected 0 or 1", v);
         return NIXL_ERR_INVALID_PARAM;
     }
-    if (threads == 0) {
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        threads = cores < 1 ? 1 : (uint64_t)(cores < 4 ? cores : 4);
+    if (threads_auto) {
+        /* Leave one core to the thread that posts and polls: on a small box
+         * a worker per core would fight it for the CPU. */
+        long cores = sysconf(_SC_NPROCESSORS_ONLN) - 1;
+        threads = cores < 1 ? 0 : (uint64_t)(cores < 4 ? cores : 4);
     }
     be->threads = (unsigned)threads;
     be->inline_max = inline_max;
@@ -378,7 +381,7 @@ static nixl_status_t shm_create(const nixl_host_services_t *host, const nixl_par
     st = shm_notif_open(be);
     if (st != NIXL_OK)
         goto err_maps;
-    if (be->threads > 1) {
+    if (be->threads > 0) {
         st = shm_pool_create(be, be->threads, &be->pool);
         if (st != NIXL_OK)
             goto err_notif;

@@ -194,18 +194,13 @@ typedef struct shm_rmd {
     int fallback; /* the key offered a mapping that failed: CMA is a fallback */
 } shm_rmd_t;
 
-/* One (dst, src, len) copy of the shm.map path. */
-typedef struct shm_copy {
-    uint8_t *dst;
-    const uint8_t *src;
-    size_t len;
-} shm_copy_t;
 
-/* One unit of work: copies [first, first + count) (shm.map), or local
- * iovecs [first, first + count) and remote iovecs [rfirst, rfirst + rcount)
- * for one process_vm_* call (shm.cma).  The two iovec lists cover the same
- * bytes but are coalesced separately: the kernel's cost is per remote
- * iovec, so remote runs merge even where the local side is scattered. */
+/* One unit of work of 'bytes' bytes.  shm.map: the window starting at byte
+ * rfirst of piece first of the core's iov array.  shm.cma: local iovecs
+ * [first, first + count) and remote iovecs [rfirst, rfirst + rcount) for
+ * one process_vm_* call; the two lists cover the same bytes but are
+ * coalesced separately: the kernel's cost is per remote iovec, so remote
+ * runs merge even where the local side is scattered. */
 typedef struct shm_item {
     size_t first, count;
     size_t rfirst, rcount;
@@ -221,7 +216,8 @@ typedef struct shm_req {
     uint64_t bytes;
     size_t nseg, nitems;
     struct iovec *liov, *riov; /* shm.cma */
-    shm_copy_t *copy;          /* shm.map */
+    const nixl_be_iov_t *iov;  /* shm.map: the core's, valid until release */
+    size_t niov;
     shm_item_t *items;
 
     /* the notification datagram of the current post */

@@ -1,12 +1,14 @@
 /*
  * shm_xfer.c - transfer requests: prepare, post, status, release.
  *
- * prepare does all per-descriptor work once: it splits descriptors at the
- * chunk size and builds either (dst, src, len) copies (shm.map: every remote
- * region is mapped here) or local/remote iovec arrays (shm.cma; each side's
- * contiguous runs merge on their own, as the kernel's cost is per remote
- * iovec), grouped in work items of at most 'chunk' bytes and IOV_MAX
- * iovecs.  post then only
+ * prepare groups the work in items of at most 'chunk' bytes.  shm.map
+ * (every remote region is mapped here) keeps no per-descriptor state: an
+ * item is a (piece, offset, bytes) window over the core's iov array, which
+ * stays valid until release, and the copy computes each mapped address as
+ * it goes, so making a request of many small pieces costs one read pass.
+ * shm.cma builds local/remote iovec arrays once (each side's contiguous
+ * runs merge on their own, as the kernel's cost is per remote iovec), at
+ * most IOV_MAX per item.  post then only
  * runs the items: inline for small requests (or when there is no pool),
  * else on the worker pool, whose last finishing worker sends the
  * notification and publishes the status.  Posting allocates nothing per
@@ -95,6 +97,90 @@ static size_t shm_iov_append(struct iovec *iov, size_t *n, size_t in_item, void 
     return 1;
 }
 
+static void shm_req_init(shm_req_t *r, shm_be_t *be, const nixl_be_xfer_t *x, int mapped, int fallback,
+                         uint64_t bytes)
+{
+    r->be = be;
+    r->peer = x->peer;
+    r->op = x->op;
+    r->mapped = mapped;
+    r->bytes = bytes;
+    r->hdr.path = mapped ? SHM_PATH_MAP : SHM_PATH_CMA;
+    r->hdr.fallback = (uint32_t)fallback;
+    atomic_init(&r->status, NIXL_OK);
+    atomic_init(&r->err, NIXL_OK);
+    atomic_init(&r->cancel, 0);
+}
+
+/* shm.map: items are windows over x->iov; nothing per descriptor is kept. */
+static nixl_status_t shm_prepare_mapped(shm_be_t *be, const nixl_be_xfer_t *x, int fallback,
+                                        nixl_be_req_t **req_out)
+{
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < x->count; i++)
+        bytes += x->iov[i].len;
+    if (bytes == 0) {
+        SHM_ERROR(be, "shm: transfer of %zu pieces moves no bytes", x->count);
+        return NIXL_ERR_ZERO_LENGTH;
+    }
+    size_t nitems = (size_t)((bytes + be->chunk - 1) / be->chunk);
+    shm_req_t *r = calloc(1, sizeof(*r) + nitems * sizeof(shm_item_t));
+    if (!r)
+        return NIXL_ERR_NO_MEMORY;
+    r->items = (shm_item_t *)(r + 1);
+    r->iov = x->iov;
+    r->niov = x->count;
+    /* Cut the byte stream every 'chunk' bytes: item k starts at byte
+     * k * chunk, found by walking the pieces once. */
+    size_t piece = 0;
+    uint64_t off = 0;
+    for (size_t k = 0; k < nitems; k++) {
+        shm_item_t *it = &r->items[k];
+        it->first = piece;
+        it->rfirst = (size_t)off;
+        uint64_t want = bytes - (uint64_t)k * be->chunk;
+        it->bytes = (size_t)(want < be->chunk ? want : be->chunk);
+        uint64_t left = it->bytes;
+        while (left > 0) {
+            uint64_t in_piece = x->iov[piece].len - off;
+            if (in_piece > left) {
+                off += left;
+                break;
+            }
+            left -= in_piece;
+            piece++;
+            off = 0;
+        }
+    }
+    r->nitems = nitems;
+    shm_req_init(r, be, x, 1, fallback, bytes);
+    *req_out = &r->hdr;
+    return NIXL_OK;
+}
+
+static void shm_run_mapped(const shm_req_t *r, const shm_item_t *it)
+{
+    size_t piece = it->first;
+    uint64_t off = it->rfirst, left = it->bytes;
+    int write = r->op == NIXL_OP_WRITE;
+    while (left > 0) {
+        const nixl_be_iov_t *v = &r->iov[piece];
+        const shm_rmd_t *rmd = v->rmd;
+        uint64_t n = v->len - off;
+        if (n > left)
+            n = left;
+        uint8_t *local = (uint8_t *)(uintptr_t)(v->laddr + off);
+        uint8_t *remote = rmd->base + (v->raddr - rmd->addr) + off;
+        if (write)
+            memcpy(remote, local, (size_t)n);
+        else
+            memcpy(local, remote, (size_t)n);
+        left -= n;
+        piece++;
+        off = 0;
+    }
+}
+
 nixl_status_t shm_xfer_prepare(void *bev, const nixl_be_xfer_t *x, nixl_be_req_t **req_out)
 {
     shm_be_t *be = bev;
@@ -104,6 +190,9 @@ nixl_status_t shm_xfer_prepare(void *bev, const nixl_be_xfer_t *x, nixl_be_req_t
     nixl_status_t st = shm_check_xfer(be, x, &mapped, &fallback);
     if (st != NIXL_OK)
         return st;
+
+    if (mapped)
+        return shm_prepare_mapped(be, x, fallback, req_out);
 
     shm_layout_t lay = {0};
     uint64_t bytes = 0;
@@ -118,7 +207,7 @@ nixl_status_t shm_xfer_prepare(void *bev, const nixl_be_xfer_t *x, nixl_be_req_t
         SHM_ERROR(be, "shm: transfer of %zu pieces moves no bytes", x->count);
         return NIXL_ERR_ZERO_LENGTH;
     }
-    size_t seg_size = mapped ? sizeof(shm_copy_t) : 2 * sizeof(struct iovec);
+    size_t seg_size = 2 * sizeof(struct iovec);
     if (lay.nseg > (SIZE_MAX / 2 - sizeof(shm_req_t)) / (seg_size + sizeof(shm_item_t))) {
         SHM_ERROR(be, "shm: transfer of %zu pieces is too large to describe", lay.nseg);
         return NIXL_ERR_TOO_BIG;
@@ -128,57 +217,34 @@ nixl_status_t shm_xfer_prepare(void *bev, const nixl_be_xfer_t *x, nixl_be_req_t
     if (!r)
         return NIXL_ERR_NO_MEMORY;
     uint8_t *tail = (uint8_t *)(r + 1);
-    if (mapped) {
-        r->copy = (shm_copy_t *)tail;
-        tail += lay.nseg * sizeof(shm_copy_t);
-    } else {
-        r->liov = (struct iovec *)tail;
-        r->riov = r->liov + lay.nseg;
-        tail += lay.nseg * 2 * sizeof(struct iovec);
-    }
+    r->liov = (struct iovec *)tail;
+    r->riov = r->liov + lay.nseg;
+    tail += lay.nseg * 2 * sizeof(struct iovec);
     r->items = (shm_item_t *)tail;
 
     shm_layout_t fill = {0};
     size_t nliov = 0, nriov = 0;
     for (size_t i = 0; i < x->count; i++) {
         const nixl_be_iov_t *v = &x->iov[i];
-        const shm_rmd_t *rmd = v->rmd;
         for (uint64_t off = 0; off < v->len; off += be->chunk) {
             uint64_t left = v->len - off, len = left < be->chunk ? left : be->chunk;
-            size_t nitems_before = fill.nitems, s = fill.nseg;
+            size_t nitems_before = fill.nitems;
             shm_layout_add(&fill, len, be->chunk);
             shm_item_t *it = &r->items[fill.nitems - 1];
             if (fill.nitems != nitems_before) {
-                it->first = mapped ? s : nliov;
+                it->first = nliov;
                 it->rfirst = nriov;
             }
             it->bytes += (size_t)len;
             uint8_t *local = (uint8_t *)(uintptr_t)(v->laddr + off);
-            if (mapped) {
-                uint8_t *remote = rmd->base + (v->raddr - rmd->addr) + off;
-                r->copy[s].dst = x->op == NIXL_OP_WRITE ? remote : local;
-                r->copy[s].src = x->op == NIXL_OP_WRITE ? local : remote;
-                r->copy[s].len = (size_t)len;
-                it->count++;
-            } else {
-                it->count += shm_iov_append(r->liov, &nliov, it->count, local, (size_t)len);
-                it->rcount += shm_iov_append(r->riov, &nriov, it->rcount, (void *)(uintptr_t)(v->raddr + off),
-                                             (size_t)len);
-            }
+            it->count += shm_iov_append(r->liov, &nliov, it->count, local, (size_t)len);
+            it->rcount +=
+                shm_iov_append(r->riov, &nriov, it->rcount, (void *)(uintptr_t)(v->raddr + off), (size_t)len);
         }
     }
-    r->be = be;
-    r->peer = x->peer;
-    r->op = x->op;
-    r->mapped = mapped;
-    r->bytes = bytes;
     r->nseg = lay.nseg;
     r->nitems = lay.nitems;
-    r->hdr.path = mapped ? SHM_PATH_MAP : SHM_PATH_CMA;
-    r->hdr.fallback = (uint32_t)fallback;
-    atomic_init(&r->status, NIXL_OK);
-    atomic_init(&r->err, NIXL_OK);
-    atomic_init(&r->cancel, 0);
+    shm_req_init(r, be, x, 0, fallback, bytes);
     *req_out = &r->hdr;
     return NIXL_OK;
 }
@@ -213,9 +279,7 @@ nixl_status_t shm_req_run_item(shm_req_t *r, size_t i)
 {
     const shm_item_t *it = &r->items[i];
     if (r->mapped) {
-        const shm_copy_t *c = &r->copy[it->first], *end = c + it->count;
-        for (; c < end; c++)
-            memcpy(c->dst, c->src, c->len);
+        shm_run_mapped(r, it);
         return NIXL_OK;
     }
     size_t want = it->bytes;

@@ -339,12 +339,12 @@ static void case_release_inflight(void)
     printf("release_inflight: ok\n");
 }
 
-/* threads=1: no pool, a large request completes inside post. */
+/* threads=0: no pool, a large request completes inside post. */
 static void case_nopool(void)
 {
     for (int rk = MEM_MALLOC; rk <= MEM_MEMFD; rk++) {
         fixture_t f;
-        fx_setup(&f, MEM_MALLOC, rk, 16 * MiB, "1", "0", "1");
+        fx_setup(&f, MEM_MALLOC, rk, 16 * MiB, "0", "0", "1");
         CHECK(((shm_be_t *)f.a.be)->pool == NULL);
         test_fill(f.lmem.p, f.lmem.len, 61);
         piece_t whole = {0, 0, f.lmem.len};
@@ -404,7 +404,7 @@ static void case_cma_fault(void)
 static void case_params(void)
 {
     static const char *bad[][2] = {
-        {"threads", "x"},      {"threads", "65"},  {"threads", "-1"},   {"threads", "2 "},
+        {"threads", "x"},      {"threads", "65"},  {"threads", "Auto"},  {"threads", "-1"},   {"threads", "2 "},
         {"inline_max", "12Q"}, {"inline_max", ""}, {"chunk", "100"},    {"chunk", "2G"},
         {"chunk", "1MB"},      {"map", "2"},       {"map", "maybe"},    {"nosuchkey", "1"},
         {"inline_max", "99999999999999999999999"},
@@ -416,15 +416,15 @@ static void case_params(void)
         test_host_clear(&s.host);
     }
     test_side_t s;
-    CHECK_ST(test_side_create(&s, "p", "threads", "1", "inline_max", "64K", "chunk", "4M", "map", "no", NULL),
+    CHECK_ST(test_side_create(&s, "p", "threads", "0", "inline_max", "64K", "chunk", "4M", "map", "no", NULL),
              NIXL_OK);
     shm_be_t *be = s.be;
-    CHECK(be->threads == 1 && be->pool == NULL && be->inline_max == 65536 && be->chunk == 4 * MiB &&
+    CHECK(be->threads == 0 && be->pool == NULL && be->inline_max == 65536 && be->chunk == 4 * MiB &&
           be->map_enabled == 0);
     test_side_destroy(&s);
     CHECK_ST(test_side_create(&s, "p", NULL), NIXL_OK);
     be = s.be;
-    CHECK(be->threads >= 1 && be->threads <= 4 && be->inline_max == 65536 && be->chunk == MiB && be->map_enabled);
+    CHECK(be->threads <= 4 && (be->threads == 0) == (be->pool == NULL) && be->inline_max == 65536 && be->chunk == MiB && be->map_enabled);
     test_side_destroy(&s);
 
     const nixl_backend_ops_t *ops = test_ops();
