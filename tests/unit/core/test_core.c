@@ -5,9 +5,13 @@
  * merging, in-flight rules, cancel, notifications after data, path and
  * fallback accounting, module loading.
  */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "nixl.h"
 
@@ -344,6 +348,41 @@ static void test_fallback_accounting(void)
     free(dst);
 }
 
+/* Memory from nixl_mem_alloc is a sealed memfd: a peer that opens it
+ * cannot shrink it under us. */
+static void test_mem_alloc_sealed(void)
+{
+    void *p = NULL;
+    CHECK_ST(nixl_mem_alloc(0, &p), NIXL_ERR_ZERO_LENGTH);
+    CHECK_ST(nixl_mem_alloc(10000, &p), NIXL_OK);
+    memset(p, 7, 10000);
+    int tried = 0;
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        char link[300], target[256];
+        snprintf(link, sizeof(link), "/proc/self/fd/%s", e->d_name);
+        ssize_t n = readlink(link, target, sizeof(target) - 1);
+        if (n <= 0)
+            continue;
+        target[n] = 0;
+        if (strncmp(target, "/memfd:nixl", 11) != 0)
+            continue;
+        int fd = open(link, O_RDWR);
+        CHECK(fd >= 0);
+        if (fd >= 0) {
+            CHECK(ftruncate(fd, 0) != 0 && errno == EPERM);
+            close(fd);
+            tried = 1;
+        }
+    }
+    if (d)
+        closedir(d);
+    CHECK(tried);
+    CHECK(((unsigned char *)p)[9999] == 7);
+    nixl_mem_free(p, 10000);
+}
+
 static void test_status_names(void)
 {
     CHECK(strcmp(nixl_status_name(NIXL_ERR_STALE), "NIXL_ERR_STALE") == 0);
@@ -357,6 +396,7 @@ int main(void)
     test_registration();
     test_transfer_rules();
     test_fallback_accounting();
+    test_mem_alloc_sealed();
     test_status_names();
     if (failures) {
         fprintf(stderr, "test_core: %d check(s) failed\n", failures);
