@@ -9,7 +9,11 @@
 set -eu
 
 # Everything the build, the tests and the sanitizer/fuzzer builds need.
-PACKAGES="meson ninja-build pkg-config gcc clang libclang-rt-14-dev python3"
+PACKAGES="meson ninja-build pkg-config gcc clang libclang-rt-14-dev python3
+python3-pytest python3-numpy
+libfabric-dev libfabric-bin libhwloc-dev
+etcd-server etcd-client libcurl4-openssl-dev libcjson-dev
+iproute2 nftables"
 
 cd "$(dirname "$0")/.."
 
