@@ -42,6 +42,40 @@ typedef enum {
     NIXL_LOG_TRACE = 4,
 } nixl_log_level_t;
 
+/* Facts about GPU memory the core recorded when it was registered (all
+ * zero for other memory).  Queried with pointer attributes, which answer
+ * from any thread whatever context is current. */
+enum {
+    NIXL_CUDA_MEM_VMM = 1u << 0,        /* allocated with cuMemCreate (VMM, expandable segments) */
+    NIXL_CUDA_MEM_LEGACY_IPC = 1u << 1, /* cuIpcGetMemHandle works on it */
+};
+
+typedef struct nixl_be_cuda_region {
+    void *ctx;           /* CUcontext owning it (VMM memory: the device's primary context) */
+    int32_t device;      /* CUDA ordinal in this process */
+    uint32_t flags;      /* NIXL_CUDA_MEM_* */
+    uint64_t alloc_base; /* the allocation (legacy) or mapping (VMM) holding the region's start */
+    uint64_t alloc_size;
+    char pci_bus_id[16]; /* "0000:1b:00.0": stable across CUDA_VISIBLE_DEVICES */
+} nixl_be_cuda_region_t;
+
+/* GPU helpers of the host (host->cuda); NULL members when built without
+ * CUDA headers. */
+typedef struct nixl_host_cuda {
+    /* The driver table, const nixl_cuda_api_t * (nixl/cuda_api.h), loaded
+     * on first call; NULL when there is no driver. */
+    const void *(*api)(void);
+    /* Make ctx current on the calling thread; *saved gets the context that
+     * was current, for ctx_restore.  The context rule: bind the memory's
+     * recorded context before touching it, on whatever thread. */
+    nixl_status_t (*ctx_bind)(void *ctx, void **saved);
+    void (*ctx_restore)(void *saved);
+    /* Classify addr from any thread: *is_device 1 for device memory. */
+    nixl_status_t (*ptr_query)(uint64_t addr, uint64_t len, nixl_be_cuda_region_t *out, int *is_device);
+    /* "CUDA_ERROR_...: message" for a CUresult. */
+    const char *(*strerror)(int cu_result);
+} nixl_host_cuda_t;
+
 /* Services the core offers a backend.  Handed to create(); valid until
  * destroy() returns. */
 typedef struct nixl_host_services {
@@ -65,6 +99,8 @@ typedef struct nixl_host_services {
     void (*notif_deliver)(void *ctx, const char *sender, const void *msg, size_t len);
     /* The agent's name. */
     const char *agent_name;
+    /* GPU helpers; never NULL (its api is NULL without a CUDA driver). */
+    const nixl_host_cuda_t *cuda;
 } nixl_host_services_t;
 
 /* A local or remote registered range as the core sees it. */
@@ -73,6 +109,8 @@ typedef struct nixl_be_region {
     uint32_t dev_id;
     uint64_t addr;
     uint64_t len;
+    /* VRAM registered here: what the core found (remote regions: zero). */
+    nixl_be_cuda_region_t cuda;
 } nixl_be_region_t;
 
 /* One piece of a transfer after the core resolved and merged descriptors. */

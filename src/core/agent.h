@@ -56,6 +56,7 @@ typedef struct nixl_region {
     void *md[NIXL_AGENT_MAX_BACKENDS];
     uint8_t *meta;
     uint32_t meta_len;
+    nixl_be_cuda_region_t cuda; /* VRAM: device, owning context, allocation */
 } nixl_region_t;
 
 typedef struct nixl_region_index {
@@ -129,6 +130,7 @@ struct nixl_xfer {
     nixl_xfer_state_t state;
     nixl_status_t error;
     uint64_t t_post, post_ns, xfer_ns, posts;
+    void *cuda_ctx; /* local VRAM: the context bound around backend calls */
 };
 
 /* Cancel and free every request (agent destroy). */

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "core/agent.h"
+#include "cuda/cuda.h"
 #include "util/config.h"
 #include "util/log.h"
 #include "util/str.h"
@@ -343,6 +344,7 @@ NIXL_API nixl_status_t nixl_backend_create(nixl_agent_t *agent, const char *name
     b->host.fallback = host_fallback;
     b->host.notif_deliver = host_notif_deliver;
     b->host.agent_name = agent->name;
+    b->host.cuda = nixl_cuda_host();
     st = ops->create(&b->host, resolved, ops->num_params, &b->be);
     if (st != NIXL_OK) {
         NIXL_ERROR("agent %s: backend %s: create failed: %s", agent->name, name, nixl_strerror(st));

@@ -208,7 +208,7 @@ static nixl_status_t inc_load_backend(nixl_peer_inc_t *inc, nixl_backend_t *be, 
         return NIXL_ERR_NO_MEMORY;
     for (uint32_t i = 0; i < mdb->num_regions; i++) {
         const nixl_md_region_t *r = &mdb->regions[i];
-        nixl_be_region_t br = {r->mem_type, r->dev_id, r->addr, r->len};
+        nixl_be_region_t br = {.mem_type = r->mem_type, .dev_id = r->dev_id, .addr = r->addr, .len = r->len};
         st = be->ops->rkey_load(be->be, peer, &br, r->rkey, r->rkey_len, &bk->rmd[i]);
         if (st != NIXL_OK) {
             NIXL_WARN("peer %s: backend %s refused the key of region %u: %s", inc->md->name, be->ops->name, i,

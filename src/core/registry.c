@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "core/agent.h"
+#include "cuda/cuda.h"
 #include "util/log.h"
 
 nixl_status_t nixl_dlist_check(const nixl_dlist_t *dl, const char *what)
@@ -84,14 +85,32 @@ static void region_free(nixl_region_t *r)
     free(r);
 }
 
+/* The context rule: a backend touches VRAM only with the memory's own
+ * context current, whatever thread calls.  NULL saved = nothing bound. */
+static void *region_bind(const nixl_region_t *r)
+{
+    void *saved = NULL;
+    if (r->mem_type == NIXL_MEM_VRAM && r->cuda.ctx && nixl_cuda_ctx_bind(r->cuda.ctx, &saved) == NIXL_OK)
+        return saved ? saved : (void *)r; /* non-NULL marks "restore" */
+    return NULL;
+}
+
+static void region_unbind(const nixl_region_t *r, void *saved)
+{
+    if (saved)
+        nixl_cuda_ctx_restore(saved == (const void *)r ? NULL : saved);
+}
+
 static void region_unreg(nixl_agent_t *agent, nixl_region_t *r)
 {
+    void *saved = region_bind(r);
     for (int b = 0; b < agent->num_backends; b++) {
         if (r->backend_mask & (1u << b)) {
             agent->backends[b]->ops->dereg(agent->backends[b]->be, r->md[b]);
             r->backend_mask &= ~(1u << b);
         }
     }
+    region_unbind(r, saved);
 }
 
 /* Which backends of the agent take this registration. */
@@ -128,11 +147,14 @@ static nixl_status_t reg_targets(nixl_agent_t *agent, nixl_mem_t mem, const nixl
 
 static nixl_status_t region_reg(nixl_agent_t *agent, nixl_region_t *r, uint32_t mask)
 {
-    nixl_be_region_t br = {r->mem_type, r->dev_id, r->addr, r->len};
-    for (int b = 0; b < agent->num_backends; b++) {
+    nixl_be_region_t br = {.mem_type = r->mem_type, .dev_id = r->dev_id, .addr = r->addr, .len = r->len,
+                           .cuda = r->cuda};
+    void *saved = region_bind(r);
+    nixl_status_t st = NIXL_OK;
+    for (int b = 0; b < agent->num_backends && st == NIXL_OK; b++) {
         if (!(mask & (1u << b)))
             continue;
-        nixl_status_t st = agent->backends[b]->ops->reg(agent->backends[b]->be, &br, &r->md[b]);
+        st = agent->backends[b]->ops->reg(agent->backends[b]->be, &br, &r->md[b]);
         if (st != NIXL_OK) {
             NIXL_ERROR("agent %s: backend %s could not register [0x%llx, +%llu): %s", agent->name,
                        agent->backends[b]->ops->name, (unsigned long long)r->addr, (unsigned long long)r->len,
@@ -144,9 +166,35 @@ static nixl_status_t region_reg(nixl_agent_t *agent, nixl_region_t *r, uint32_t 
                     r->backend_mask &= ~(1u << u);
                 }
             }
-            return st;
+            break;
         }
         r->backend_mask |= 1u << b;
+    }
+    region_unbind(r, saved);
+    return st;
+}
+
+/* Record what the driver says about a VRAM region: its device (which
+ * must be the descriptor's), owning context, allocation, PCI bus id. */
+static nixl_status_t region_classify_vram(nixl_region_t *r, size_t i)
+{
+    int is_device = 0;
+    nixl_status_t st = nixl_cuda_ptr_query(r->addr, r->len, &r->cuda, &is_device);
+    if (st == NIXL_ERR_NO_CUDA) {
+        NIXL_ERROR("register: descriptor %zu is VRAM but there is no CUDA driver (NIXL_CUDA_LIB)", i);
+        return st;
+    }
+    if (st != NIXL_OK)
+        return st;
+    if (!is_device) {
+        NIXL_ERROR("register: descriptor %zu [0x%llx, +%llu) is listed as VRAM but is not device memory", i,
+                   (unsigned long long)r->addr, (unsigned long long)r->len);
+        return NIXL_ERR_MEM_TYPE;
+    }
+    if ((uint32_t)r->cuda.device != r->dev_id) {
+        NIXL_ERROR("register: descriptor %zu says device %u but its memory is on device %d (%s)", i, r->dev_id,
+                   r->cuda.device, r->cuda.pci_bus_id);
+        return NIXL_ERR_INVALID_PARAM;
     }
     return NIXL_OK;
 }
@@ -190,6 +238,13 @@ NIXL_API nixl_status_t nixl_mem_register(nixl_agent_t *agent, const nixl_dlist_t
         r->dev_id = dl->mem_type == NIXL_MEM_DRAM ? 0 : d->dev_id;
         r->addr = d->addr;
         r->len = d->len;
+        if (dl->mem_type == NIXL_MEM_VRAM) {
+            st = region_classify_vram(r, made);
+            if (st != NIXL_OK) {
+                made++;
+                goto err_free;
+            }
+        }
         if (d->meta_len) {
             r->meta = malloc(d->meta_len);
             if (!r->meta) {

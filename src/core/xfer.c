@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "core/agent.h"
+#include "cuda/cuda.h"
 #include "util/config.h"
 #include "util/log.h"
 #include "util/str.h"
@@ -259,11 +260,38 @@ static nixl_status_t opt_notif(const nixl_opt_args_t *opt, const void **msg, siz
     return NIXL_OK;
 }
 
+/* The context rule for requests: with local VRAM, every backend call on
+ * the request runs with that memory's context current, on any thread.
+ * Returns what to restore (NULL: nothing was bound). */
+static void *xfer_bind(const nixl_xfer_t *x)
+{
+    void *saved = NULL;
+    if (!x->cuda_ctx || nixl_cuda_ctx_bind(x->cuda_ctx, &saved) != NIXL_OK)
+        return NULL;
+    return saved ? saved : (void *)x;
+}
+
+static void xfer_unbind(const nixl_xfer_t *x, void *saved)
+{
+    if (saved)
+        nixl_cuda_ctx_restore(saved == (const void *)x ? NULL : saved);
+}
+
+static void xfer_backend_release(nixl_xfer_t *x)
+{
+    void *saved = xfer_bind(x);
+    x->backend->ops->xfer_release(x->backend->be, x->req);
+    xfer_unbind(x, saved);
+    x->req = NULL;
+}
+
 static nixl_status_t xfer_backend_prepare(nixl_xfer_t *x)
 {
     nixl_be_xfer_t bx = {x->op, x->inc->bk[x->backend->index].peer, x->local_mem, x->remote_mem,
                          x->iov, x->count, x->bytes};
+    void *saved = xfer_bind(x);
     nixl_status_t st = x->backend->ops->xfer_prepare(x->backend->be, &bx, &x->req);
+    xfer_unbind(x, saved);
     if (st != NIXL_OK) {
         NIXL_ERROR("agent %s: backend %s could not prepare a request to %s: %s", x->agent->name,
                    x->backend->ops->name, x->peer->name, nixl_strerror(st));
@@ -273,8 +301,7 @@ static nixl_status_t xfer_backend_prepare(nixl_xfer_t *x)
     if (x->req->fallback && !nixl_cfg_bool("NIXL_ALLOW_FALLBACK")) {
         NIXL_ERROR("agent %s: request to %s would take fallback path %s, refused by NIXL_ALLOW_FALLBACK=0",
                    x->agent->name, x->peer->name, x->req->path ? x->req->path : "?");
-        x->backend->ops->xfer_release(x->backend->be, x->req);
-        x->req = NULL;
+        xfer_backend_release(x);
         return NIXL_ERR_NO_PATH;
     }
     return NIXL_OK;
@@ -376,6 +403,8 @@ static nixl_status_t xfer_make_locked(nixl_agent_t *a, nixl_op_t op, nixl_prep_t
     x->descs_in = count;
     x->bytes = bytes;
     x->reg_epoch = a->reg_epoch;
+    if (lp->mem == NIXL_MEM_VRAM)
+        x->cuda_ctx = ((const nixl_region_t *)ld[li ? li[0] : 0].h)->cuda.ctx;
     if (notif_len) {
         x->notif = malloc(notif_len);
         if (!x->notif) {
@@ -492,8 +521,7 @@ static nixl_status_t xfer_revalidate(nixl_xfer_t *x)
         }
     }
     if (changed) {
-        x->backend->ops->xfer_release(x->backend->be, x->req);
-        x->req = NULL;
+        xfer_backend_release(x);
         nixl_status_t st = xfer_backend_prepare(x);
         if (st != NIXL_OK)
             return st;
@@ -506,7 +534,9 @@ static nixl_status_t xfer_poll_locked(nixl_xfer_t *x)
 {
     if (x->state != NIXL_XFER_IN_FLIGHT)
         return NIXL_OK;
+    void *saved = xfer_bind(x);
     nixl_status_t st = x->backend->ops->xfer_status(x->backend->be, x->req);
+    xfer_unbind(x, saved);
     if (st != NIXL_IN_PROG)
         xfer_finish(x, st);
     return st;
@@ -541,7 +571,9 @@ NIXL_API nixl_status_t nixl_xfer_post(nixl_xfer_t *x)
     }
     x->t_post = nixl_now_ns();
     x->posts++;
+    void *saved = xfer_bind(x);
     st = x->backend->ops->xfer_post(x->backend->be, x->req, x->notif, x->notif_len);
+    xfer_unbind(x, saved);
     x->post_ns = nixl_now_ns() - x->t_post;
     if (st == NIXL_IN_PROG)
         x->state = NIXL_XFER_IN_FLIGHT;
@@ -586,7 +618,7 @@ static void xfer_free_locked(nixl_xfer_t *x)
             NIXL_INFO("agent %s: request to %s released in flight: canceled", a->name, x->peer->name);
             nixl_stats_complete(a->stats, x->req->path ? x->req->path : "?", (int)x->req->fallback, 0, 0, 1);
         }
-        x->backend->ops->xfer_release(x->backend->be, x->req);
+        xfer_backend_release(x);
     }
     if (x->prev)
         x->prev->next = x->next;

@@ -14,7 +14,7 @@ if ! [ -s "$have" ]; then
     exit 1
 fi
 if ! diff -u "$have" "$want"; then
-    echo "docs/env.md is out of date: regenerate its block with 'nixl-info -c --markdown'" >&2
+    echo "docs/env.md is out of date: run scripts/regen-env-md.sh BUILD_DIR" >&2
     exit 1
 fi
 echo "docs/env.md matches nixl-info -c --markdown"

@@ -383,6 +383,20 @@ static void test_mem_alloc_sealed(void)
     nixl_mem_free(p, 10000);
 }
 
+/* VRAM without a CUDA driver: a clear status, nothing registered. */
+static void test_vram_without_driver(void)
+{
+    setenv("NIXL_CUDA_LIB", "/nonexistent/libcuda.so.1", 1);
+    nixl_agent_t *a = mk_agent("novram");
+    mk_fake(a, NULL, NULL);
+    char buf[64];
+    nixl_desc_t d = {(uintptr_t)buf, sizeof(buf), 0, 0, NULL};
+    nixl_dlist_t l = {NIXL_MEM_VRAM, 1, &d};
+    CHECK_ST(nixl_mem_register(a, &l, NULL), NIXL_ERR_NO_CUDA);
+    nixl_agent_destroy(a);
+    unsetenv("NIXL_CUDA_LIB");
+}
+
 static void test_status_names(void)
 {
     CHECK(strcmp(nixl_status_name(NIXL_ERR_STALE), "NIXL_ERR_STALE") == 0);
@@ -397,6 +411,7 @@ int main(void)
     test_transfer_rules();
     test_fallback_accounting();
     test_mem_alloc_sealed();
+    test_vram_without_driver();
     test_status_names();
     if (failures) {
         fprintf(stderr, "test_core: %d check(s) failed\n", failures);
