@@ -580,13 +580,26 @@ static void shm_peer_unload(void *bev, void *peerv)
 /* NIXL_OK while the peer runs; NIXL_ERR_PEER_GONE once it exited. */
 nixl_status_t shm_peer_check(shm_be_t *be, shm_peer_t *peer)
 {
+    /* A poll() per post would be the largest cost of a small request: look
+     * at most once per SHM_LIVENESS_NS per peer.  A peer that died in
+     * between is still caught: CMA fails with ESRCH, and the notification
+     * finds no socket. */
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    if (now < atomic_load_explicit(&peer->next_check_ns, memory_order_relaxed))
+        return NIXL_OK;
     if (shm_likely(peer->pidfd >= 0)) {
-        if (shm_likely(!shm_pidfd_exited(peer->pidfd)))
+        if (shm_likely(!shm_pidfd_exited(peer->pidfd))) {
+            atomic_store_explicit(&peer->next_check_ns, now + SHM_LIVENESS_NS, memory_order_relaxed);
             return NIXL_OK;
+        }
     } else {
         uint64_t t;
-        if (shm_proc_start_time(peer->pid, &t) == 0 && t == peer->start_time)
+        if (shm_proc_start_time(peer->pid, &t) == 0 && t == peer->start_time) {
+            atomic_store_explicit(&peer->next_check_ns, now + SHM_LIVENESS_NS, memory_order_relaxed);
             return NIXL_OK;
+        }
     }
     if (!atomic_exchange(&peer->gone_logged, 1))
         SHM_ERROR(be, "shm: peer %s (pid %d) has exited", peer->name, (int)peer->pid);

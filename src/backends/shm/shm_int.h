@@ -30,6 +30,9 @@
 #define SHM_IOV_MAX 1024
 #endif
 
+/* How often a peer's liveness is checked on the post path. */
+#define SHM_LIVENESS_NS 1000000ull
+
 #define SHM_NAME_MAX 63      /* agent names, as NIXL_NAME_MAX */
 #define SHM_SOCK_NAME_MAX 100 /* abstract socket name, without the leading NUL */
 
@@ -182,6 +185,7 @@ typedef struct shm_peer {
     struct sockaddr_un addr;
     socklen_t addr_len;
     _Atomic int gone_logged; /* "peer exited" is logged once, not per post */
+    _Atomic uint64_t next_check_ns; /* liveness is looked at again from then on */
 } shm_peer_t;
 
 /* rkey_load() output. */
