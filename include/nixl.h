@@ -268,6 +268,54 @@ NIXL_API nixl_status_t nixl_md_invalidate_local(nixl_agent_t *agent, const char 
 NIXL_API void nixl_free(void *ptr);
 
 /* ------------------------------------------------------------------------
+ * Metadata through etcd (docs/etcd.md).  Configured by NIXL_ETCD_ENDPOINTS
+ * (comma-separated URLs, tried in order), NIXL_ETCD_NAMESPACE,
+ * NIXL_ETCD_LEASE_TTL_S, NIXL_ETCD_TIMEOUT_MS, NIXL_ETCD_FETCH_TIMEOUT_MS.
+ * These calls return at once: NIXL_IN_PROG when the work was queued, an
+ * error when the arguments are wrong.  The agent's etcd thread does the
+ * work, reports each outcome through args->cb, keeps the agent's lease
+ * alive (when the process dies its keys expire within the TTL), and
+ * watches the peers fetched through etcd: a peer whose keys vanish is
+ * invalidated (its requests fail with NIXL_ERR_PEER_INVALIDATED), one whose
+ * metadata changes is reloaded (older requests: NIXL_ERR_STALE).  An agent
+ * that uses etcd serializes its calls, as with a progress thread.  Built
+ * without etcd support, each returns NIXL_ERR_NOT_SUPPORTED.
+ * ------------------------------------------------------------------------ */
+enum {
+    NIXL_ETCD_ARG_LABEL = 1u << 0,      /* labelled partial metadata */
+    NIXL_ETCD_ARG_TIMEOUT_MS = 1u << 1, /* fetch: how long to wait for the peer */
+    NIXL_ETCD_ARG_CALLBACK = 1u << 2,   /* report the outcome to cb */
+};
+
+/* The outcome of one call, on the agent's etcd thread with no lock held (it
+ * may call the agent, but not destroy it).  peer: the fetched peer, or this
+ * agent's own name for publish and invalidate.  NIXL_ERR_CANCELED when the
+ * agent is destroyed first. */
+typedef void (*nixl_etcd_cb_t)(nixl_agent_t *agent, const char *peer, nixl_status_t status, void *arg);
+
+typedef struct nixl_etcd_args {
+    uint64_t field_mask;
+    const char *label;   /* 1..63 of [A-Za-z0-9_.:@+-] */
+    uint32_t timeout_ms; /* default NIXL_ETCD_FETCH_TIMEOUT_MS */
+    nixl_etcd_cb_t cb;
+    void *cb_arg;
+} nixl_etcd_args_t;
+
+/* Publish my metadata as it is now: all of it (dlist NULL), or only the
+ * registered regions holding the descriptors of dlist under args->label
+ * (required then).  Replaces what was published under the same label.
+ * Fails (through cb) with NIXL_ERR_NAME_TAKEN while another live agent
+ * holds my name in etcd. */
+NIXL_API nixl_status_t nixl_md_etcd_publish(nixl_agent_t *agent, const nixl_dlist_t *dlist,
+                                            const nixl_etcd_args_t *args);
+/* Fetch a peer's metadata (its labelled one with NIXL_ETCD_ARG_LABEL), waiting
+ * for it to appear, and load it.  nixl_md_check_remote says NIXL_OK once it
+ * is loaded; cb gets NIXL_OK, NIXL_ERR_TIMEOUT or the load's error. */
+NIXL_API nixl_status_t nixl_md_etcd_fetch(nixl_agent_t *agent, const char *peer, const nixl_etcd_args_t *args);
+/* Remove everything I published (peers watching me invalidate me). */
+NIXL_API nixl_status_t nixl_md_etcd_invalidate_local(nixl_agent_t *agent, const nixl_etcd_args_t *args);
+
+/* ------------------------------------------------------------------------
  * Transfers
  * ------------------------------------------------------------------------ */
 typedef enum {

@@ -182,6 +182,7 @@ NIXL_API void nixl_agent_destroy(nixl_agent_t *a)
     /* Threads that call into the agent stop first. */
     if (a->listener)
         nixl_md_listener_stop(a->listener);
+    nixl_md_etcd_shutdown(a);
     if (a->progress_running) {
         atomic_store_explicit(&a->progress_running, 0, memory_order_release);
         pthread_join(a->progress_thread, NULL);

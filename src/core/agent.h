@@ -183,6 +183,7 @@ struct nixl_agent {
     nixl_stats_t *stats;
 
     struct nixl_md_listener *listener;
+    struct nixl_md_etcd *etcd; /* etcd channel (md_etcd.c); NULL until first used */
     pthread_t progress_thread;
     atomic_int progress_running;
     uint32_t progress_interval_us;
@@ -207,6 +208,8 @@ nixl_status_t nixl_md_get_local_locked(nixl_agent_t *agent, void **blob_out, siz
 nixl_status_t nixl_md_load_remote_locked(nixl_agent_t *agent, const void *blob, size_t len,
                                          char name_out[NIXL_NAME_MAX + 1]);
 nixl_status_t nixl_md_invalidate_remote_locked(nixl_agent_t *agent, const char *peer);
+/* etcd channel (md_etcd.c): stops its thread, revokes the lease; agent lock not held. */
+void nixl_md_etcd_shutdown(nixl_agent_t *agent);
 
 /* Validation of a descriptor list handed to the API. */
 nixl_status_t nixl_dlist_check(const nixl_dlist_t *dl, const char *what);

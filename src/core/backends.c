@@ -30,6 +30,12 @@
 #ifdef NIXL_BUILTIN_SHM
 #include "backends/shm/shm.h"
 #endif
+#ifdef NIXL_BUILTIN_CUDA_IPC
+#include "backends/cuda_ipc/cuda_ipc.h"
+#endif
+#ifdef NIXL_BUILTIN_LIBFABRIC
+#include "backends/libfabric/libfabric.h"
+#endif
 
 #ifndef NIXL_INSTALL_PLUGIN_DIR
 #define NIXL_INSTALL_PLUGIN_DIR ""
@@ -171,6 +177,12 @@ static void impls_init(void)
     nixl_log_init();
 #ifdef NIXL_BUILTIN_SHM
     impl_add(nixl_backend_shm_ops(), "built-in");
+#endif
+#ifdef NIXL_BUILTIN_CUDA_IPC
+    impl_add(nixl_backend_cuda_ipc_ops(), "built-in");
+#endif
+#ifdef NIXL_BUILTIN_LIBFABRIC
+    impl_add(nixl_backend_libfabric_ops(), "built-in");
 #endif
     /* NIXL_PLUGIN_DIR may list several directories, separated by ':'. */
     const char *env = getenv("NIXL_PLUGIN_DIR");

@@ -13,6 +13,16 @@
     X(NIXL_CUDA_LIB, "libcuda.so.1", "the CUDA driver library loaded at run time (VRAM support)")         \
     X(NIXL_ALLOW_FALLBACK, "1", "0 refuses fallback paths: requests that would take one fail instead") \
     X(NIXL_LISTEN_ADDR, "0.0.0.0", "address the metadata listener binds to")                   \
-    X(NIXL_PROGRESS_INTERVAL_US, "100", "progress thread period in microseconds")
+    X(NIXL_PROGRESS_INTERVAL_US, "100", "progress thread period in microseconds")                \
+    /* cuda_ipc: core rows, so the table is the same whether or not CUDA headers were found */ \
+    X(NIXL_CUDA_IPC_KERNEL, "1", "cuda_ipc: 1 moves many small pieces with one gather/scatter kernel launch (cuda_ipc.kernel); 0 always uses the copy engines (cuda_ipc.ce)") \
+    X(NIXL_CUDA_IPC_CE_MIN, "4M", "cuda_ipc: pieces of at least this many bytes (K/M/G suffixes) go to the copy engines") \
+    X(NIXL_CUDA_IPC_KERNEL_MIN, "4", "cuda_ipc: fewer small pieces than this in a request go to the copy engines")                \
+    /* etcd channel (src/core/md_etcd.c) */                                                      \
+    X(NIXL_ETCD_ENDPOINTS, "", "etcd endpoints, comma-separated URLs (http://10.0.0.1:2379,...), tried in order: the next one when one fails") \
+    X(NIXL_ETCD_NAMESPACE, "/nixl", "prefix of every etcd key nixl writes or reads")            \
+    X(NIXL_ETCD_LEASE_TTL_S, "10", "TTL of an agent's etcd lease, in seconds: a dead agent's keys expire after at most this") \
+    X(NIXL_ETCD_TIMEOUT_MS, "2000", "timeout of one etcd request, in milliseconds (all endpoints together)") \
+    X(NIXL_ETCD_FETCH_TIMEOUT_MS, "30000", "how long an etcd fetch waits for the peer's metadata to appear, by default")
 
 #endif

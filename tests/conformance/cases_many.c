@@ -40,7 +40,8 @@ static void many_setup(conf_ctx_t *ctx, many_t *m)
     conf_target_start(ctx, (size_t)MANY * RSTRIDE + 64, 201);
     m->llen = (size_t)MANY * LSTRIDE + 64;
     m->local = conf_buf_alloc(m->llen, ctx->shared);
-    conf_pattern_fill(m->local, m->llen, 202, 0);
+    conf_pattern_fill(conf_buf_host(m->local), m->llen, 202, 0);
+    conf_buf_push(m->local, 0, m->llen);
     CHECK_OK(conf_register(ctx->agent, m->local, m->llen));
     m->ld = calloc(MANY, sizeof(*m->ld));
     m->rd = calloc(MANY, sizeof(*m->rd));
@@ -49,6 +50,7 @@ static void many_setup(conf_ctx_t *ctx, many_t *m)
     for (uint32_t i = 0; i < MANY; i++) {
         m->ld[i].addr = (uint64_t)(uintptr_t)m->local + LBASE + (uint64_t)i * LSTRIDE;
         m->ld[i].len = PIECE;
+        m->ld[i].dev_id = conf_buf_dev((uint64_t)(uintptr_t)m->local);
         m->rd[i].addr = ctx->tgt_addr + RBASE + (uint64_t)i * RSTRIDE;
         m->rd[i].len = PIECE;
         m->perm[i] = i;
@@ -72,8 +74,10 @@ static uint8_t *many_image(const conf_ctx_t *ctx, const many_t *m)
     uint8_t *img = malloc(ctx->tgt_len);
     CHECK(img != NULL);
     conf_pattern_fill(img, ctx->tgt_len, 201, 0);
+    conf_buf_pull(m->local, 0, m->llen);
+    const uint8_t *local = conf_buf_host(m->local);
     for (uint32_t i = 0; i < MANY; i++)
-        memcpy(img + RBASE + (size_t)m->perm[i] * RSTRIDE, m->local + LBASE + (size_t)i * LSTRIDE, PIECE);
+        memcpy(img + RBASE + (size_t)m->perm[i] * RSTRIDE, local + LBASE + (size_t)i * LSTRIDE, PIECE);
     return img;
 }
 
@@ -115,8 +119,8 @@ static void case_many_two_step(conf_ctx_t *ctx)
 {
     many_t m;
     many_setup(ctx, &m);
-    nixl_dlist_t ll = {.mem_type = NIXL_MEM_DRAM, .count = MANY, .descs = m.ld};
-    nixl_dlist_t rl = {.mem_type = NIXL_MEM_DRAM, .count = MANY, .descs = m.rd};
+    nixl_dlist_t ll = {.mem_type = conf_mem_type(), .count = MANY, .descs = m.ld};
+    nixl_dlist_t rl = {.mem_type = conf_mem_type(), .count = MANY, .descs = m.rd};
     nixl_prep_t *lp = NULL, *rp = NULL;
     uint64_t t0 = conf_now_ms();
     CHECK_OK(nixl_prep_create(ctx->agent, NULL, &ll, NULL, &lp));
@@ -147,8 +151,10 @@ static void case_many_two_step(conf_ctx_t *ctx)
     /* READ the same pairs back into a scrambled local buffer. */
     uint8_t *orig = malloc(m.llen);
     CHECK(orig != NULL);
-    memcpy(orig, m.local, m.llen);
-    conf_pattern_fill(m.local, m.llen, 203, 0);
+    conf_buf_pull(m.local, 0, m.llen);
+    memcpy(orig, conf_buf_host(m.local), m.llen);
+    conf_pattern_fill(conf_buf_host(m.local), m.llen, 203, 0);
+    conf_buf_push(m.local, 0, m.llen);
     uint8_t *want = malloc(m.llen);
     CHECK(want != NULL);
     conf_pattern_fill(want, m.llen, 203, 0);
@@ -156,7 +162,8 @@ static void case_many_two_step(conf_ctx_t *ctx)
         memcpy(want + LBASE + (size_t)i * LSTRIDE, orig + LBASE + (size_t)i * LSTRIDE, PIECE);
     CHECK_OK(nixl_xfer_make(ctx->agent, NIXL_OP_READ, lp, lidx, rp, m.perm, MANY, NULL, &x));
     run_and_wait(x);
-    CHECK_BYTES("local buffer after 100,000-descriptor READ", m.local, want, m.llen);
+    conf_buf_pull(m.local, 0, m.llen);
+    CHECK_BYTES("local buffer after 100,000-descriptor READ", conf_buf_host(m.local), want, m.llen);
     note_info(x, "two-step READ");
     nixl_xfer_release(x);
 
@@ -184,8 +191,8 @@ static void case_many_one_shot(conf_ctx_t *ctx)
     CHECK(rd != NULL);
     for (uint32_t i = 0; i < MANY; i++)
         rd[i] = m.rd[m.perm[i]];
-    nixl_dlist_t ll = {.mem_type = NIXL_MEM_DRAM, .count = MANY, .descs = m.ld};
-    nixl_dlist_t rl = {.mem_type = NIXL_MEM_DRAM, .count = MANY, .descs = rd};
+    nixl_dlist_t ll = {.mem_type = conf_mem_type(), .count = MANY, .descs = m.ld};
+    nixl_dlist_t rl = {.mem_type = conf_mem_type(), .count = MANY, .descs = rd};
     nixl_opt_args_t o = notif_opt("many-1shot");
     nixl_xfer_t *x = NULL;
     uint64_t t0 = conf_now_ms();
@@ -216,7 +223,9 @@ static void case_merge_runs(conf_ctx_t *ctx)
     size_t len = (size_t)n * PIECE;
     conf_target_start(ctx, len, 301);
     uint8_t *local = conf_buf_alloc(len, ctx->shared);
-    conf_pattern_fill(local, len, 302, 0);
+    uint8_t *local_img = conf_buf_host(local); /* never changed by a transfer here */
+    conf_pattern_fill(local_img, len, 302, 0);
+    conf_buf_push(local, 0, len);
     CHECK_OK(conf_register(ctx->agent, local, len));
     nixl_desc_t *ld = calloc(n, sizeof(*ld)), *rd = calloc(n, sizeof(*rd)), *rpair = calloc(n, sizeof(*rpair));
     uint32_t *lidx = calloc(n, sizeof(*lidx)), *ridx = calloc(n, sizeof(*ridx));
@@ -224,6 +233,7 @@ static void case_merge_runs(conf_ctx_t *ctx)
     for (uint32_t i = 0; i < n; i++) {
         ld[i].addr = (uint64_t)(uintptr_t)local + (uint64_t)i * PIECE;
         ld[i].len = PIECE;
+        ld[i].dev_id = conf_buf_dev((uint64_t)(uintptr_t)local);
         rd[i].addr = ctx->tgt_addr + (uint64_t)i * PIECE;
         rd[i].len = PIECE;
         lidx[i] = i;
@@ -259,10 +269,10 @@ static void case_merge_runs(conf_ctx_t *ctx)
     CHECK(img != NULL);
     conf_pattern_fill(img, len, 301, 0);
     for (uint32_t i = 0; i < n; i++)
-        memcpy(img + (size_t)ridx[i] * PIECE, local + (size_t)i * PIECE, PIECE);
+        memcpy(img + (size_t)ridx[i] * PIECE, local_img + (size_t)i * PIECE, PIECE);
 
-    nixl_dlist_t ll = {.mem_type = NIXL_MEM_DRAM, .count = n, .descs = ld};
-    nixl_dlist_t rl = {.mem_type = NIXL_MEM_DRAM, .count = n, .descs = rd};
+    nixl_dlist_t ll = {.mem_type = conf_mem_type(), .count = n, .descs = ld};
+    nixl_dlist_t rl = {.mem_type = conf_mem_type(), .count = n, .descs = rd};
     nixl_prep_t *lp = NULL, *rp = NULL;
     CHECK_OK(nixl_prep_create(ctx->agent, NULL, &ll, NULL, &lp));
     CHECK_OK(nixl_prep_create(ctx->agent, CONF_TARGET_NAME, &rl, NULL, &rp));
@@ -276,7 +286,7 @@ static void case_merge_runs(conf_ctx_t *ctx)
     CHECK_EQ_U64(info.descs_in, n);
     CHECK_EQ_U64(info.descs, 1);
     CHECK_EQ_U64(info.bytes, len);
-    conf_target_expect(ctx, 0, local, len);
+    conf_target_expect(ctx, 0, local_img, len);
     nixl_xfer_release(x);
 
     /* Runs. */
@@ -292,7 +302,7 @@ static void case_merge_runs(conf_ctx_t *ctx)
 
     /* The same pairing one-shot. */
     conf_target_fill(ctx, 0, len, 301);
-    nixl_dlist_t pl = {.mem_type = NIXL_MEM_DRAM, .count = n, .descs = rpair};
+    nixl_dlist_t pl = {.mem_type = conf_mem_type(), .count = n, .descs = rpair};
     CHECK_OK(nixl_xfer_create(ctx->agent, NIXL_OP_WRITE, &ll, &pl, CONF_TARGET_NAME, NULL, &x));
     run_and_wait(x);
     CHECK_OK(nixl_xfer_info(x, &info));

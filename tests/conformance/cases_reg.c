@@ -11,13 +11,14 @@
 
 static nixl_dlist_t dl_of(const nixl_desc_t *d, size_t n)
 {
-    nixl_dlist_t dl = {.mem_type = NIXL_MEM_DRAM, .count = n, .descs = d};
+    nixl_dlist_t dl = {.mem_type = conf_mem_type(), .count = n, .descs = d};
     return dl;
 }
 
 static nixl_desc_t desc_of(const void *base, size_t off, size_t len)
 {
-    nixl_desc_t d = {.addr = (uint64_t)(uintptr_t)base + off, .len = len};
+    nixl_desc_t d = {.addr = (uint64_t)(uintptr_t)base + off, .len = len,
+                     .dev_id = conf_buf_dev((uint64_t)(uintptr_t)base)};
     return d;
 }
 

@@ -25,9 +25,24 @@ typedef struct local_buf {
 static local_buf_t local_make(conf_ctx_t *ctx, size_t len, uint64_t seed)
 {
     local_buf_t b = {.p = conf_buf_alloc(len, ctx->shared), .len = len, .shared = ctx->shared};
-    conf_pattern_fill(b.p, len, seed, 0);
+    conf_pattern_fill(conf_buf_host(b.p), len, seed, 0);
+    conf_buf_push(b.p, 0, len);
     CHECK_OK(conf_register(ctx->agent, b.p, len));
     return b;
+}
+
+/* The local buffer's bytes as the cases read them (pulled from VRAM). */
+static const uint8_t *local_bytes(const local_buf_t *b)
+{
+    conf_buf_pull(b->p, 0, b->len);
+    return conf_buf_host(b->p);
+}
+
+/* Refill the local buffer with stream seed. */
+static void local_fill(local_buf_t *b, uint64_t seed)
+{
+    conf_pattern_fill(conf_buf_host(b->p), b->len, seed, 0);
+    conf_buf_push(b->p, 0, b->len);
 }
 
 static void local_drop(conf_ctx_t *ctx, local_buf_t *b)
@@ -52,11 +67,12 @@ static lists_t lists_make(const conf_ctx_t *ctx, const local_buf_t *lb, const pi
     for (size_t i = 0; i < n; i++) {
         s.l[i].addr = (uint64_t)(uintptr_t)lb->p + pc[i].loff;
         s.l[i].len = pc[i].len;
+        s.l[i].dev_id = conf_buf_dev(s.l[i].addr);
         s.r[i].addr = ctx->tgt_addr + pc[i].roff;
         s.r[i].len = pc[i].len;
     }
-    s.ll = (nixl_dlist_t){.mem_type = NIXL_MEM_DRAM, .count = n, .descs = s.l};
-    s.rl = (nixl_dlist_t){.mem_type = NIXL_MEM_DRAM, .count = n, .descs = s.r};
+    s.ll = (nixl_dlist_t){.mem_type = conf_mem_type(), .count = n, .descs = s.l};
+    s.rl = (nixl_dlist_t){.mem_type = conf_mem_type(), .count = n, .descs = s.r};
     return s;
 }
 
@@ -98,8 +114,9 @@ static uint8_t *image_after_write(const conf_ctx_t *ctx, uint64_t tseed, const l
     uint8_t *img = malloc(ctx->tgt_len);
     CHECK(img != NULL);
     conf_pattern_fill(img, ctx->tgt_len, tseed, 0);
+    const uint8_t *local = local_bytes(lb);
     for (size_t i = 0; i < n; i++)
-        memcpy(img + pc[i].roff, lb->p + pc[i].loff, pc[i].len);
+        memcpy(img + pc[i].roff, local + pc[i].loff, pc[i].len);
     return img;
 }
 
@@ -179,7 +196,7 @@ static void case_read(conf_ctx_t *ctx)
         {0, 8192, 4096},
         {100000, 500000, 50000},
         {(1u << 20) - 1, 0, 1},
-        {7, (1u << 20) - 3, 3},
+        {4097, (1u << 20) - 3, 3}, /* destinations never overlap: pieces may land in any order */
     };
     size_t n = sizeof(pc) / sizeof(pc[0]);
     conf_target_start(ctx, 1u << 20, 3);
@@ -191,7 +208,7 @@ static void case_read(conf_ctx_t *ctx)
     conf_pattern_fill(want, lb.len, 4, 0);
     for (size_t i = 0; i < n; i++)
         conf_pattern_fill(want + pc[i].loff, pc[i].len, 3, pc[i].roff);
-    CHECK_BYTES("local buffer after READ", lb.p, want, lb.len);
+    CHECK_BYTES("local buffer after READ", local_bytes(&lb), want, lb.len);
     /* A READ leaves the target unchanged. */
     conf_pattern_fill(want, ctx->tgt_len, 3, 0);
     conf_target_expect(ctx, 0, want, ctx->tgt_len);
@@ -291,7 +308,7 @@ static void case_repost(conf_ctx_t *ctx)
     nixl_xfer_t *x = xfer_make_pieces(ctx, NIXL_OP_WRITE, &lb, pc, 2, "again");
     for (int round = 0; round < 3; round++) {
         if (round > 0)
-            conf_pattern_fill(lb.p, lb.len, 30 + (uint64_t)round, 0);
+            local_fill(&lb, 30 + (uint64_t)round);
         uint8_t *img = image_after_write(ctx, 21, &lb, pc, 2);
         xfer_run(x);
         expect_notif(ctx, "again", img);
@@ -340,8 +357,9 @@ static void case_post_in_flight(conf_ctx_t *ctx)
     /* The failed re-post did not disturb the one in flight. */
     uint8_t *img = malloc(BIG_LEN);
     CHECK(img != NULL);
+    const uint8_t *local = local_bytes(&lb);
     for (size_t i = 0; i < 64; i++)
-        memcpy(img + (63 - i) * (BIG_LEN / 64), lb.p + i * (BIG_LEN / 64), BIG_LEN / 64);
+        memcpy(img + (63 - i) * (BIG_LEN / 64), local + i * (BIG_LEN / 64), BIG_LEN / 64);
     conf_target_expect(ctx, 0, img, BIG_LEN);
     free(img);
     nixl_xfer_info_t info;
@@ -376,7 +394,7 @@ static void case_release_in_flight(conf_ctx_t *ctx)
     uint8_t *img = malloc(BIG_LEN);
     CHECK(img != NULL);
     conf_pattern_fill(img, BIG_LEN, 53, 0);
-    memcpy(img + 17, lb.p, 1000);
+    memcpy(img + 17, local_bytes(&lb), 1000);
     xfer_run(y);
     expect_notif(ctx, "after", img); /* "canceled" first would fail here */
     CHECK_EQ_U64(conf_target_count_notifs(ctx, 300), 0);
@@ -456,7 +474,7 @@ static void case_unaligned(conf_ctx_t *ctx)
     nixl_xfer_release(x);
 
     /* READ odd ranges back into a fresh local pattern. */
-    conf_pattern_fill(lb.p, lb.len, 83, 0);
+    local_fill(&lb, 83);
     x = xfer_make_pieces(ctx, NIXL_OP_READ, &lb, rp, nr, NULL);
     xfer_run(x);
     uint8_t *want = malloc(lb.len);
@@ -464,7 +482,7 @@ static void case_unaligned(conf_ctx_t *ctx)
     conf_pattern_fill(want, lb.len, 83, 0);
     for (size_t i = 0; i < nr; i++)
         memcpy(want + rp[i].loff, img + rp[i].roff, rp[i].len);
-    CHECK_BYTES("local buffer after unaligned READ", lb.p, want, lb.len);
+    CHECK_BYTES("local buffer after unaligned READ", local_bytes(&lb), want, lb.len);
     nixl_xfer_release(x);
     free(want);
     free(img);
@@ -500,9 +518,9 @@ static void case_length_mismatch(conf_ctx_t *ctx)
 
 static void expect_not_registered(conf_ctx_t *ctx, uint64_t laddr, uint64_t raddr, uint64_t len, const char *what)
 {
-    nixl_desc_t l = {.addr = laddr, .len = len}, r = {.addr = raddr, .len = len};
-    nixl_dlist_t ll = {.mem_type = NIXL_MEM_DRAM, .count = 1, .descs = &l};
-    nixl_dlist_t rl = {.mem_type = NIXL_MEM_DRAM, .count = 1, .descs = &r};
+    nixl_desc_t l = {.addr = laddr, .len = len, .dev_id = conf_buf_dev(laddr)}, r = {.addr = raddr, .len = len};
+    nixl_dlist_t ll = {.mem_type = conf_mem_type(), .count = 1, .descs = &l};
+    nixl_dlist_t rl = {.mem_type = conf_mem_type(), .count = 1, .descs = &r};
     nixl_xfer_t *x = NULL;
     for (int op = 0; op < 2; op++) {
         nixl_status_t s = nixl_xfer_create(ctx->agent, (nixl_op_t)op, &ll, &rl, CONF_TARGET_NAME, NULL, &x);
@@ -533,13 +551,14 @@ static void case_not_registered(conf_ctx_t *ctx)
     uint8_t *two = conf_buf_alloc(8192, ctx->shared);
     nixl_desc_t halves[2] = {{.addr = (uint64_t)(uintptr_t)two, .len = 4096},
                              {.addr = (uint64_t)(uintptr_t)two + 4096, .len = 4096}};
-    nixl_dlist_t hl = {.mem_type = NIXL_MEM_DRAM, .count = 2, .descs = halves};
+    halves[0].dev_id = halves[1].dev_id = conf_buf_dev((uint64_t)(uintptr_t)two);
+    nixl_dlist_t hl = {.mem_type = conf_mem_type(), .count = 2, .descs = halves};
     CHECK_OK(nixl_mem_register(ctx->agent, &hl, NULL));
     expect_not_registered(ctx, (uint64_t)(uintptr_t)two + 4000, r0, 200, "local descriptor across two registrations");
 
     /* The two-step form checks at prepare time. */
     nixl_desc_t bad = {.addr = r0 + len - 1, .len = 2};
-    nixl_dlist_t bl = {.mem_type = NIXL_MEM_DRAM, .count = 1, .descs = &bad};
+    nixl_dlist_t bl = {.mem_type = conf_mem_type(), .count = 1, .descs = &bad};
     nixl_prep_t *p = NULL;
     CHECK_ST(nixl_prep_create(ctx->agent, CONF_TARGET_NAME, &bl, NULL, &p), NIXL_ERR_NOT_REGISTERED);
     bad.addr = (uint64_t)(uintptr_t)unreg;

@@ -40,6 +40,8 @@ typedef struct conf_case {
 typedef struct conf_opts {
     const char *backend;
     int procs;
+    nixl_mem_t mem;  /* --mem: what every case moves (DRAM, or VRAM on both sides) */
+    int dev[2];      /* --devs I,T: GPU of the initiator's and the target's buffers */
     const nixl_backend_info_t *info;
     const char *exe; /* path to re-exec for the target process */
 } conf_opts_t;
@@ -108,9 +110,28 @@ uint64_t conf_rand(uint64_t *state);
 uint64_t conf_now_ms(void);
 void conf_sleep_us(unsigned us);
 
-/* Buffers: shared (nixl_mem_alloc) or plain (page-aligned malloc). */
+/* Buffers: shared (nixl_mem_alloc) or plain (page-aligned malloc); with
+ * --mem vram, device memory on the initiator's GPU (conf_buf_alloc) or the
+ * target's (conf_buf_alloc_dev).  Cases touch a buffer's bytes only through
+ * its host image: write the image and push it, pull before reading it.
+ * With DRAM the image is the buffer itself and push/pull do nothing, so
+ * the DRAM battery runs exactly as it always did (mem.c). */
 void *conf_buf_alloc(size_t len, int shared);
+void *conf_buf_alloc_dev(size_t len, int shared, int dev);
 void conf_buf_free(void *p, size_t len, int shared);
+uint8_t *conf_buf_host(const void *buf);
+void conf_buf_push(const void *buf, size_t off, size_t len);
+void conf_buf_pull(const void *buf, size_t off, size_t len);
+/* The memory type of this run and the device of the buffer holding addr
+ * (0 for DRAM), for descriptor lists. */
+nixl_mem_t conf_mem_type(void);
+uint32_t conf_buf_dev(uint64_t addr);
+/* Set up --mem: 0, 2 for a bad value, or 77 with the reason printed when
+ * VRAM is unavailable (probe: ask a child process whether there are GPUs). */
+int conf_mem_init(const char *mem, const char *devs, int probe);
+/* The --mem and --devs of this run, for the target process's command line. */
+const char *conf_mem_arg(void);
+const char *conf_devs_arg(void);
 
 /* Agent with the backend under test created in it. */
 nixl_agent_t *conf_agent_create(const char *name, int listen, nixl_backend_t **backend_out);

@@ -147,35 +147,6 @@ void conf_sleep_us(unsigned us)
         ;
 }
 
-static size_t page_round(size_t len)
-{
-    return (len + 4095) & ~(size_t)4095;
-}
-
-void *conf_buf_alloc(size_t len, int shared)
-{
-    void *p = NULL;
-    if (shared) {
-        nixl_status_t s = nixl_mem_alloc(len, &p);
-        if (s != NIXL_OK)
-            conf_fail(__FILE__, __LINE__, "nixl_mem_alloc(%zu): %s", len, nixl_status_name(s));
-    } else {
-        if (posix_memalign(&p, 4096, page_round(len)))
-            conf_fail(__FILE__, __LINE__, "posix_memalign(%zu) failed", len);
-    }
-    return p;
-}
-
-void conf_buf_free(void *p, size_t len, int shared)
-{
-    if (!p)
-        return;
-    if (shared)
-        nixl_mem_free(p, len);
-    else
-        free(p);
-}
-
 nixl_agent_t *conf_agent_create(const char *name, int listen, nixl_backend_t **backend_out)
 {
     nixl_agent_config_t cfg = {
@@ -195,15 +166,15 @@ nixl_agent_t *conf_agent_create(const char *name, int listen, nixl_backend_t **b
 
 nixl_status_t conf_register(nixl_agent_t *agent, void *addr, size_t len)
 {
-    nixl_desc_t d = {.addr = (uint64_t)(uintptr_t)addr, .len = len};
-    nixl_dlist_t dl = {.mem_type = NIXL_MEM_DRAM, .count = 1, .descs = &d};
+    nixl_desc_t d = {.addr = (uint64_t)(uintptr_t)addr, .len = len, .dev_id = conf_buf_dev((uint64_t)(uintptr_t)addr)};
+    nixl_dlist_t dl = {.mem_type = conf_mem_type(), .count = 1, .descs = &d};
     return nixl_mem_register(agent, &dl, NULL);
 }
 
 nixl_status_t conf_deregister(nixl_agent_t *agent, void *addr, size_t len)
 {
-    nixl_desc_t d = {.addr = (uint64_t)(uintptr_t)addr, .len = len};
-    nixl_dlist_t dl = {.mem_type = NIXL_MEM_DRAM, .count = 1, .descs = &d};
+    nixl_desc_t d = {.addr = (uint64_t)(uintptr_t)addr, .len = len, .dev_id = conf_buf_dev((uint64_t)(uintptr_t)addr)};
+    nixl_dlist_t dl = {.mem_type = conf_mem_type(), .count = 1, .descs = &d};
     return nixl_mem_deregister(agent, &dl, NULL);
 }
 
@@ -245,18 +216,23 @@ static void cases_add(const conf_case_t *tab, size_t n)
 static const char *case_unmet(const conf_case_t *c, char *buf, size_t cap)
 {
     uint32_t caps = conf_opts.info->caps;
+    if (c->shared && conf_opts.mem != NIXL_MEM_DRAM)
+        return "--mem vram: the case is about nixl_mem_alloc host memory";
     if ((c->needs & CONF_NEED_PROCS2) && conf_opts.procs != 2)
         return "needs the target in its own process (run with --procs 2)";
     if (c->needs & CONF_NEED_XFER) {
         uint32_t want = conf_opts.procs == 1 ? NIXL_CAP_LOCAL : NIXL_CAP_SAME_HOST;
-        if (!(caps & want)) {
+        /* A cross-host backend reaches any peer: the agents hold only the
+         * backend under test, so the core takes it for this one too. */
+        if (!(caps & (want | NIXL_CAP_CROSS_HOST))) {
             snprintf(buf, cap, "backend %s lacks %s", conf_opts.backend,
                      conf_opts.procs == 1 ? "NIXL_CAP_LOCAL (two agents in one process)"
                                           : "NIXL_CAP_SAME_HOST");
             return buf;
         }
-        if (!(conf_opts.info->mem_types & NIXL_MEM_BIT(NIXL_MEM_DRAM))) {
-            snprintf(buf, cap, "backend %s does not take DRAM", conf_opts.backend);
+        if (!(conf_opts.info->mem_types & NIXL_MEM_BIT(conf_opts.mem))) {
+            snprintf(buf, cap, "backend %s does not take %s (--mem)", conf_opts.backend,
+                     conf_opts.mem == NIXL_MEM_VRAM ? "VRAM" : "DRAM");
             return buf;
         }
     }
@@ -394,21 +370,28 @@ static const nixl_backend_info_t *backend_find(const char *name, char *avail, si
 static void usage(const char *argv0)
 {
     fprintf(stderr,
-            "usage: %s --backend NAME [--procs 1|2] [--filter SUBSTRING] [--timeout SECONDS] [--list]\n"
+            "usage: %s --backend NAME [--procs 1|2] [--mem dram|vram] [--devs I,T] [--filter SUBSTRING]\n"
+            "          [--timeout SECONDS] [--list]\n"
             "  Runs the conformance battery against one backend.  --procs 2 puts the target\n"
-            "  agent in a child process and exchanges metadata through its listener.\n",
+            "  agent in a child process and exchanges metadata through its listener.  --mem vram\n"
+            "  runs every case on GPU memory of both sides (initiator GPU I, target GPU T; 0,0).\n",
             argv0);
 }
 
 int main(int argc, char **argv)
 {
-    const char *filter = NULL;
+    const char *filter = NULL, *mem = NULL, *devs = NULL;
     unsigned timeout_s = 60;
     int list = 0;
     conf_opts.procs = 1;
 
     if (argc == 4 && strcmp(argv[1], "--target-role") == 0)
         return conf_target_main(atoi(argv[2]), atoi(argv[3]));
+    if (argc == 6 && strcmp(argv[1], "--target-role") == 0) {
+        /* The target of a VRAM run: its memory and GPUs as the driver's. */
+        int rc = conf_mem_init(argv[4], argv[5], 0);
+        return rc ? rc : conf_target_main(atoi(argv[2]), atoi(argv[3]));
+    }
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -424,6 +407,12 @@ int main(int argc, char **argv)
             i++;
         } else if (strcmp(a, "--timeout") == 0 && v) {
             timeout_s = (unsigned)atoi(v);
+            i++;
+        } else if (strcmp(a, "--mem") == 0 && v) {
+            mem = v;
+            i++;
+        } else if (strcmp(a, "--devs") == 0 && v) {
+            devs = v;
             i++;
         } else if (strcmp(a, "--list") == 0) {
             list = 1;
@@ -448,6 +437,11 @@ int main(int argc, char **argv)
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
     signal(SIGPIPE, SIG_IGN);
+    int mrc = conf_mem_init(mem, devs, 1);
+    if (mrc) {
+        free(all_cases);
+        return mrc;
+    }
 
     /* Re-executing ourselves for the target must not depend on PATH. */
     static char exe[4096];
@@ -491,8 +485,8 @@ int main(int argc, char **argv)
         }
     }
     free(all_cases);
-    printf("summary: %zu passed, %zu skipped, %zu failed (backend %s, procs %d)\n", pass, skip, fail,
-           conf_opts.backend, conf_opts.procs);
+    printf("summary: %zu passed, %zu skipped, %zu failed (backend %s, procs %d, %s)\n", pass, skip, fail,
+           conf_opts.backend, conf_opts.procs, conf_opts.mem == NIXL_MEM_VRAM ? "VRAM" : "DRAM");
     if (fail)
         return 1;
     if (pass == 0)

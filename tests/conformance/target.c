@@ -115,7 +115,8 @@ static void tstate_destroy(tstate_t *st)
 /* Compare buf[off..off+len) with want; a[0] = first mismatch + 1 (0 = equal). */
 static void tstate_compare(const tstate_t *st, uint64_t off, const uint8_t *want, uint64_t len, tmsg_t *rep)
 {
-    const uint8_t *got = st->buf + off;
+    conf_buf_pull(st->buf, off, len);
+    const uint8_t *got = conf_buf_host(st->buf) + off;
     if (memcmp(got, want, len) == 0)
         return;
     for (uint64_t i = 0; i < len; i++) {
@@ -187,8 +188,9 @@ static void tstate_handle(tstate_t *st, const tmsg_t *req, const void *payload, 
         st->agent = conf_agent_create(CONF_TARGET_NAME, (int)req->a[3], &st->backend);
         st->len = req->a[0];
         st->shared = (int)req->a[2];
-        st->buf = conf_buf_alloc(st->len, st->shared);
-        conf_pattern_fill(st->buf, st->len, req->a[1], 0);
+        st->buf = conf_buf_alloc_dev(st->len, st->shared, conf_opts.dev[1]);
+        conf_pattern_fill(conf_buf_host(st->buf), st->len, req->a[1], 0);
+        conf_buf_push(st->buf, 0, st->len);
         rep->status = conf_register(st->agent, st->buf, st->len);
         rep->a[0] = (uint64_t)(uintptr_t)st->buf;
         rep->a[1] = nixl_agent_listen_port(st->agent);
@@ -199,7 +201,8 @@ static void tstate_handle(tstate_t *st, const tmsg_t *req, const void *payload, 
             rep->status = NIXL_ERR_INVALID_PARAM;
             break;
         }
-        conf_pattern_fill(st->buf + req->a[0], req->a[1], req->a[2], req->a[0]);
+        conf_pattern_fill(conf_buf_host(st->buf) + req->a[0], req->a[1], req->a[2], req->a[0]);
+        conf_buf_push(st->buf, req->a[0], req->a[1]);
         break;
     case T_EXPECT:
         if (!tstate_range_ok(st, req->a[0], req->plen)) {
@@ -216,7 +219,8 @@ static void tstate_handle(tstate_t *st, const tmsg_t *req, const void *payload, 
         void *p = malloc(req->a[1] ? req->a[1] : 1);
         if (!p)
             abort();
-        memcpy(p, st->buf + req->a[0], req->a[1]);
+        conf_buf_pull(st->buf, req->a[0], req->a[1]);
+        memcpy(p, conf_buf_host(st->buf) + req->a[0], req->a[1]);
         *rep_p = p;
         rep->plen = req->a[1];
         break;
@@ -433,7 +437,11 @@ static void target_spawn(conf_target_t *t)
     char rbuf[16], wbuf[16];
     snprintf(rbuf, sizeof(rbuf), "%d", crfd);
     snprintf(wbuf, sizeof(wbuf), "%d", cwfd);
-    char *argv[] = {(char *)conf_opts.exe, (char *)"--target-role", rbuf, wbuf, NULL};
+    char *argv[] = {(char *)conf_opts.exe, (char *)"--target-role", rbuf, wbuf, NULL, NULL, NULL};
+    if (conf_opts.mem != NIXL_MEM_DRAM) {
+        argv[4] = (char *)conf_mem_arg();
+        argv[5] = (char *)conf_devs_arg();
+    }
     fflush(NULL);
     pid_t pid = fork();
     if (pid < 0)

@@ -19,7 +19,16 @@
 #define BENCH_MSG_MAX 256
 
 typedef enum { BENCH_ALLOC_NIXL = 0, BENCH_ALLOC_MALLOC = 1 } bench_alloc_t;
+typedef enum { BENCH_MEM_DRAM = 0, BENCH_MEM_VRAM = 1 } bench_mem_t;
+
+/* The KV replay (--kv-replay): DeepSeek-V2-Lite's MLA cache of one 8,192-token
+ * request, page size 1, one buffer per layer (docs: workloads.md). */
+#define BENCH_KV_LAYERS 27
+#define BENCH_KV_TOKENS 8192
+#define BENCH_KV_TOKEN_BYTES 1152
 typedef enum { BENCH_LAYOUT_SHUFFLED = 0, BENCH_LAYOUT_CONTIG = 1 } bench_layout_t;
+/* --etcd: who initiates to whom among the ranks (bench_etcd.c) */
+typedef enum { BENCH_SCHEME_PAIRWISE = 0, BENCH_SCHEME_MANY_TO_ONE = 1, BENCH_SCHEME_ONE_TO_MANY = 2 } bench_scheme_t;
 
 typedef struct bench_opts {
     const char *backend;
@@ -39,12 +48,21 @@ typedef struct bench_opts {
     char param_keys[16][64];
     const char *json_path;
     int quiet;
+    /* memory of each side: DRAM, or VRAM on a GPU (ordinal in that process) */
+    bench_mem_t init_mem, tgt_mem;
+    int init_dev, tgt_dev;
+    int kv_replay;
     /* connection */
     int is_target;
     const char *peer_ip; /* NULL: spawn the target locally */
     uint16_t peer_port;
     uint16_t listen_port; /* target role */
     int report_fd;        /* target role: where to write "port N" (-1: stdout) */
+    /* etcd mode (bench_etcd.c): N processes coordinated through etcd */
+    const char *etcd_url; /* NULL: not this mode */
+    uint32_t ranks;
+    bench_scheme_t scheme;
+    const char *run_id;
 } bench_opts_t;
 
 /* ---- failure helpers (nixlbench.c) ---- */
@@ -119,6 +137,30 @@ void bench_notif_send(nixl_agent_t *agent, const char *peer, const char *text);
 /* ---- the two roles ---- */
 int bench_run_target(const bench_opts_t *o);
 int bench_run_initiator(const bench_opts_t *o, const char *ip, uint16_t port);
+/* Every rank of an --etcd run (bench_etcd.c). */
+int bench_run_etcd(const bench_opts_t *o);
+
+/* ---- GPU memory (bench_vram.c) ---- */
+
+/* Load the CUDA driver; the number of GPUs.  Exits with a message when there
+ * is no driver. */
+int bench_vram_init(void);
+void *bench_vram_alloc(int dev, size_t len);
+void bench_vram_free(int dev, void *p);
+void bench_vram_put(int dev, void *dst, const void *src, size_t len);
+void bench_vram_get(int dev, void *dst, const void *src, size_t len);
+void bench_vram_set(int dev, void *dst, uint8_t v, size_t len);
+/* Bytes per second of the driver's copy of bytes from src_dev to dst_dev
+ * (cuMemcpyPeer across GPUs, cuMemcpyDtoD on one), a mean like the rows. */
+double bench_vram_limit(int src_dev, int dst_dev, uint64_t bytes);
+const char *bench_vram_limit_name(int src_dev, int dst_dev);
+const char *bench_mem_name(bench_mem_t mem);
+
+/* ---- KV replay (bench_kv.c) ---- */
+int bench_kv_run(const bench_opts_t *o, const char *ip, uint16_t port);
+/* Target side: "kvalloc" and "kvchk" requests; 1 when m was one of them. */
+int bench_kv_target_handle(nixl_agent_t *agent, const bench_msg_t *m);
+void bench_kv_target_drop(nixl_agent_t *agent);
 
 /* ---- the raw limit (bench_limits.c) ---- */
 

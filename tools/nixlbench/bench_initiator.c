@@ -6,7 +6,10 @@
  * both lists are prepared once and a request is made from index arrays (the
  * two-step API, the fast path for paged KV); the first transfer is checked
  * byte for byte, then the same request is re-posted iters times on one
- * thread.  The same pieces copied by memcpy give the row's raw limit.
+ * thread.  The same pieces copied by memcpy give the row's raw limit; with
+ * GPU memory on either side the limit is the driver's copy of the same
+ * number of bytes between the same GPUs (bench_vram.c), and patterns are
+ * filled and checked through a host staging buffer.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -18,6 +21,9 @@
 #include <unistd.h>
 
 #include "bench.h"
+#ifdef BENCH_HAVE_OFI
+#include "bench_ofi.h"
+#endif
 
 typedef struct row {
     uint64_t block, batch, bytes, iters;
@@ -31,6 +37,7 @@ typedef struct initiator {
     nixl_agent_t *agent;
     char peer[NIXL_NAME_MAX + 1];
     uint8_t *buf; /* registered, max_bytes */
+    uint8_t *host; /* buf itself (DRAM) or its host staging copy (VRAM) */
     uint64_t len;
     uint64_t remote_addr, remote_len;
     uint8_t *lim_src, *lim_dst; /* unregistered, for the memcpy limit */
@@ -39,9 +46,20 @@ typedef struct initiator {
     FILE *json;
 } initiator_t;
 
-static nixl_dlist_t dlist_of(const nixl_desc_t *d, size_t n)
+static nixl_dlist_t dlist_of(const nixl_desc_t *d, size_t n, bench_mem_t mem)
 {
-    return (nixl_dlist_t){.mem_type = NIXL_MEM_DRAM, .count = n, .descs = d};
+    return (nixl_dlist_t){.mem_type = mem == BENCH_MEM_VRAM ? NIXL_MEM_VRAM : NIXL_MEM_DRAM, .count = n, .descs = d};
+}
+
+const char *bench_mem_name(bench_mem_t mem)
+{
+    return mem == BENCH_MEM_VRAM ? "vram" : "dram";
+}
+
+static void local_sync_to_device(const initiator_t *in, uint64_t bytes)
+{
+    if (in->o->init_mem == BENCH_MEM_VRAM)
+        bench_vram_put(in->o->init_dev, in->buf, in->host, bytes);
 }
 
 static uint64_t default_iters(const bench_opts_t *o, uint64_t bytes)
@@ -89,7 +107,8 @@ static void verify_write(initiator_t *in, const nixl_prep_t *lp, const nixl_prep
     char text[BENCH_MSG_MAX];
     snprintf(text, sizeof(text), "chk %" PRIu64 " %" PRIu64 " %" PRIu64 " %s", seed, r->block, r->batch,
              bench_layout_name(in->o->layout));
-    bench_pattern_fill(in->buf, seed, 0, r->bytes);
+    bench_pattern_fill(in->host, seed, 0, r->bytes);
+    local_sync_to_device(in, r->bytes);
     nixl_opt_args_t opt = {.field_mask = NIXL_OPT_NOTIF, .notif = text, .notif_len = strlen(text)};
     nixl_xfer_t *x;
     bench_check(nixl_xfer_make(in->agent, NIXL_OP_WRITE, lp, in->idx, rp, in->idx, r->batch, &opt, &x),
@@ -114,7 +133,11 @@ static void verify_read(initiator_t *in, nixl_xfer_t *x, const row_t *r, uint64_
     char text[BENCH_MSG_MAX];
     snprintf(text, sizeof(text), "fill %" PRIu64 " %" PRIu64 " %" PRIu64 " %s", seed, r->block, r->batch,
              bench_layout_name(in->o->layout));
-    memset(in->buf, 0xa5, r->bytes); /* stale bytes must not pass */
+    /* stale bytes must not pass */
+    if (in->o->init_mem == BENCH_MEM_VRAM)
+        bench_vram_set(in->o->init_dev, in->buf, 0xa5, r->bytes);
+    else
+        memset(in->buf, 0xa5, r->bytes);
     bench_notif_send(in->agent, in->peer, text);
     static const char *const answers[] = {"filled"};
     bench_msg_t m;
@@ -123,7 +146,9 @@ static void verify_read(initiator_t *in, nixl_xfer_t *x, const row_t *r, uint64_
     if (sscanf(m.text, "filled %llu", &got_seed) != 1 || got_seed != seed)
         bench_die("fill answer \"%s\" does not match seed %" PRIu64, m.text, seed);
     xfer_wait(in, x, nixl_xfer_post(x), "verification read");
-    int64_t bad = bench_pattern_check(in->buf, seed, 0, r->bytes);
+    if (in->o->init_mem == BENCH_MEM_VRAM)
+        bench_vram_get(in->o->init_dev, in->host, in->buf, r->bytes);
+    int64_t bad = bench_pattern_check(in->host, seed, 0, r->bytes);
     if (bad >= 0)
         bench_die("verification failed: block %" PRIu64 " batch %" PRIu64 " read: local byte at offset %" PRId64
                   " differs from the pattern (seed %" PRIu64 ")",
@@ -189,10 +214,12 @@ static void run_row(initiator_t *in, row_t *r, uint64_t seed)
 
     bench_layout_slots(o->layout, seed, in->slot, r->batch);
     for (uint64_t i = 0; i < r->batch; i++) {
-        in->ldesc[i] = (nixl_desc_t){.addr = (uint64_t)(uintptr_t)in->buf + i * r->block, .len = r->block};
-        in->rdesc[i] = (nixl_desc_t){.addr = in->remote_addr + (uint64_t)in->slot[i] * r->block, .len = r->block};
+        in->ldesc[i] = (nixl_desc_t){.addr = (uint64_t)(uintptr_t)in->buf + i * r->block, .len = r->block,
+                                     .dev_id = o->init_mem == BENCH_MEM_VRAM ? (uint32_t)o->init_dev : 0};
+        in->rdesc[i] = (nixl_desc_t){.addr = in->remote_addr + (uint64_t)in->slot[i] * r->block, .len = r->block,
+                                     .dev_id = o->tgt_mem == BENCH_MEM_VRAM ? (uint32_t)o->tgt_dev : 0};
     }
-    nixl_dlist_t ll = dlist_of(in->ldesc, r->batch), rl = dlist_of(in->rdesc, r->batch);
+    nixl_dlist_t ll = dlist_of(in->ldesc, r->batch, o->init_mem), rl = dlist_of(in->rdesc, r->batch, o->tgt_mem);
     nixl_prep_t *lp, *rp;
     nixl_xfer_t *x;
 
@@ -227,8 +254,18 @@ static void run_row(initiator_t *in, row_t *r, uint64_t seed)
     r->per_desc_us = r->seconds * 1e6 / ((double)r->iters * (double)r->batch);
     r->post_us = (double)post_ns / 1e3 / (double)r->iters;
 
-    bench_pattern_fill(in->lim_src, seed, 0, r->bytes);
-    r->limit_gbps = bench_memcpy_limit(in->lim_dst, in->lim_src, r->block, r->batch, in->slot, o->op) / 1e9;
+    if (o->init_mem == BENCH_MEM_VRAM || o->tgt_mem == BENCH_MEM_VRAM) {
+        int from = o->op == NIXL_OP_WRITE ? o->init_dev : o->tgt_dev, to = o->op == NIXL_OP_WRITE ? o->tgt_dev : o->init_dev;
+        r->limit_gbps = bench_vram_limit(from, to, r->bytes) / 1e9;
+#ifdef BENCH_HAVE_OFI
+    } else if (bench_ofi_wanted(o)) {
+        /* libfabric: the raw provider loop of the same pieces (bench_ofi.c). */
+        r->limit_gbps = bench_ofi_limit(o, r->block, r->batch, in->slot, o->op) / 1e9;
+#endif
+    } else {
+        bench_pattern_fill(in->lim_src, seed, 0, r->bytes);
+        r->limit_gbps = bench_memcpy_limit(in->lim_dst, in->lim_src, r->block, r->batch, in->slot, o->op) / 1e9;
+    }
     r->ratio = r->gbps / r->limit_gbps;
 }
 
@@ -280,11 +317,11 @@ static void json_row(initiator_t *in, const row_t *r)
     json_str(f, r->info.path);
     fprintf(f, ",\"descs_after_merge\":%" PRIu64 ",\"make_desc_per_s\":%.6g,\"make_first_desc_per_s\":%.6g,\"prep_us\":%.6g"
                ",\"prep_local_us\":%.6g,\"prep_remote_us\":%.6g,\"make_us\":%.6g,\"post_us\":%.6g"
-               ",\"per_desc_us\":%.6g,\"layout\":\"%s\",\"alloc\":\"%s\",\"initiator_mem\":\"dram\""
-               ",\"target_mem\":\"dram\"}\n",
+               ",\"per_desc_us\":%.6g,\"layout\":\"%s\",\"alloc\":\"%s\",\"initiator_mem\":\"%s\""
+               ",\"target_mem\":\"%s\"}\n",
             r->info.descs, r->make_desc_per_s, r->make_first_desc_per_s, r->prep_local_us + r->prep_remote_us, r->prep_local_us,
             r->prep_remote_us, r->make_us, r->post_us, r->per_desc_us, bench_layout_name(o->layout),
-            bench_alloc_name(o->alloc));
+            bench_alloc_name(o->alloc), bench_mem_name(o->init_mem), bench_mem_name(o->tgt_mem));
     if (fflush(f))
         bench_die("cannot write %s", o->json_path);
 }
@@ -308,7 +345,8 @@ static void connect_target(initiator_t *in, const char *ip, uint16_t port, uint6
     bench_check(nixl_md_send_local(in->agent, ip, port), "nixl_md_send_local");
 
     char text[BENCH_MSG_MAX];
-    snprintf(text, sizeof(text), "alloc %" PRIu64 " %s", bytes, bench_alloc_name(in->o->alloc));
+    snprintf(text, sizeof(text), "alloc %" PRIu64 " %s %s %d", bytes, bench_alloc_name(in->o->alloc),
+             bench_mem_name(in->o->tgt_mem), in->o->tgt_dev);
     bench_notif_send(in->agent, in->peer, text);
     static const char *const answers[] = {"buf"};
     bench_msg_t m;
@@ -340,12 +378,23 @@ static void setup(initiator_t *in, const char *ip, uint16_t port, uint64_t bytes
     bench_check(nixl_backend_create(in->agent, o->backend, o->params, o->num_params, &be), "nixl_backend_create(initiator)");
 
     in->len = bytes;
-    in->buf = bench_alloc(o->alloc, bytes);
-    nixl_desc_t d = {.addr = (uint64_t)(uintptr_t)in->buf, .len = bytes};
-    nixl_dlist_t l = dlist_of(&d, 1);
+    nixl_desc_t d = {.len = bytes};
+    if (o->init_mem == BENCH_MEM_VRAM) {
+        in->buf = bench_vram_alloc(o->init_dev, bytes);
+        in->host = malloc(bytes);
+        if (!in->host)
+            bench_die("out of memory for a %" PRIu64 "-byte staging buffer", bytes);
+        d.dev_id = (uint32_t)o->init_dev;
+    } else {
+        in->buf = in->host = bench_alloc(o->alloc, bytes);
+    }
+    d.addr = (uint64_t)(uintptr_t)in->buf;
+    nixl_dlist_t l = dlist_of(&d, 1, o->init_mem);
     bench_check(nixl_mem_register(in->agent, &l, NULL), "nixl_mem_register(initiator buffer)");
-    in->lim_src = bench_alloc(o->alloc, bytes);
-    in->lim_dst = bench_alloc(o->alloc, bytes);
+    if (o->init_mem == BENCH_MEM_DRAM && o->tgt_mem == BENCH_MEM_DRAM) {
+        in->lim_src = bench_alloc(o->alloc, bytes);
+        in->lim_dst = bench_alloc(o->alloc, bytes);
+    }
 
     in->ldesc = calloc(max_batch, sizeof(*in->ldesc));
     in->rdesc = calloc(max_batch, sizeof(*in->rdesc));
@@ -361,11 +410,17 @@ static void setup(initiator_t *in, const char *ip, uint16_t port, uint64_t bytes
 
 static void teardown(initiator_t *in)
 {
-    nixl_desc_t d = {.addr = (uint64_t)(uintptr_t)in->buf, .len = in->len};
-    nixl_dlist_t l = dlist_of(&d, 1);
+    nixl_desc_t d = {.addr = (uint64_t)(uintptr_t)in->buf, .len = in->len,
+                     .dev_id = in->o->init_mem == BENCH_MEM_VRAM ? (uint32_t)in->o->init_dev : 0};
+    nixl_dlist_t l = dlist_of(&d, 1, in->o->init_mem);
     bench_check(nixl_mem_deregister(in->agent, &l, NULL), "nixl_mem_deregister(initiator buffer)");
     nixl_agent_destroy(in->agent);
-    bench_free(in->o->alloc, in->buf, in->len);
+    if (in->o->init_mem == BENCH_MEM_VRAM) {
+        bench_vram_free(in->o->init_dev, in->buf);
+        free(in->host);
+    } else {
+        bench_free(in->o->alloc, in->buf, in->len);
+    }
     bench_free(in->o->alloc, in->lim_src, in->len);
     bench_free(in->o->alloc, in->lim_dst, in->len);
     free(in->ldesc);
@@ -390,6 +445,13 @@ int bench_run_initiator(const bench_opts_t *o, const char *ip, uint16_t port)
         printf("# nixlbench %s: backend %s, op %s, layout %s, alloc %s, target %s (%s:%u)\n", nixl_version(),
                o->backend, o->op == NIXL_OP_WRITE ? "write" : "read", bench_layout_name(o->layout),
                bench_alloc_name(o->alloc), in.peer, ip, (unsigned)port);
+        if (o->init_mem == BENCH_MEM_VRAM || o->tgt_mem == BENCH_MEM_VRAM) {
+            int from = o->op == NIXL_OP_WRITE ? o->init_dev : o->tgt_dev;
+            int to = o->op == NIXL_OP_WRITE ? o->tgt_dev : o->init_dev;
+            printf("# initiator %s (GPU %d), target %s (GPU %d); limit: %s of block x batch bytes, GPU %d -> %d\n",
+                   bench_mem_name(o->init_mem), o->init_dev, bench_mem_name(o->tgt_mem), o->tgt_dev,
+                   bench_vram_limit_name(from, to), from, to);
+        }
         print_header();
     }
 

@@ -3,11 +3,13 @@
  *
  * The target owns one registered buffer that the initiator reads or writes.
  * It listens for metadata, then serves text notifications until "quit":
- *   alloc <bytes> <nixl|malloc>          -> buf <addr> <bytes>
+ *   alloc <bytes> <nixl|malloc> [dram|vram <gpu>]  -> buf <addr> <bytes>
  *   chk <seed> <block> <batch> <layout>   -> ok <seed> | bad <seed> <offset>
  *       (attached to a write: the bytes have landed when it arrives)
  *   fill <seed> <block> <batch> <layout>  -> filled <seed>
+ *   kvalloc, kvchk                        (the KV replay: bench_kv.c)
  *   quit
+ * VRAM is filled and checked through a host staging copy.
  * Malformed requests are answered "err <why>" rather than ending the target.
  */
 #include <inttypes.h>
@@ -23,8 +25,11 @@
 typedef struct target {
     nixl_agent_t *agent;
     uint8_t *buf;
+    uint8_t *host; /* buf (DRAM) or its staging copy (VRAM) */
     uint64_t len;
     bench_alloc_t alloc;
+    bench_mem_t mem;
+    int dev;
 } target_t;
 
 static void reply(target_t *t, const char *peer, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -39,12 +44,14 @@ static void reply(target_t *t, const char *peer, const char *fmt, ...)
     bench_notif_send(t->agent, peer, text);
 }
 
-static nixl_dlist_t one_range(nixl_desc_t *d, void *p, uint64_t len)
+static nixl_dlist_t one_range(const target_t *t, nixl_desc_t *d)
 {
     memset(d, 0, sizeof(*d));
-    d->addr = (uint64_t)(uintptr_t)p;
-    d->len = len;
-    return (nixl_dlist_t){.mem_type = NIXL_MEM_DRAM, .count = 1, .descs = d};
+    d->addr = (uint64_t)(uintptr_t)t->buf;
+    d->len = t->len;
+    d->dev_id = t->mem == BENCH_MEM_VRAM ? (uint32_t)t->dev : 0;
+    return (nixl_dlist_t){.mem_type = t->mem == BENCH_MEM_VRAM ? NIXL_MEM_VRAM : NIXL_MEM_DRAM, .count = 1,
+                          .descs = d};
 }
 
 static void buffer_drop(target_t *t)
@@ -52,18 +59,25 @@ static void buffer_drop(target_t *t)
     if (!t->buf)
         return;
     nixl_desc_t d;
-    nixl_dlist_t l = one_range(&d, t->buf, t->len);
+    nixl_dlist_t l = one_range(t, &d);
     bench_check(nixl_mem_deregister(t->agent, &l, NULL), "nixl_mem_deregister(target buffer)");
-    bench_free(t->alloc, t->buf, t->len);
-    t->buf = NULL;
+    if (t->mem == BENCH_MEM_VRAM) {
+        bench_vram_free(t->dev, t->buf);
+        free(t->host);
+    } else {
+        bench_free(t->alloc, t->buf, t->len);
+    }
+    t->buf = t->host = NULL;
     t->len = 0;
 }
 
 static void on_alloc(target_t *t, const bench_msg_t *m)
 {
     unsigned long long bytes;
-    char kind[16];
-    if (sscanf(m->text, "alloc %llu %15s", &bytes, kind) != 2 || bytes == 0) {
+    char kind[16], mem[16] = "dram";
+    int dev = 0;
+    int n = sscanf(m->text, "alloc %llu %15s %15s %d", &bytes, kind, mem, &dev);
+    if ((n != 2 && n != 4) || bytes == 0 || dev < 0 || (strcmp(mem, "dram") && strcmp(mem, "vram"))) {
         reply(t, m->sender, "err malformed alloc request");
         return;
     }
@@ -78,10 +92,19 @@ static void on_alloc(target_t *t, const bench_msg_t *m)
     }
     buffer_drop(t);
     t->alloc = a;
-    t->buf = bench_alloc(a, bytes);
+    t->mem = strcmp(mem, "vram") ? BENCH_MEM_DRAM : BENCH_MEM_VRAM;
+    t->dev = dev;
     t->len = bytes;
+    if (t->mem == BENCH_MEM_VRAM) {
+        t->buf = bench_vram_alloc(dev, bytes);
+        t->host = malloc(bytes);
+        if (!t->host)
+            bench_die("out of memory for a %llu-byte staging buffer", bytes);
+    } else {
+        t->buf = t->host = bench_alloc(a, bytes);
+    }
     nixl_desc_t d;
-    nixl_dlist_t l = one_range(&d, t->buf, t->len);
+    nixl_dlist_t l = one_range(t, &d);
     bench_check(nixl_mem_register(t->agent, &l, NULL), "nixl_mem_register(target buffer)");
     reply(t, m->sender, "buf %" PRIu64 " %" PRIu64, (uint64_t)(uintptr_t)t->buf, t->len);
 }
@@ -122,7 +145,9 @@ static void on_chk(target_t *t, const bench_msg_t *m)
     bench_layout_t layout;
     if (parse_row(t, m, "chk", &seed, &block, &batch, &layout))
         return;
-    int64_t bad = bench_target_check(t->buf, seed, block, batch, layout);
+    if (t->mem == BENCH_MEM_VRAM)
+        bench_vram_get(t->dev, t->host, t->buf, t->len);
+    int64_t bad = bench_target_check(t->host, seed, block, batch, layout);
     if (bad < 0)
         reply(t, m->sender, "ok %" PRIu64, seed);
     else
@@ -135,7 +160,9 @@ static void on_fill(target_t *t, const bench_msg_t *m)
     bench_layout_t layout;
     if (parse_row(t, m, "fill", &seed, &block, &batch, &layout))
         return;
-    bench_target_fill(t->buf, seed, block, batch, layout);
+    bench_target_fill(t->host, seed, block, batch, layout);
+    if (t->mem == BENCH_MEM_VRAM)
+        bench_vram_put(t->dev, t->buf, t->host, t->len);
     reply(t, m->sender, "filled %" PRIu64, seed);
 }
 
@@ -187,6 +214,8 @@ int bench_run_target(const bench_opts_t *o)
                 on_fill(&t, &m);
             else if (!strcmp(m.text, "quit"))
                 quit = 1;
+            else if (bench_kv_target_handle(t.agent, &m))
+                ;
             else
                 reply(&t, m.sender, "err unknown request \"%.64s\"", m.text);
         }
@@ -196,6 +225,7 @@ int bench_run_target(const bench_opts_t *o)
             nanosleep(&nap, NULL);
     }
     buffer_drop(&t);
+    bench_kv_target_drop(t.agent);
     nixl_agent_destroy(t.agent);
     return 0;
 }

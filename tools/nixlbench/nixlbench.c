@@ -22,6 +22,9 @@
 #include <unistd.h>
 
 #include "bench.h"
+#ifdef BENCH_HAVE_OFI
+#include "bench_ofi.h"
+#endif
 
 static pid_t child_pid;   /* the spawned target, 0 when none */
 static int child_status;  /* valid once child_done */
@@ -131,13 +134,22 @@ static void usage(FILE *f)
           "  --layout shuffled|contig  where initiator block i lands on the target: a random slot\n"
           "                         (default; runs cannot merge) or slot i (runs merge)\n"
           "  --alloc nixl|malloc    buffers from nixl_mem_alloc (shared: shm.map) or malloc (shm.cma)\n"
-          "  --initiator-mem dram   --target-mem dram   (vram: not supported yet)\n"
+          "  --initiator-mem dram|vram  --target-mem dram|vram   memory of each side (default dram)\n"
+          "  --initiator-dev N      --target-dev N     GPU of each side's vram (default 0)\n"
+          "  --kv-replay            one KV request instead of rows: DeepSeek-V2-Lite, 27 layers x 8192\n"
+          "                         tokens x 1152 B, page size 1, one buffer per layer, slots shuffled\n"
+          "                         on both sides; reports ms per request and the path\n"
           "  --param KEY=VALUE      backend parameter, both sides (repeatable; e.g. threads=0)\n"
           "  --json FILE            one JSON object per row per line\n"
           "  --quiet                no table on stdout (errors still go to stderr)\n"
           "  --max-bytes SIZE       skip rows whose block x batch exceeds this (default 1G)\n"
           "  --seed N               pattern and permutation seed (default 1)\n"
           "  --timeout-ms N         wait for the target's answers at most this long (default 30000)\n"
+          "  --etcd URL[,URL...]    N processes coordinated through etcd (run the same command N\n"
+          "                         times, on any hosts): ranks, barriers, metadata (docs/etcd.md)\n"
+          "  --ranks N              --etcd: how many processes take part\n"
+          "  --scheme pairwise|many-to-one|one-to-many  --etcd: 2k -> 2k+1, all -> 0, or 0 -> all\n"
+          "  --run-id ID            --etcd: name of the run in etcd (default nixlbench)\n"
           "  --peer IP:PORT         use a target started elsewhere instead of spawning one\n"
           "  --role target          be a target: --listen-port P (0: any), serves until \"quit\"\n"
           "  --target-poll-us N     target's sleep between idle polls (default 1000, 0: spin)\n",
@@ -148,6 +160,8 @@ enum {
     OPT_BACKEND = 256, OPT_OP, OPT_BLOCK, OPT_BATCH, OPT_ITERS, OPT_WARMUP, OPT_LAYOUT, OPT_ALLOC,
     OPT_INIT_MEM, OPT_TARGET_MEM, OPT_JSON, OPT_QUIET, OPT_MAX_BYTES, OPT_SEED, OPT_TIMEOUT, OPT_PEER,
     OPT_ROLE, OPT_LISTEN_PORT, OPT_REPORT_FD, OPT_POLL_US, OPT_PARAM, OPT_HELP,
+    OPT_INIT_DEV, OPT_TARGET_DEV, OPT_KV_REPLAY,
+    OPT_ETCD, OPT_RANKS, OPT_SCHEME, OPT_RUN_ID, /* --etcd mode */
 };
 
 static const struct option long_opts[] = {
@@ -173,6 +187,13 @@ static const struct option long_opts[] = {
     {"target-poll-us", required_argument, NULL, OPT_POLL_US},
     {"param", required_argument, NULL, OPT_PARAM},
     {"help", no_argument, NULL, OPT_HELP},
+    {"initiator-dev", required_argument, NULL, OPT_INIT_DEV},
+    {"target-dev", required_argument, NULL, OPT_TARGET_DEV},
+    {"kv-replay", no_argument, NULL, OPT_KV_REPLAY},
+    {"etcd", required_argument, NULL, OPT_ETCD},
+    {"ranks", required_argument, NULL, OPT_RANKS},
+    {"scheme", required_argument, NULL, OPT_SCHEME},
+    {"run-id", required_argument, NULL, OPT_RUN_ID},
     {NULL, 0, NULL, 0},
 };
 
@@ -197,16 +218,13 @@ static uint64_t parse_count(const char *opt, const char *s, uint64_t max)
     return v;
 }
 
-static void check_mem(const char *opt, const char *s)
+static bench_mem_t parse_mem(const char *opt, const char *s)
 {
     if (!strcmp(s, "dram"))
-        return;
-    if (!strcmp(s, "vram")) {
-        fprintf(stderr, "nixlbench: %s vram is not supported yet: nixlbench moves host memory (dram) only "
-                        "for now\n", opt);
-        exit(2);
-    }
-    bad_usage("%s: unknown memory \"%s\" (dram)", opt, s);
+        return BENCH_MEM_DRAM;
+    if (!strcmp(s, "vram"))
+        return BENCH_MEM_VRAM;
+    bad_usage("%s: unknown memory \"%s\" (dram or vram)", opt, s);
 }
 
 static void parse_peer(const char *s, bench_opts_t *o, char *ip, size_t cap)
@@ -284,8 +302,11 @@ static void parse_opts(int argc, char **argv, bench_opts_t *o, char *ip, size_t 
             else
                 bad_usage("--alloc: \"%s\" is neither nixl nor malloc", optarg);
             break;
-        case OPT_INIT_MEM: check_mem("--initiator-mem", optarg); break;
-        case OPT_TARGET_MEM: check_mem("--target-mem", optarg); break;
+        case OPT_INIT_MEM: o->init_mem = parse_mem("--initiator-mem", optarg); break;
+        case OPT_TARGET_MEM: o->tgt_mem = parse_mem("--target-mem", optarg); break;
+        case OPT_INIT_DEV: o->init_dev = (int)parse_count("--initiator-dev", optarg, 1023); break;
+        case OPT_TARGET_DEV: o->tgt_dev = (int)parse_count("--target-dev", optarg, 1023); break;
+        case OPT_KV_REPLAY: o->kv_replay = 1; break;
         case OPT_JSON: o->json_path = optarg; break;
         case OPT_QUIET: o->quiet = 1; break;
         case OPT_MAX_BYTES:
@@ -307,6 +328,19 @@ static void parse_opts(int argc, char **argv, bench_opts_t *o, char *ip, size_t 
         case OPT_REPORT_FD: o->report_fd = (int)parse_count("--report-fd", optarg, 1 << 20); break;
         case OPT_POLL_US: o->target_poll_us = (uint32_t)parse_count("--target-poll-us", optarg, 1000000); break;
         case OPT_PARAM: add_param(o, optarg); break;
+        case OPT_ETCD: o->etcd_url = optarg; break;
+        case OPT_RANKS: o->ranks = (uint32_t)parse_count("--ranks", optarg, 1024); break;
+        case OPT_SCHEME:
+            if (!strcmp(optarg, "pairwise"))
+                o->scheme = BENCH_SCHEME_PAIRWISE;
+            else if (!strcmp(optarg, "many-to-one"))
+                o->scheme = BENCH_SCHEME_MANY_TO_ONE;
+            else if (!strcmp(optarg, "one-to-many"))
+                o->scheme = BENCH_SCHEME_ONE_TO_MANY;
+            else
+                bad_usage("--scheme: \"%s\" is not pairwise, many-to-one or one-to-many", optarg);
+            break;
+        case OPT_RUN_ID: o->run_id = optarg; break;
         case OPT_HELP: usage(stdout); exit(0);
         default: usage(stderr); exit(2);
         }
@@ -315,6 +349,18 @@ static void parse_opts(int argc, char **argv, bench_opts_t *o, char *ip, size_t 
         bad_usage("unexpected argument \"%s\"", argv[optind]);
     if (o->is_target && o->peer_ip)
         bad_usage("--peer is for the initiator; a target listens (--listen-port)");
+    if (o->etcd_url && (o->is_target || o->peer_ip))
+        bad_usage("--etcd replaces --peer and --role: every rank runs the same command");
+    if (o->etcd_url && o->ranks < 2)
+        bad_usage("--etcd needs --ranks N (2 or more)");
+    if (!o->run_id)
+        o->run_id = "nixlbench";
+    for (const char *r = o->run_id; *r; r++)
+        if (!((*r >= 'a' && *r <= 'z') || (*r >= 'A' && *r <= 'Z') || (*r >= '0' && *r <= '9') || strchr("_.-", *r)) ||
+            r - o->run_id >= 64)
+            bad_usage("--run-id: 1..64 characters of [A-Za-z0-9_.-]");
+    if (!o->run_id[0])
+        bad_usage("--run-id: 1..64 characters of [A-Za-z0-9_.-]");
 }
 
 /* Re-executes this binary as the target and returns the port it listens on. */
@@ -404,14 +450,21 @@ int main(int argc, char **argv)
 {
     bench_opts_t o;
     char ip[64];
+#ifdef BENCH_HAVE_OFI
+    /* The raw target of the libfabric limit (bench_ofi.c). */
+    if (argc > 1 && strcmp(argv[1], "--ofi-raw-target") == 0)
+        return bench_ofi_target_main(argc, argv);
+#endif
     parse_opts(argc, argv, &o, ip, sizeof(ip));
     /* A vanished peer must be an error return, not a signal. */
     signal(SIGPIPE, SIG_IGN);
 
+    if (o.etcd_url)
+        return bench_run_etcd(&o);
     if (o.is_target)
         return bench_run_target(&o);
     if (o.peer_ip)
-        return bench_run_initiator(&o, o.peer_ip, o.peer_port);
+        return o.kv_replay ? bench_kv_run(&o, o.peer_ip, o.peer_port) : bench_run_initiator(&o, o.peer_ip, o.peer_port);
     uint16_t port = spawn_target(&o);
-    return bench_run_initiator(&o, "127.0.0.1", port);
+    return o.kv_replay ? bench_kv_run(&o, "127.0.0.1", port) : bench_run_initiator(&o, "127.0.0.1", port);
 }

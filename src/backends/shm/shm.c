@@ -6,36 +6,20 @@
  * (create/destroy), who this process is (conn_pack) and how a peer is
  * recognized (peer_load): same kernel boot, same pid namespace, and a pidfd
  * whose process start time matches, so a reused pid is never mistaken for
- * the peer.  Memory, transfers, workers and notifications live in the other
+ * the peer (the checks themselves are ../common/samehost_proc.c).  Memory, transfers, workers and notifications live in the other
  * shm_*.c files (see shm_int.h).
  */
 #include <ctype.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <poll.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "shm.h"
 #include "shm_int.h"
 
-#ifndef PR_SET_PTRACER
-#define PR_SET_PTRACER 0x59616d61
-#endif
-#ifndef PR_SET_PTRACER_ANY
-#define PR_SET_PTRACER_ANY ((unsigned long)-1)
-#endif
-#ifndef SYS_pidfd_open
-#define SYS_pidfd_open 434
-#endif
-
-#define SHM_CAP_SYS_PTRACE 19
 #define SHM_THREADS_MAX 64
 
 /* conn info: magic, version, socket-name length, then fixed fields, then
@@ -52,140 +36,6 @@ static const nixl_param_info_t shm_params[] = {
     {"map", "1", "1: map a peer's shared-file memory and memcpy (shm.map); 0: always process_vm_* (shm.cma)"},
 };
 #define SHM_NUM_PARAMS (sizeof(shm_params) / sizeof(shm_params[0]))
-
-int shm_read_file(const char *path, char *buf, size_t cap)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    size_t got = 0;
-    while (got + 1 < cap) {
-        ssize_t n = read(fd, buf + got, cap - 1 - got);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0) {
-            int e = errno;
-            close(fd);
-            errno = e;
-            return -1;
-        }
-        if (n == 0)
-            break;
-        got += (size_t)n;
-    }
-    close(fd);
-    buf[got] = '\0';
-    return (int)got;
-}
-
-/* Field 22 of /proc/<pid>/stat.  The command name (field 2) may hold spaces
- * and parentheses, so fields are counted from the last ')'. */
-int shm_proc_start_time(pid_t pid, uint64_t *out)
-{
-    char path[64], buf[2048];
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    if (shm_read_file(path, buf, sizeof(buf)) <= 0)
-        return -1;
-    char *p = strrchr(buf, ')');
-    if (!p)
-        return -1;
-    p++;
-    /* after ')' come fields 3, 4, ...: skip 19 of them to reach field 22 */
-    for (int field = 3; field < 22; field++) {
-        while (*p == ' ')
-            p++;
-        while (*p && *p != ' ')
-            p++;
-        if (!*p)
-            return -1;
-    }
-    while (*p == ' ')
-        p++;
-    if (!isdigit((unsigned char)*p))
-        return -1;
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(p, &end, 10);
-    if (errno || (*end != ' ' && *end != '\n' && *end != '\0'))
-        return -1;
-    *out = v;
-    return 0;
-}
-
-static int shm_hexval(int c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    c = tolower(c);
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    return -1;
-}
-
-/* boot_id is a UUID "xxxxxxxx-xxxx-..."; zero when unreadable. */
-static void shm_read_boot_id(uint8_t out[16])
-{
-    char buf[64];
-    memset(out, 0, 16);
-    if (shm_read_file("/proc/sys/kernel/random/boot_id", buf, sizeof(buf)) <= 0)
-        return;
-    uint8_t id[16];
-    int n = 0;
-    for (const char *p = buf; *p && *p != '\n' && n < 32; p++) {
-        if (*p == '-')
-            continue;
-        int v = shm_hexval((unsigned char)*p);
-        if (v < 0)
-            return;
-        if (n % 2 == 0)
-            id[n / 2] = (uint8_t)(v << 4);
-        else
-            id[n / 2] |= (uint8_t)v;
-        n++;
-    }
-    if (n == 32)
-        memcpy(out, id, 16);
-}
-
-static int shm_read_ptrace_scope(void)
-{
-    char buf[32];
-    if (shm_read_file("/proc/sys/kernel/yama/ptrace_scope", buf, sizeof(buf)) <= 0)
-        return -1;
-    return atoi(buf);
-}
-
-static int shm_has_cap(int cap)
-{
-    char buf[4096];
-    if (shm_read_file("/proc/self/status", buf, sizeof(buf)) <= 0)
-        return 0;
-    const char *p = strstr(buf, "\nCapEff:");
-    if (!p)
-        return 0;
-    unsigned long long eff = strtoull(p + 8, NULL, 16);
-    return (eff >> cap) & 1;
-}
-
-static nixl_status_t shm_self_ident(shm_be_t *be)
-{
-    shm_ident_t *id = &be->self;
-    struct stat st;
-    id->pid = (uint32_t)getpid();
-    id->uid = (uint32_t)getuid();
-    if (shm_proc_start_time(getpid(), &id->start_time) != 0) {
-        SHM_ERROR(be, "cannot read our start time from /proc/self/stat: %s (is /proc mounted?)", strerror(errno));
-        return NIXL_ERR_BACKEND;
-    }
-    if (stat("/proc/self/ns/pid", &st) != 0) {
-        SHM_ERROR(be, "cannot stat /proc/self/ns/pid: %s", strerror(errno));
-        return NIXL_ERR_BACKEND;
-    }
-    id->pidns_dev = (uint64_t)st.st_dev;
-    id->pidns_ino = (uint64_t)st.st_ino;
-    shm_read_boot_id(id->boot_id);
-    return NIXL_OK;
-}
 
 /* ---- parameters ---- */
 
@@ -314,26 +164,6 @@ static int shm_host_usable(const nixl_host_services_t *host)
            host->fallback && host->notif_deliver;
 }
 
-static void shm_setup_ptrace(shm_be_t *be)
-{
-    be->ptrace_scope = shm_read_ptrace_scope();
-    be->can_ptrace_any = shm_has_cap(SHM_CAP_SYS_PTRACE);
-    if (be->ptrace_scope == 1) {
-        /* Scope 1 lets only ancestors attach; peers are not our ancestors. */
-        if (prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0) == 0)
-            SHM_INFO(be, "shm: kernel.yama.ptrace_scope is 1: allowed any process of this user to read/write "
-                         "our memory with process_vm_* (PR_SET_PTRACER_ANY) so same-host peers can use CMA");
-        else
-            SHM_WARN(be, "shm: prctl(PR_SET_PTRACER_ANY) failed: %s; peers that are not our ancestors will get "
-                         "NIXL_ERR_PERMISSION on shm.cma",
-                     strerror(errno));
-    } else if (be->ptrace_scope >= 2) {
-        SHM_WARN(be, "shm: kernel.yama.ptrace_scope is %d: process_vm_* between processes needs CAP_SYS_PTRACE%s; "
-                     "memory from nixl_mem_alloc still goes over shm.map",
-                 be->ptrace_scope, be->can_ptrace_any ? " (we have it)" : " (we lack it)");
-    }
-}
-
 static nixl_status_t shm_create(const nixl_host_services_t *host, const nixl_param_t *params, size_t num_params,
                                 void **be_out)
 {
@@ -344,33 +174,19 @@ static nixl_status_t shm_create(const nixl_host_services_t *host, const nixl_par
     if (!be)
         return NIXL_ERR_NO_MEMORY;
     be->host = host;
-    be->sock = -1;
+    be->notif.sock = -1;
     st = shm_parse_params(be, params, num_params);
     if (st != NIXL_OK)
         goto err_free;
-
-    const char *name = host->agent_name ? host->agent_name : "";
-    be->agent_name_len = strlen(name);
-    if (be->agent_name_len > SHM_NAME_MAX) {
-        SHM_ERROR(be, "shm: agent name is %zu bytes, at most %d allowed", be->agent_name_len, SHM_NAME_MAX);
-        st = NIXL_ERR_INVALID_PARAM;
-        goto err_free;
-    }
-    if (be->agent_name_len == 0) {
-        /* Receivers drop notifications without a sender. */
-        SHM_ERROR(be, "shm: the agent has no name");
-        st = NIXL_ERR_INVALID_PARAM;
-        goto err_free;
-    }
-    memcpy(be->agent_name, name, be->agent_name_len + 1);
     be->page_size = sysconf(_SC_PAGESIZE);
     if (be->page_size <= 0)
         be->page_size = 4096;
 
-    st = shm_self_ident(be);
+    st = samehost_ident_self(host, "shm", &be->self);
     if (st != NIXL_OK)
         goto err_free;
-    shm_setup_ptrace(be);
+    samehost_ptrace_setup(host, "shm", "use CMA (process_vm_readv/writev)", &be->ptrace_scope,
+                          &be->can_ptrace_any);
 
     if (pthread_mutex_init(&be->reg_lock, NULL) != 0) {
         st = NIXL_ERR_NO_MEMORY;
@@ -378,7 +194,7 @@ static nixl_status_t shm_create(const nixl_host_services_t *host, const nixl_par
     }
     shm_maps_init(&be->maps);
 
-    st = shm_notif_open(be);
+    st = samehost_notif_open(&be->notif, host, "shm", host->agent_name, be->self.uid);
     if (st != NIXL_OK)
         goto err_maps;
     if (be->threads > 0) {
@@ -388,12 +204,12 @@ static nixl_status_t shm_create(const nixl_host_services_t *host, const nixl_par
     }
     SHM_DEBUG(be, "shm: created: threads %u%s, inline_max %llu, chunk %llu, map %d, socket @%s", be->threads,
               be->pool ? "" : " (no pool)", (unsigned long long)be->inline_max, (unsigned long long)be->chunk,
-              be->map_enabled, be->sock_name);
+              be->map_enabled, be->notif.sock_name);
     *be_out = be;
     return NIXL_OK;
 
 err_notif:
-    shm_notif_close(be);
+    samehost_notif_close(&be->notif);
 err_maps:
     shm_maps_fini(&be->maps);
     pthread_mutex_destroy(&be->reg_lock);
@@ -409,7 +225,7 @@ static void shm_destroy(void *bev)
         return;
     if (be->pool)
         shm_pool_destroy(be->pool);
-    shm_notif_close(be);
+    samehost_notif_close(&be->notif);
     /* Registrations should be gone; close what a careless core left. */
     while (be->files) {
         shm_file_t *f = be->files;
@@ -427,7 +243,7 @@ static void shm_destroy(void *bev)
 static nixl_status_t shm_conn_pack(void *bev, void *buf, size_t *len)
 {
     shm_be_t *be = bev;
-    size_t name_len = strlen(be->sock_name);
+    size_t name_len = strlen(be->notif.sock_name);
     size_t need = SHM_CONN_FIXED + name_len;
     if (!len)
         return NIXL_ERR_NULL;
@@ -436,39 +252,13 @@ static nixl_status_t shm_conn_pack(void *bev, void *buf, size_t *len)
         return buf ? NIXL_ERR_TOO_BIG : NIXL_OK;
     }
     uint8_t *p = buf;
-    shm_put_u32(p, SHM_CONN_MAGIC);
-    shm_put_u16(p + 4, SHM_CONN_VERSION);
-    shm_put_u16(p + 6, (uint16_t)name_len);
-    shm_put_u32(p + 8, be->self.pid);
-    shm_put_u32(p + 12, be->self.uid);
-    shm_put_u64(p + 16, be->self.start_time);
-    shm_put_u64(p + 24, be->self.pidns_dev);
-    shm_put_u64(p + 32, be->self.pidns_ino);
-    memcpy(p + 40, be->self.boot_id, 16);
-    memcpy(p + SHM_CONN_FIXED, be->sock_name, name_len);
+    samehost_put_u32(p, SHM_CONN_MAGIC);
+    samehost_put_u16(p + 4, SHM_CONN_VERSION);
+    samehost_put_u16(p + 6, (uint16_t)name_len);
+    samehost_ident_pack(&be->self, p + 8);
+    memcpy(p + SHM_CONN_FIXED, be->notif.sock_name, name_len);
     *len = need;
     return NIXL_OK;
-}
-
-static int shm_sock_name_valid(const uint8_t *s, size_t n)
-{
-    if (n == 0 || n > SHM_SOCK_NAME_MAX)
-        return 0;
-    for (size_t i = 0; i < n; i++)
-        if (!(isalnum(s[i]) || s[i] == '-' || s[i] == '.' || s[i] == '_'))
-            return 0;
-    return 1;
-}
-
-/* 1 when the process behind pidfd has exited. */
-static int shm_pidfd_exited(int pidfd)
-{
-    struct pollfd pfd = {.fd = pidfd, .events = POLLIN};
-    int n;
-    do
-        n = poll(&pfd, 1, 0);
-    while (n < 0 && errno == EINTR);
-    return n > 0 && (pfd.revents & (POLLIN | POLLHUP | POLLERR));
 }
 
 static nixl_status_t shm_peer_load(void *bev, const char *peer_name, const void *conn, size_t conn_len,
@@ -486,80 +276,44 @@ static nixl_status_t shm_peer_load(void *bev, const char *peer_name, const void 
                   SHM_CONN_FIXED);
         return NIXL_ERR_BAD_METADATA;
     }
-    if (shm_get_u32(p) != SHM_CONN_MAGIC) {
+    if (samehost_get_u32(p) != SHM_CONN_MAGIC) {
         SHM_ERROR(be, "shm: conn info of peer %s has a bad magic number", who);
         return NIXL_ERR_BAD_METADATA;
     }
-    if (shm_get_u16(p + 4) != SHM_CONN_VERSION) {
-        SHM_ERROR(be, "shm: conn info of peer %s is version %u, we speak %u", who, shm_get_u16(p + 4),
+    if (samehost_get_u16(p + 4) != SHM_CONN_VERSION) {
+        SHM_ERROR(be, "shm: conn info of peer %s is version %u, we speak %u", who, samehost_get_u16(p + 4),
                   SHM_CONN_VERSION);
         return NIXL_ERR_MD_VERSION;
     }
-    size_t name_len = shm_get_u16(p + 6);
-    if (conn_len != SHM_CONN_FIXED + name_len || !shm_sock_name_valid(p + SHM_CONN_FIXED, name_len)) {
+    size_t name_len = samehost_get_u16(p + 6);
+    if (conn_len != SHM_CONN_FIXED + name_len || !samehost_notif_name_valid(p + SHM_CONN_FIXED, name_len)) {
         SHM_ERROR(be, "shm: conn info of peer %s is malformed (%zu bytes, socket name of %zu)", who, conn_len,
                   name_len);
         return NIXL_ERR_BAD_METADATA;
     }
-    uint32_t pid = shm_get_u32(p + 8), uid = shm_get_u32(p + 12);
-    uint64_t start_time = shm_get_u64(p + 16);
-    if (pid == 0 || pid > INT32_MAX) {
-        SHM_ERROR(be, "shm: conn info of peer %s names pid %u", who, pid);
-        return NIXL_ERR_BAD_METADATA;
-    }
-    if (memcmp(p + 40, be->self.boot_id, 16) != 0) {
-        SHM_DEBUG(be, "shm: peer %s runs under another kernel boot: not reachable over shm", who);
-        return NIXL_ERR_NO_PATH;
-    }
-    if (shm_get_u64(p + 24) != be->self.pidns_dev || shm_get_u64(p + 32) != be->self.pidns_ino) {
-        SHM_INFO(be, "shm: peer %s is in another pid namespace: not reachable over shm", who);
-        return NIXL_ERR_NO_PATH;
-    }
-    if (uid != be->self.uid && !be->can_ptrace_any) {
-        SHM_INFO(be, "shm: peer %s runs as uid %u, we as uid %u without CAP_SYS_PTRACE: the kernel would refuse "
-                     "both shm paths",
-                 who, uid, be->self.uid);
-        return NIXL_ERR_NO_PATH;
-    }
+    samehost_ident_t id;
+    samehost_ident_unpack(p + 8, &id);
+    st = samehost_ident_reachable(be->host, "shm", who, &be->self, &id, be->can_ptrace_any);
+    if (st != NIXL_OK)
+        return st;
 
     shm_peer_t *peer = calloc(1, sizeof(*peer));
     if (!peer)
         return NIXL_ERR_NO_MEMORY;
     snprintf(peer->name, sizeof(peer->name), "%s", who);
-    peer->pid = (pid_t)pid;
-    peer->start_time = start_time;
-    peer->sock = -1;
-    peer->pidfd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
-    if (peer->pidfd < 0) {
-        if (errno == ESRCH) {
-            SHM_ERROR(be, "shm: peer %s (pid %u) has exited", who, pid);
-            st = NIXL_ERR_PEER_GONE;
-            goto err_free;
-        }
-        if (errno != ENOSYS) {
-            SHM_ERROR(be, "shm: pidfd_open(%u) for peer %s failed: %s", pid, who, strerror(errno));
-            st = NIXL_ERR_BACKEND;
-            goto err_free;
-        }
-        /* Kernel < 5.3: go on without; liveness comes from start time checks. */
-    }
-    /* Checked after pidfd_open: if it matches now, the pidfd is that process. */
-    uint64_t now_start;
-    if (shm_proc_start_time(peer->pid, &now_start) != 0 || now_start != start_time ||
-        (peer->pidfd >= 0 && shm_pidfd_exited(peer->pidfd))) {
-        SHM_ERROR(be, "shm: peer %s (pid %u) is gone: the process exited or its pid was reused", who, pid);
-        st = NIXL_ERR_PEER_GONE;
-        goto err_pidfd;
-    }
-    st = shm_notif_peer_open(be, peer, (const char *)p + SHM_CONN_FIXED, name_len);
+    peer->pid = (pid_t)id.pid;
+    peer->notif.sock = -1;
+    st = samehost_proc_open(be->host, "shm", who, peer->pid, id.start_time, &peer->proc);
     if (st != NIXL_OK)
-        goto err_pidfd;
+        goto err_free;
+    st = samehost_notif_peer_open(&be->notif, &peer->notif, peer->name, (const char *)p + SHM_CONN_FIXED, name_len);
+    if (st != NIXL_OK)
+        goto err_proc;
     *peer_out = peer;
     return NIXL_OK;
 
-err_pidfd:
-    if (peer->pidfd >= 0)
-        close(peer->pidfd);
+err_proc:
+    samehost_proc_close(&peer->proc);
 err_free:
     free(peer);
     return st;
@@ -571,39 +325,14 @@ static void shm_peer_unload(void *bev, void *peerv)
     (void)bev;
     if (!peer)
         return;
-    shm_notif_peer_close(peer);
-    if (peer->pidfd >= 0)
-        close(peer->pidfd);
+    samehost_notif_peer_close(&peer->notif);
+    samehost_proc_close(&peer->proc);
     free(peer);
 }
 
-/* NIXL_OK while the peer runs; NIXL_ERR_PEER_GONE once it exited. */
 nixl_status_t shm_peer_check(shm_be_t *be, shm_peer_t *peer)
 {
-    /* A poll() per post would be the largest cost of a small request: look
-     * at most once per SHM_LIVENESS_NS per peer.  A peer that died in
-     * between is still caught: CMA fails with ESRCH, and the notification
-     * finds no socket. */
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-    if (now < atomic_load_explicit(&peer->next_check_ns, memory_order_relaxed))
-        return NIXL_OK;
-    if (shm_likely(peer->pidfd >= 0)) {
-        if (shm_likely(!shm_pidfd_exited(peer->pidfd))) {
-            atomic_store_explicit(&peer->next_check_ns, now + SHM_LIVENESS_NS, memory_order_relaxed);
-            return NIXL_OK;
-        }
-    } else {
-        uint64_t t;
-        if (shm_proc_start_time(peer->pid, &t) == 0 && t == peer->start_time) {
-            atomic_store_explicit(&peer->next_check_ns, now + SHM_LIVENESS_NS, memory_order_relaxed);
-            return NIXL_OK;
-        }
-    }
-    if (!atomic_exchange(&peer->gone_logged, 1))
-        SHM_ERROR(be, "shm: peer %s (pid %d) has exited", peer->name, (int)peer->pid);
-    return NIXL_ERR_PEER_GONE;
+    return samehost_proc_alive(be->host, "shm", &peer->proc, 0);
 }
 
 static const nixl_backend_ops_t shm_ops = {

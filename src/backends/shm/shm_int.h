@@ -6,7 +6,8 @@
  * Files: shm.c (ops table, parameters, instance, identity, peers),
  * shm_mem.c (registration and remote keys), shm_maps.c (which mapping backs
  * an address), shm_xfer.c (requests and copies), shm_pool.c (worker
- * threads), shm_notif.c (notification socket).
+ * threads), shm_notif.c (the notification ops).  Process identity and the
+ * notification socket are shared with cuda_ipc: ../common/samehost.h.
  */
 #ifndef NIXL_BACKENDS_SHM_INT_H
 #define NIXL_BACKENDS_SHM_INT_H
@@ -21,6 +22,7 @@
 #include <sys/un.h>
 #include <time.h>
 
+#include "../common/samehost.h"
 #include "nixl/backend.h"
 
 /* process_vm_* take at most this many iovecs on each side. */
@@ -30,21 +32,10 @@
 #define SHM_IOV_MAX 1024
 #endif
 
-/* How often a peer's liveness is checked on the post path. */
-#define SHM_LIVENESS_NS 1000000ull
+#define SHM_NAME_MAX SAMEHOST_NAME_MAX /* agent names, as NIXL_NAME_MAX */
 
-#define SHM_NAME_MAX 63      /* agent names, as NIXL_NAME_MAX */
-#define SHM_SOCK_NAME_MAX 100 /* abstract socket name, without the leading NUL */
-
-#define SHM_STR2_(x) #x
-#define SHM_STR_(x) SHM_STR2_(x)
 /* Logging goes through the host; the level is checked before formatting. */
-#define SHM_LOG(be, lvl, ...)                                                                     \
-    do {                                                                                          \
-        const nixl_host_services_t *shm_h_ = (be)->host;                                          \
-        if (shm_h_->log_enabled(lvl))                                                             \
-            shm_h_->log(lvl, __FILE__ ":" SHM_STR_(__LINE__), __VA_ARGS__);                      \
-    } while (0)
+#define SHM_LOG(be, lvl, ...) SAMEHOST_LOG((be)->host, lvl, __VA_ARGS__)
 #define SHM_ERROR(be, ...) SHM_LOG(be, NIXL_LOG_ERROR, __VA_ARGS__)
 #define SHM_WARN(be, ...) SHM_LOG(be, NIXL_LOG_WARN, __VA_ARGS__)
 #define SHM_INFO(be, ...) SHM_LOG(be, NIXL_LOG_INFO, __VA_ARGS__)
@@ -53,57 +44,12 @@
 #define shm_likely(x) __builtin_expect(!!(x), 1)
 #define shm_unlikely(x) __builtin_expect(!!(x), 0)
 
-/* Little-endian field access for the bytes we put in the metadata. */
-static inline void shm_put_u16(uint8_t *p, uint16_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-}
-static inline void shm_put_u32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-static inline void shm_put_u64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-static inline uint16_t shm_get_u16(const uint8_t *p)
-{
-    return (uint16_t)(p[0] | (p[1] << 8));
-}
-static inline uint32_t shm_get_u32(const uint8_t *p)
-{
-    uint32_t v = 0;
-    for (int i = 3; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
-static inline uint64_t shm_get_u64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
+/* The little-endian helpers under their former names (tests/unit/shm forges
+ * keys with them). */
+#define shm_put_u16 samehost_put_u16
+#define shm_put_u32 samehost_put_u32
+#define shm_put_u64 samehost_put_u64
 
-static inline uint64_t shm_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-/* Who a process is, in a form that survives pid reuse and namespaces. */
-typedef struct shm_ident {
-    uint32_t pid;
-    uint32_t uid;
-    uint64_t start_time; /* field 22 of /proc/<pid>/stat, clock ticks since boot */
-    uint64_t pidns_dev;
-    uint64_t pidns_ino;
-    uint8_t boot_id[16];
-} shm_ident_t;
 
 /* One vma as /proc/self/maps (or PROCMAP_QUERY) describes it. */
 typedef struct shm_vma {
@@ -153,20 +99,12 @@ typedef struct shm_be {
     uint64_t chunk;
     int map_enabled;
 
-    shm_ident_t self;
+    samehost_ident_t self;
     int ptrace_scope; /* -1 when Yama is absent */
     int can_ptrace_any; /* CAP_SYS_PTRACE in the effective set */
     long page_size;
-    char agent_name[SHM_NAME_MAX + 1];
-    size_t agent_name_len;
 
-    /* notifications in */
-    int sock;
-    char sock_name[SHM_SOCK_NAME_MAX + 1];
-    uint8_t *rx_buf;
-    size_t rx_cap;
-    uint64_t drop_warn_ns; /* rate limit of "dropped a datagram" warnings */
-    uint64_t dropped;
+    samehost_notif_t notif; /* notifications in */
 
     /* registration state; reg may be called from several threads */
     pthread_mutex_t reg_lock;
@@ -179,13 +117,8 @@ typedef struct shm_be {
 typedef struct shm_peer {
     char name[SHM_NAME_MAX + 1];
     pid_t pid;
-    int pidfd; /* -1 when the kernel has no pidfd_open */
-    uint64_t start_time;
-    int sock; /* ours, to send to the peer's notification socket */
-    struct sockaddr_un addr;
-    socklen_t addr_len;
-    _Atomic int gone_logged; /* "peer exited" is logged once, not per post */
-    _Atomic uint64_t next_check_ns; /* liveness is looked at again from then on */
+    samehost_proc_t proc;        /* pidfd and liveness */
+    samehost_notif_peer_t notif; /* our socket towards its notification socket */
 } shm_peer_t;
 
 /* rkey_load() output. */
@@ -242,8 +175,6 @@ typedef struct shm_req {
 } shm_req_t;
 
 /* shm.c */
-int shm_read_file(const char *path, char *buf, size_t cap);
-int shm_proc_start_time(pid_t pid, uint64_t *out);
 /* NIXL_OK while the peer runs; NIXL_ERR_PEER_GONE (logged) once it exited. */
 nixl_status_t shm_peer_check(shm_be_t *be, shm_peer_t *peer);
 
@@ -284,19 +215,7 @@ void shm_pool_submit(shm_pool_t *pool, shm_req_t *r);
 /* Cancel r: drop its queued items, wait until no worker touches it. */
 void shm_pool_cancel(shm_pool_t *pool, shm_req_t *r);
 
-/* shm_notif.c */
-nixl_status_t shm_notif_open(shm_be_t *be);
-void shm_notif_close(shm_be_t *be);
-nixl_status_t shm_notif_peer_open(shm_be_t *be, shm_peer_t *peer, const char *sock_name, size_t name_len);
-void shm_notif_peer_close(shm_peer_t *peer);
-/* Size of the datagram carrying len payload bytes from this agent. */
-size_t shm_notif_size(const shm_be_t *be, size_t len);
-/* Build the datagram in buf (at least shm_notif_size bytes). */
-void shm_notif_build(const shm_be_t *be, uint8_t *buf, const void *msg, size_t len);
-/* Send a built datagram; may sleep up to ~2 s while the peer's queue is full,
- * unless *cancel (may be NULL) becomes set.  Any thread. */
-nixl_status_t shm_notif_send_raw(shm_be_t *be, shm_peer_t *peer, const uint8_t *dgram, size_t len,
-                                 _Atomic int *cancel);
+/* shm_notif.c: the ops over ../common/samehost_notif.c */
 nixl_status_t shm_notif_send(void *be, void *peer, const void *msg, size_t len);
 nixl_status_t shm_progress(void *be);
 

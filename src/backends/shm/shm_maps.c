@@ -195,7 +195,7 @@ static int shm_maps_refresh(shm_maps_t *m)
         errno = EPROTO;
         return -1;
     }
-    m->taken_ns = shm_now_ns();
+    m->taken_ns = samehost_now_ns();
     return 0;
 
 err_close:
@@ -263,7 +263,7 @@ int shm_maps_find(shm_be_t *be, uint64_t addr, uint64_t len, shm_vma_t *out)
                       (unsigned long long)addr, strerror(errno));
     }
     int fresh = 0;
-    if (!m->taken_ns || shm_now_ns() - m->taken_ns > SHM_MAPS_TTL_NS) {
+    if (!m->taken_ns || samehost_now_ns() - m->taken_ns > SHM_MAPS_TTL_NS) {
         if (shm_maps_refresh(m) != 0)
             goto err_read;
         fresh = 1;

@@ -307,7 +307,7 @@ void shm_req_finish(shm_req_t *r, int canceled)
     if (st == NIXL_OK && canceled)
         st = NIXL_ERR_CANCELED;
     if (st == NIXL_OK && r->has_notif)
-        st = shm_notif_send_raw(r->be, r->peer, r->notif_buf, r->notif_len, &r->cancel);
+        st = samehost_notif_send_raw(&r->be->notif, &r->peer->notif, r->notif_buf, r->notif_len, &r->cancel);
     atomic_store_explicit(&r->status, st, memory_order_release);
 }
 
@@ -321,7 +321,7 @@ static nixl_status_t shm_req_set_notif(shm_req_t *r, const void *notif, size_t n
         SHM_ERROR(be, "shm: notification of %zu bytes, at most %d allowed", notif_len, NIXL_NOTIF_MAX);
         return NIXL_ERR_TOO_BIG;
     }
-    size_t need = shm_notif_size(be, notif_len);
+    size_t need = samehost_notif_size(&be->notif, notif_len);
     if (need > r->notif_cap) {
         uint8_t *nb = realloc(r->notif_buf, need);
         if (!nb)
@@ -329,7 +329,7 @@ static nixl_status_t shm_req_set_notif(shm_req_t *r, const void *notif, size_t n
         r->notif_buf = nb;
         r->notif_cap = need;
     }
-    shm_notif_build(be, r->notif_buf, notif, notif_len);
+    samehost_notif_build(&be->notif, r->notif_buf, notif, notif_len);
     r->notif_len = need;
     return NIXL_OK;
 }
@@ -356,7 +356,7 @@ nixl_status_t shm_xfer_post(void *bev, nixl_be_req_t *hdr, const void *notif, si
         for (size_t i = 0; i < r->nitems && st == NIXL_OK; i++)
             st = shm_req_run_item(r, i);
         if (st == NIXL_OK && r->has_notif)
-            st = shm_notif_send_raw(be, r->peer, r->notif_buf, r->notif_len, NULL);
+            st = samehost_notif_send_raw(&be->notif, &r->peer->notif, r->notif_buf, r->notif_len, NULL);
         atomic_store(&r->status, st);
         return st;
     }

@@ -1,0 +1,717 @@
+"""NIXL's Python API (nixl._api) over libnixl.
+
+nixl_agent_config and nixl_agent answer to the names and meanings of NIXL's
+Python API, so a KV connector written for NIXL runs on libnixl unchanged;
+docs/python.md lists the methods, what differs and what we add (per-request
+path and telemetry, the agent's path and fallback counters, shareable host
+memory).
+
+Threads: the C agent is always created NIXL_THREAD_SERIALIZED, so any method
+may be called from any thread; every C call releases the GIL (ctypes.CDLL).
+The Python-side state (notification map, backends) has its own lock, and
+handles (_types.py) lock themselves.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import logging
+import os
+import threading
+import time
+import weakref
+from typing import Any, Optional, Union
+
+from . import _lib
+from ._descs import _DList, index_array, nixlRegDList, nixlXferDList, to_dlist
+from ._errors import (check, make_error, nixlInvalidParamError, nixlMismatchError, nixlNoTelemetryError,
+                      nixlNotFoundError, nixlNotImplementedYet, nixlNotPostedError, nixlNotSupportedError,
+                      nixlRepostActiveError)
+from ._types import (_Handle, nixl_path_stat, nixl_prepped_dlist_handle, nixl_xfer_handle,  # noqa: F401
+                     nixl_xfer_info, nixlXferTelemetry)
+
+log = logging.getLogger("nixl")
+L = _lib.lib
+
+DEFAULT_COMM_PORT = 8888
+NIXL_INIT_AGENT = "NIXL_INIT_AGENT"
+ETCD_ISSUE = "issue 5 (metadata at scale: etcd)"
+
+# NIXL backend names -> libnixl backends.  An alias stands for every backend of
+# ours that does part of what NIXL's backend does; those present in this
+# libnixl are created (the core then picks per request by locality and
+# memory type).  Names of ours are accepted as they are.
+BACKEND_ALIASES: dict[str, tuple[str, ...]] = {
+    "UCX": ("shm", "cuda_ipc", "ucx"),
+    "UCX_MO": ("shm", "cuda_ipc", "ucx"),
+    "LIBFABRIC": ("shm", "cuda_ipc", "libfabric"),
+    "POSIX": ("posix",),
+    "GDS": ("gds",),
+    "GDS_MT": ("gds",),
+}
+# NIXL init parameters that mean one of ours; any other key given to an alias
+# is dropped with a warning (it configures a transport we do not have).
+PARAM_ALIASES = {"num_threads": "threads", "thread_count": "threads", "num_cpus": "threads"}
+
+_OPS = {"WRITE": _lib.OP_WRITE, "READ": _lib.OP_READ}
+
+
+def _to_bytes(msg: Union[bytes, bytearray, memoryview, str, None]) -> bytes:
+    if msg is None:
+        return b""
+    return msg.encode() if isinstance(msg, str) else bytes(msg)
+
+
+def _avail() -> dict[str, Any]:
+    """Backends this libnixl has: name -> {mem_types, caps, params, description, origin}."""
+    infos = ctypes.POINTER(_lib.nixl_backend_info_t)()
+    n = ctypes.c_size_t()
+    check(L.nixl_backends_available(ctypes.byref(infos), ctypes.byref(n)), "nixl_backends_available")
+    out = {}
+    for i in range(n.value):
+        b = infos[i]
+        params = {}
+        for j in range(b.num_params):
+            p = b.params[j]
+            params[p.key.decode()] = (p.default_value or b"").decode()
+        out[b.name.decode()] = {
+            "mem_types": [v for k, v in _lib.MEM_NAMES.items() if b.mem_types & (1 << k)],
+            "caps": [v for k, v in _lib.CAP_NAMES.items() if b.caps & k],
+            "params": params,
+            "description": (b.description or b"").decode(),
+            "origin": (b.origin or b"").decode(),
+        }
+    return out
+
+
+def available_backends() -> dict[str, Any]:
+    """Our addition: every backend this libnixl has, with its memory types, capabilities and parameters."""
+    return _avail()
+
+
+class nixl_agent_config:
+    """NIXL's agent configuration.
+
+    enable_prog_thread: a progress thread drives the backends (else calls do).
+    enable_listen_thread / listen_port: the metadata listener (port 0 = any
+    free port; read it back from nixl_agent.listen_port).  capture_telemetry
+    is accepted and ignored: libnixl always records per-request telemetry.
+    num_threads > 0 sets the copy threads of backends that have them (shm
+    "threads").  backends: NIXL names (see BACKEND_ALIASES) or ours.
+    """
+
+    def __init__(self, enable_prog_thread: bool = True, enable_listen_thread: bool = False, listen_port: int = 0,
+                 capture_telemetry: bool = False, num_threads: int = 0, backends: Optional[list[str]] = None):
+        self.backends = list(backends) if backends is not None else ["UCX"]
+        self.enable_pthread = bool(enable_prog_thread)
+        self.enable_listen = bool(enable_listen_thread)
+        self.port = int(listen_port)
+        self.capture_telemetry = bool(capture_telemetry)
+        self.num_threads = int(num_threads)
+
+
+class nixl_agent:
+    """One agent per process: backends, registered memory, peers, requests."""
+
+    def __init__(self, agent_name: str, nixl_conf: Optional[nixl_agent_config] = None, instantiate_all: bool = False):
+        self._closed = True  # until the C agent exists
+        if nixl_conf and instantiate_all:
+            log.warning("nixl_agent: instantiate_all ignored because a config was given")
+            instantiate_all = False
+        conf = nixl_conf or nixl_agent_config()
+        self.name = agent_name
+        if not 0 <= conf.port <= 65535:
+            raise make_error(nixlInvalidParamError, "nixl_agent", f"listen_port {conf.port} is not a TCP port")
+        cfg = _lib.nixl_agent_config_t()
+        cfg.field_mask = (_lib.CFG_NAME | _lib.CFG_PROGRESS_THREAD | _lib.CFG_LISTEN | _lib.CFG_LISTEN_PORT |
+                          _lib.CFG_THREAD_MODE)
+        cfg.name = agent_name.encode()
+        cfg.progress_thread = int(conf.enable_pthread)
+        cfg.listen = int(conf.enable_listen)
+        cfg.listen_port = conf.port
+        cfg.thread_mode = _lib.THREAD_SERIALIZED
+        ptr = ctypes.c_void_p()
+        check(L.nixl_agent_create(ctypes.byref(cfg), ctypes.byref(ptr)), "nixl_agent", f"agent {agent_name!r}")
+        self._agent = ptr.value
+        self._closed = False
+        self._handles: "weakref.WeakSet[_Handle]" = weakref.WeakSet()
+        self._lock = threading.Lock()  # self.notifs and the backend tables
+        self.notifs: dict[str, list[bytes]] = {}
+        self.backends: dict[str, list[int]] = {}  # name given -> C backend handles
+        self._ours: dict[str, int] = {}  # our backend name -> C handle
+        self._name_of: dict[int, str] = {}  # and back
+        self._alias_of: dict[str, str] = {}  # our backend name -> the name it was asked for
+        self._params: dict[str, dict[str, str]] = {}
+        self.backend_mems: dict[str, list[str]] = {}
+        self.backend_options: dict[str, dict[str, str]] = {}
+        self._plugins = _avail()
+        self.plugin_list = self.get_plugin_list()
+        wanted = list(self._plugins) if instantiate_all else conf.backends
+        for b in wanted:
+            if b not in self.plugin_list:
+                log.warning("nixl_agent %s: backend %s skipped: not available in this libnixl (%s)", agent_name, b,
+                            self._why_missing(b))
+                continue
+            init = {}
+            if conf.num_threads > 0:  # NIXL's knob; ours is the backend's "threads" parameter
+                key = "num_threads" if b not in self._plugins else "threads"
+                if key == "num_threads" or "threads" in self._plugins[b]["params"]:
+                    init[key] = str(conf.num_threads)
+            self.create_backend(b, init)
+
+    # ---- life cycle (close and the context manager are our additions) ----
+    def close(self) -> None:
+        """Destroy the agent now: requests are canceled, memory deregistered, handles become invalid."""
+        if self._closed:
+            return
+        self._closed = True
+        for h in list(self._handles):
+            h._orphan()
+        L.nixl_agent_destroy(self._agent)
+        self._agent = None
+
+    def __enter__(self) -> "nixl_agent":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def _ptr(self, call: str) -> int:
+        if self._closed:
+            raise make_error(nixlInvalidParamError, call, f"agent {self.name} was closed")
+        return self._agent
+
+    @property
+    def listen_port(self) -> int:
+        """The port of this agent's metadata listener (0 without one). Our addition."""
+        return int(L.nixl_agent_listen_port(self._ptr("listen_port")))
+
+    # ---- backends ----
+    def _why_missing(self, name: str) -> str:
+        if name in BACKEND_ALIASES:
+            return f"it maps to {', '.join(BACKEND_ALIASES[name])}, none of which is built"
+        return "unknown backend name"
+
+    def _targets(self, name: str) -> list[str]:
+        if name in self._plugins:
+            return [name]
+        return [b for b in BACKEND_ALIASES.get(name, ()) if b in self._plugins]
+
+    def get_plugin_list(self) -> list[str]:
+        """Our backends, then the NIXL names that map to at least one of them."""
+        return list(self._plugins) + [a for a, t in BACKEND_ALIASES.items() if any(b in self._plugins for b in t)]
+
+    def get_plugin_mem_types(self, backend: str) -> list[str]:
+        mems: list[str] = []
+        for b in self._targets(backend):
+            mems += [m for m in self._plugins[b]["mem_types"] if m not in mems]
+        if not mems:
+            log.warning("plugin %s is not available", backend)
+        return mems
+
+    def get_plugin_params(self, backend: str) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for b in self._targets(backend):
+            out.update(self._plugins[b]["params"])
+        if not self._targets(backend):
+            log.warning("plugin %s is not available", backend)
+        return out
+
+    def get_backend_mem_types(self, backend: str) -> list[str]:
+        if backend not in self.backend_mems:
+            log.warning("backend %s was not created in agent %s", backend, self.name)
+        return list(self.backend_mems.get(backend, []))
+
+    def get_backend_params(self, backend: str) -> dict[str, str]:
+        """The parameters a created backend got: given, else NIXL_<BACKEND>_<KEY>, else the default."""
+        if backend not in self.backend_options:
+            log.warning("backend %s was not created in agent %s", backend, self.name)
+        return dict(self.backend_options.get(backend, {}))
+
+    def create_backend(self, backend: str, initParams: Optional[dict[str, str]] = None) -> None:
+        """Create a backend by our name, or by a NIXL name (every backend of ours it maps to)."""
+        call = "create_backend"
+        params = {str(k): str(v) for k, v in (initParams or {}).items()}
+        targets = self._targets(backend)
+        if not targets:
+            raise make_error(nixlNotFoundError, call, f"backend {backend!r}: {self._why_missing(backend)}")
+        alias = backend not in self._plugins
+        handles, mems, opts, made, failed = [], [], {}, [], []
+        with self._lock:
+            for b in targets:
+                if b in self._ours and (alias or b in self._alias_of):  # made already, for an alias
+                    handles.append(self._ours[b])
+                else:
+                    own = self._translate(backend, b, params) if alias else params
+                    try:
+                        handles.append(self._create_one(b, own, call))
+                    except Exception as e:
+                        if not alias:
+                            raise
+                        failed.append(e)  # an alias needs only some of its backends (no GPU: no cuda_ipc)
+                        log.warning("agent %s: %s without our %s backend: %s", self.name, backend, b, e)
+                        continue
+                    if alias:
+                        self._alias_of.setdefault(b, backend)
+                made.append(b)
+                mems += [m for m in self._plugins[b]["mem_types"] if m not in mems]
+                opts.update(self._params[b])
+            if not handles:
+                raise failed[0]
+            self.backends[backend] = handles
+            self.backend_mems[backend] = mems
+            self.backend_options[backend] = opts
+        log.info("agent %s: backend %s created (%s)", self.name, backend, ", ".join(made))
+
+    def _translate(self, alias: str, ours: str, params: dict[str, str]) -> dict[str, str]:
+        known = self._plugins[ours]["params"]
+        out = {}
+        for k, v in params.items():
+            k2 = PARAM_ALIASES.get(k, k)
+            if k2 in known:
+                out[k2] = v
+            else:
+                log.warning("agent %s: %s parameter %s=%s has no meaning for our %s backend: ignored", self.name,
+                            alias, k, v, ours)
+        return out
+
+    def _create_one(self, name: str, params: dict[str, str], call: str) -> int:
+        keys = [k.encode() for k in params]
+        vals = [v.encode() for v in params.values()]
+        arr = (_lib.nixl_param_t * max(len(keys), 1))()
+        for i, (k, v) in enumerate(zip(keys, vals)):
+            arr[i].key, arr[i].value = k, v
+        out = ctypes.c_void_p()
+        check(L.nixl_backend_create(self._ptr(call), name.encode(), arr if keys else None, len(keys),
+                                    ctypes.byref(out)), call, f"backend {name!r} with {params or 'defaults'}")
+        self._ours[name] = out.value
+        self._name_of[out.value] = name
+        eff = {}
+        for k, default in self._plugins[name]["params"].items():
+            env = os.environ.get(f"NIXL_{name}_{k}".upper())
+            eff[k] = params.get(k, env if env is not None else default)
+        self._params[name] = eff
+        self.backends[name] = [out.value]
+        self.backend_mems[name] = list(self._plugins[name]["mem_types"])
+        self.backend_options[name] = dict(eff)
+        return out.value
+
+    def _opt(self, backends: Optional[list[str]], notif: Optional[bytes], call: str, mem: Optional[str] = None):
+        """A nixl_opt_args_t (and what it points to, to keep alive), or None when nothing is set.
+
+        With mem (registration), a NIXL name stands only for those of its
+        backends that take that memory type: libnixl wants each one listed to.
+        """
+        if not backends and notif is None:
+            return None, None
+        opt = _lib.nixl_opt_args_t()
+        keep: list[Any] = []
+        if backends:
+            hs: list[int] = []
+            for b in backends:
+                if b not in self.backends:
+                    raise make_error(nixlNotFoundError, call, f"backend {b!r} was not created in agent {self.name}")
+                mine = self.backends[b]
+                if mem is not None and b not in self._ours:
+                    mine = [h for h in mine if mem in self._plugins[self._name_of[h]]["mem_types"]] or mine
+                hs += [h for h in mine if h not in hs]
+            arr = (ctypes.c_void_p * len(hs))(*hs)
+            keep.append(arr)
+            opt.field_mask |= _lib.OPT_BACKENDS
+            opt.backends = ctypes.cast(arr, ctypes.c_void_p)
+            opt.num_backends = len(hs)
+        if notif is not None:
+            buf = ctypes.create_string_buffer(notif, max(len(notif), 1))
+            keep.append(buf)
+            opt.field_mask |= _lib.OPT_NOTIF
+            opt.notif = ctypes.cast(buf, ctypes.c_void_p)
+            opt.notif_len = len(notif)
+        keep.append(opt)
+        return ctypes.byref(opt), keep
+
+    # ---- memory ----
+    def get_reg_descs(self, descs: Any, mem_type: Optional[str] = None) -> nixlRegDList:
+        return to_dlist(descs, mem_type, True, "get_reg_descs")
+
+    def get_xfer_descs(self, descs: Any, mem_type: Optional[str] = None) -> nixlXferDList:
+        return to_dlist(descs, mem_type, False, "get_xfer_descs")
+
+    def register_memory(self, reg_list: Any, mem_type: Optional[str] = None,
+                        backends: Optional[list[str]] = None) -> nixlRegDList:
+        descs = to_dlist(reg_list, mem_type, True, "register_memory")
+        opt, _keep = self._opt(backends, None, "register_memory", descs.mem_type)
+        c = descs._c()
+        check(L.nixl_mem_register(self._ptr("register_memory"), ctypes.byref(c), opt), "register_memory",
+              f"{len(descs)} {descs.mem_type} descriptors")
+        return descs
+
+    def deregister_memory(self, dereg_list: Any, backends: Optional[list[str]] = None) -> None:
+        descs = to_dlist(dereg_list, None, True, "deregister_memory")
+        opt, _keep = self._opt(backends, None, "deregister_memory", descs.mem_type)
+        c = descs._c()
+        check(L.nixl_mem_deregister(self._ptr("deregister_memory"), ctypes.byref(c), opt), "deregister_memory",
+              f"{len(descs)} {descs.mem_type} descriptors")
+
+    def query_memory(self, reg_list: Any, backend: str, mem_type: Optional[str] = None) -> list:
+        raise make_error(nixlNotSupportedError, "query_memory", "libnixl has no memory query (files come later)")
+
+    # ---- metadata ----
+    def get_agent_metadata(self) -> bytes:
+        blob = ctypes.c_void_p()
+        n = ctypes.c_size_t()
+        check(L.nixl_md_get_local(self._ptr("get_agent_metadata"), ctypes.byref(blob), ctypes.byref(n)),
+              "get_agent_metadata")
+        try:
+            return ctypes.string_at(blob.value, n.value)
+        finally:
+            L.nixl_free(blob)
+
+    def add_remote_agent(self, metadata: bytes) -> str:
+        """Load a peer's metadata; returns its name. Loading a known peer replaces it."""
+        md = bytes(metadata)
+        name = ctypes.create_string_buffer(_lib.NIXL_NAME_MAX + 1)
+        check(L.nixl_md_load_remote(self._ptr("add_remote_agent"), md, len(md), name), "add_remote_agent",
+              f"{len(md)} bytes of metadata")
+        return name.value.decode()
+
+    def remove_remote_agent(self, agent: str) -> None:
+        check(L.nixl_md_invalidate_remote(self._ptr("remove_remote_agent"), agent.encode()), "remove_remote_agent",
+              f"peer {agent!r}")
+
+    def check_remote_metadata(self, agent: str, descs: Any = None) -> bool:
+        """True when the peer's metadata is loaded (and, given descs, covers them)."""
+        call = "check_remote_metadata"
+        st = L.nixl_md_check_remote(self._ptr(call), agent.encode())
+        if st != _lib.NIXL_OK or descs is None:
+            return st == _lib.NIXL_OK
+        dl = to_dlist(descs, None, False, call)
+        if not len(dl):
+            return True
+        c = dl._c()
+        prep = ctypes.c_void_p()
+        if L.nixl_prep_create(self._agent, agent.encode(), ctypes.byref(c), None, ctypes.byref(prep)) != 0:
+            return False
+        L.nixl_prep_release(prep)
+        return True
+
+    def _etcd(self, call: str, fn: str, *args: Any) -> None:
+        """Queue an etcd request (the agent's etcd thread does it; poll check_remote_metadata)."""
+        if fn not in _lib.HAVE:
+            raise _no_etcd(call)
+        check(getattr(L, fn)(self._ptr(call), *args), call, "through etcd (NIXL_ETCD_ENDPOINTS, docs/etcd.md)")
+
+    @staticmethod
+    def _etcd_args(label: str = "") -> Any:
+        if not label:
+            return None
+        a = _lib.nixl_etcd_args_t()
+        a.field_mask = _lib.ETCD_ARG_LABEL
+        a.label = label.encode()
+        return a
+
+    def send_local_metadata(self, ip_addr: str = "", port: int = DEFAULT_COMM_PORT) -> None:
+        """Push this agent's metadata to a peer's listener (blocks up to NIXL_MD_TIMEOUT_MS), or
+        without ip_addr publish it in etcd (returns at once)."""
+        if not ip_addr:
+            return self._etcd("send_local_metadata", "nixl_md_etcd_publish", None, None)
+        check(L.nixl_md_send_local(self._ptr("send_local_metadata"), ip_addr.encode(), port), "send_local_metadata",
+              f"to {ip_addr}:{port}")
+
+    def fetch_remote_metadata(self, remote_agent: str, ip_addr: str = "", port: int = DEFAULT_COMM_PORT,
+                              label: str = "") -> None:
+        """Pull a peer's metadata from its listener and load it (blocks up to NIXL_MD_TIMEOUT_MS), or
+        without ip_addr ask etcd for it (returns at once; check_remote_metadata says when it is loaded)."""
+        call = "fetch_remote_metadata"
+        if not ip_addr:
+            args = self._etcd_args(label)
+            return self._etcd(call, "nixl_md_etcd_fetch", remote_agent.encode(),
+                              ctypes.byref(args) if args else None)
+        name = ctypes.create_string_buffer(_lib.NIXL_NAME_MAX + 1)
+        check(L.nixl_md_fetch_remote(self._ptr(call), ip_addr.encode(), port, name), call,
+              f"from {ip_addr}:{port}")
+        got = name.value.decode()
+        if remote_agent and got != remote_agent:
+            raise make_error(nixlMismatchError, call, f"{ip_addr}:{port} is agent {got!r}, not {remote_agent!r} "
+                             f"(its metadata was loaded)")
+
+    def invalidate_local_metadata(self, ip_addr: str = "", port: int = DEFAULT_COMM_PORT) -> None:
+        """Tell a peer's listener to forget this agent, or without ip_addr remove it from etcd."""
+        call = "invalidate_local_metadata"
+        if not ip_addr:
+            return self._etcd(call, "nixl_md_etcd_invalidate_local", None)
+        check(L.nixl_md_invalidate_local(self._ptr(call), ip_addr.encode(), port), call, f"at {ip_addr}:{port}")
+
+    def get_partial_agent_metadata(self, descs: Any, inc_conn_info: bool = False,
+                                   backends: Optional[list[str]] = None) -> bytes:
+        raise make_error(nixlNotSupportedError, "get_partial_agent_metadata",
+                         "libnixl has no partial metadata; use get_agent_metadata")
+
+    def send_partial_agent_metadata(self, descs: Any, inc_conn_info: bool = False,
+                                    backends: Optional[list[str]] = None, ip_addr: str = "",
+                                    port: int = DEFAULT_COMM_PORT, label: str = "") -> None:
+        """Publish in etcd, under label, the regions holding descs (connection info always included)."""
+        call = "send_partial_agent_metadata"
+        if ip_addr:
+            raise make_error(nixlNotSupportedError, call, "partial metadata goes through etcd only (no ip_addr)")
+        if not label:
+            raise make_error(nixlInvalidParamError, call, "a label is required")
+        dl = to_dlist(descs, None, False, call)
+        c = dl._c()
+        self._etcd(call, "nixl_md_etcd_publish", ctypes.byref(c), ctypes.byref(self._etcd_args(label)))
+
+    def make_connection(self, remote_agent: str, backends: Optional[list[str]] = None) -> None:
+        """libnixl connects when a request is made; this only checks the peer is known."""
+        check(L.nixl_md_check_remote(self._ptr("make_connection"), remote_agent.encode()), "make_connection",
+              f"peer {remote_agent!r}")
+
+    # ---- transfers ----
+    def prep_xfer_dlist(self, agent_name: str, xfer_list: Any, mem_type: Optional[str] = None,
+                        backends: Optional[list[str]] = None) -> nixl_prepped_dlist_handle:
+        """Prepare a list once: agent_name NIXL_INIT_AGENT or "" = my side, else the peer's name."""
+        call = "prep_xfer_dlist"
+        descs = to_dlist(xfer_list, mem_type, False, call)
+        peer = None if agent_name in ("", NIXL_INIT_AGENT) else agent_name
+        if peer is not None and peer == self.name:
+            raise make_error(nixlNotSupportedError, call, "loopback (the remote side being this agent) is not "
+                             "supported by libnixl: use a second agent")
+        opt, _keep = self._opt(backends, None, call)
+        c = descs._c()
+        out = ctypes.c_void_p()
+        check(L.nixl_prep_create(self._ptr(call), peer.encode() if peer else None, ctypes.byref(c), opt,
+                                 ctypes.byref(out)), call,
+              f"{len(descs)} descriptors of {'this agent' if peer is None else 'peer ' + repr(peer)}")
+        return nixl_prepped_dlist_handle(self, out.value, peer, len(descs), descs.getType())
+
+    def make_prepped_xfer(self, operation: str, local_xfer_side: nixl_prepped_dlist_handle, local_indices: Any,
+                          remote_xfer_side: nixl_prepped_dlist_handle, remote_indices: Any,
+                          notif_msg: Union[bytes, str] = b"", backends: Optional[list[str]] = None,
+                          skip_desc_merge: bool = False) -> nixl_xfer_handle:
+        """A request from index arrays into two prepared lists (skip_desc_merge is ignored: we always merge)."""
+        call = "make_prepped_xfer"
+        op = self._op(operation, call)
+        lkeep, laddr, ln = index_array(local_indices, call)
+        rkeep, raddr, rn = index_array(remote_indices, call)
+        if ln != rn:
+            raise make_error(nixlMismatchError, call, f"{ln} local indices but {rn} remote indices")
+        if remote_xfer_side.peer is None:
+            raise make_error(nixlInvalidParamError, call, "the remote side was prepared as local (NIXL_INIT_AGENT)")
+        notif = _to_bytes(notif_msg)
+
+        def make(msg: bytes) -> int:
+            opt, _keep = self._opt(backends, msg if msg else None, call)
+            first, second = sorted((local_xfer_side, remote_xfer_side), key=id)
+            with first._lock, second._lock:
+                lp = local_xfer_side._get(self, call)
+                rp = remote_xfer_side._get(self, call)
+                out = ctypes.c_void_p()
+                check(L.nixl_xfer_make(self._ptr(call), op, lp, laddr, rp, raddr, ln, opt, ctypes.byref(out)), call,
+                      f"{operation} of {ln} descriptors with {remote_xfer_side.peer}")
+            return out.value
+
+        def remake(msg: bytes, _indices: Any = (lkeep, rkeep)) -> int:  # the index arrays live with the request
+            return make(msg)
+
+        return nixl_xfer_handle(self, make(notif), remote_xfer_side.peer, notif, remake)
+
+    def initialize_xfer(self, operation: str, local_descs: Any, remote_descs: Any, remote_agent: str,
+                        notif_msg: Union[bytes, str] = b"", backends: Optional[list[str]] = None) -> nixl_xfer_handle:
+        """A one-shot request: descriptor i of local_descs pairs with descriptor i of remote_descs."""
+        call = "initialize_xfer"
+        op = self._op(operation, call)
+        ld = to_dlist(local_descs, None, False, call)
+        rd = to_dlist(remote_descs, None, False, call)
+        notif = _to_bytes(notif_msg)
+
+        def make(msg: bytes) -> int:
+            opt, _keep = self._opt(backends, msg if msg else None, call)
+            lc, rc = ld._c(), rd._c()
+            out = ctypes.c_void_p()
+            check(L.nixl_xfer_create(self._ptr(call), op, ctypes.byref(lc), ctypes.byref(rc), remote_agent.encode(),
+                                     opt, ctypes.byref(out)), call,
+                  f"{operation} of {len(ld)} descriptors with {remote_agent!r}")
+            return out.value
+
+        return nixl_xfer_handle(self, make(notif), remote_agent, notif, make)
+
+    def _op(self, operation: str, call: str) -> int:
+        if operation not in _OPS:
+            raise make_error(nixlInvalidParamError, call, f"operation must be 'READ' or 'WRITE', not {operation!r}")
+        return _OPS[operation]
+
+    @staticmethod
+    def _state(st: int) -> str:
+        return "DONE" if st == _lib.NIXL_OK else "PROC" if st == _lib.NIXL_IN_PROG else "ERR"
+
+    def transfer(self, handle: nixl_xfer_handle, notif_msg: Union[bytes, str] = b"") -> str:
+        """Post (or re-post) a request: "DONE" if it completed inside the call, "PROC" if it runs.
+
+        A notif_msg given here replaces the request's notification (the
+        request is made again with it).  Errors raise their nixl*Error.
+        """
+        call = "transfer"
+        msg = _to_bytes(notif_msg)
+        with handle._lock:
+            ptr = handle._get(self, call)
+            if msg and msg != handle.notif:
+                if L.nixl_xfer_status(ptr) == _lib.NIXL_IN_PROG:  # what a plain re-post would say
+                    raise make_error(nixlRepostActiveError, call, f"request to {handle.peer!r} is still in flight")
+                new = handle._remake(msg)
+                L.nixl_xfer_release(ptr)
+                handle._ptr = ptr = new
+                handle.notif = msg
+                handle.posted = False
+            handle.start_us = time.time_ns() // 1000
+            st = L.nixl_xfer_post(ptr)
+            if st >= 0:
+                handle.posted = True
+        return self._state(check(st, call, f"request to {handle.peer!r}"))
+
+    def check_xfer_state(self, handle: nixl_xfer_handle) -> str:
+        """"DONE", "PROC", or raises the failed request's nixl*Error (as NIXL's bindings do)."""
+        call = "check_xfer_state"
+        with handle._lock:
+            ptr = handle._get(self, call)
+            st = L.nixl_xfer_status(ptr)
+            posted = handle.posted
+        if st == _lib.ERR_INVALID_PARAM and not posted:  # what libnixl says of a request never posted
+            raise make_error(nixlNotPostedError, call, f"request to {handle.peer!r} was never posted")
+        return self._state(check(st, call, f"request to {handle.peer!r}"))
+
+    def release_xfer_handle(self, handle: nixl_xfer_handle) -> None:
+        """Free a request; one in flight is canceled (its notification is never delivered)."""
+        handle.release()
+
+    def release_dlist_handle(self, handle: nixl_prepped_dlist_handle) -> None:
+        handle.release()
+
+    def _info(self, handle: nixl_xfer_handle, call: str) -> _lib.nixl_xfer_info_t:
+        info = _lib.nixl_xfer_info_t()
+        with handle._lock:
+            check(L.nixl_xfer_info(handle._get(self, call), ctypes.byref(info)), call)
+        return info
+
+    def get_xfer_telemetry(self, handle: nixl_xfer_handle) -> nixlXferTelemetry:
+        """NIXL's telemetry (always captured here): startTime (us since the epoch), durations (us), bytes, descs."""
+        call = "get_xfer_telemetry"
+        info = self._info(handle, call)
+        if not info.posts:
+            raise make_error(nixlNoTelemetryError, call, f"request to {handle.peer!r} was never posted")
+        return nixlXferTelemetry(handle.start_us, info.post_ns // 1000, info.xfer_ns // 1000, info.bytes, info.descs)
+
+    def get_xfer_info(self, handle: nixl_xfer_handle) -> nixl_xfer_info:
+        """Our addition: backend, path ("shm.map", ...), bytes, descriptors before/after merging, times in ns."""
+        return nixl_xfer_info(self._info(handle, "get_xfer_info"))
+
+    def query_xfer_backend(self, handle: nixl_xfer_handle) -> str:
+        """The backend a request uses, by the name it was created under ("UCX" if asked for as UCX)."""
+        b = self._info(handle, "query_xfer_backend").backend.decode()
+        return self._alias_of.get(b, b)
+
+    def estimate_xfer_cost(self, req_handle: nixl_xfer_handle) -> tuple:
+        raise make_error(nixlNotSupportedError, "estimate_xfer_cost", "libnixl has no cost model")
+
+    # ---- path accounting (our addition) ----
+    def get_path_stats(self) -> dict[str, nixl_path_stat]:
+        """Every path this agent used: requests, bytes, descriptors, errors, fallbacks."""
+        rows = self._rows(L.nixl_path_stats, _lib.nixl_path_stat_t, "get_path_stats")
+        return {r.path.decode(): nixl_path_stat(r) for r in rows}
+
+    def get_fallback_stats(self) -> list[tuple[str, str, int]]:
+        """Every (path, cause, count) of a fallback this agent took."""
+        rows = self._rows(L.nixl_fallback_stats, _lib.nixl_fallback_stat_t, "get_fallback_stats")
+        return [(r.path.decode(), r.cause.decode(), r.count) for r in rows]
+
+    def _rows(self, fn: Any, typ: Any, call: str) -> list:
+        cap = 16
+        while True:
+            arr = (typ * cap)()
+            n = ctypes.c_size_t()
+            check(fn(self._ptr(call), arr, cap, ctypes.byref(n)), call)
+            if n.value <= cap:
+                return list(arr[:n.value])
+            cap = n.value
+
+    # ---- notifications ----
+    def _drain(self, call: str) -> list[tuple[str, bytes]]:
+        token = next(_sink_ids)
+        sink: list[tuple[str, bytes]] = []
+        _sinks[token] = sink
+        try:
+            check(L.nixl_notifs_get(self._ptr(call), _notif_cb, token, None), call)
+        finally:
+            del _sinks[token]
+        return sink
+
+    def get_new_notifs(self, backends: Optional[list[str]] = None) -> dict[str, list[bytes]]:
+        """Notifications received since the last call: {sender: [message, ...]} in arrival order."""
+        out: dict[str, list[bytes]] = {}
+        for sender, msg in self._drain("get_new_notifs"):
+            out.setdefault(sender, []).append(msg)
+        return out
+
+    def update_notifs(self, backends: Optional[list[str]] = None) -> dict[str, list[bytes]]:
+        """Add new notifications to self.notifs (kept until check_remote_xfer_done finds them)."""
+        got = self._drain("update_notifs")
+        with self._lock:
+            for sender, msg in got:
+                self.notifs.setdefault(sender, []).append(msg)
+            return self.notifs
+
+    def check_remote_xfer_done(self, remote_agent_name: str, lookup_tag: Union[bytes, str],
+                               backends: Optional[list[str]] = None, tag_is_prefix: bool = True) -> bool:
+        """True (and the message is consumed) when a notification from that peer starts with (or,
+        tag_is_prefix=False, contains) lookup_tag."""
+        tag = _to_bytes(lookup_tag)
+        self.update_notifs()
+        with self._lock:
+            msgs = self.notifs.get(remote_agent_name, [])
+            for i, m in enumerate(msgs):
+                if (m.startswith(tag) if tag_is_prefix else tag in m):
+                    del msgs[i]
+                    return True
+        return False
+
+    def send_notif(self, remote_agent_name: str, notif_msg: Union[bytes, str], backend: Optional[str] = None) -> None:
+        call = "send_notif"
+        msg = _to_bytes(notif_msg)
+        opt, _keep = self._opt([backend] if backend else None, None, call)
+        check(L.nixl_notif_send(self._ptr(call), remote_agent_name.encode(), msg, len(msg), opt), call,
+              f"to {remote_agent_name!r}")
+
+    # ---- descriptor (de)serialization, as NIXL has them ----
+    def get_serialized_descs(self, descs: _DList) -> bytes:
+        import pickle
+        return pickle.dumps(descs)
+
+    def deserialize_descs(self, serialized_descs: bytes) -> _DList:
+        import pickle
+        return pickle.loads(serialized_descs)
+
+
+# nixl_notifs_get hands each notification to _notif_cb on the calling thread;
+# arg names the list of the call in flight (several threads may drain at once).
+# Module-level so that agents hold no reference cycle through their callback.
+_sinks: dict[int, list] = {}
+_sink_ids = itertools.count(1)
+
+
+def _on_notif(sender: bytes, msg: int, n: int, arg: int) -> None:
+    sink = _sinks.get(arg)
+    if sink is not None:
+        sink.append((sender.decode(errors="replace"), ctypes.string_at(msg, n) if n else b""))
+
+
+_notif_cb = _lib.NOTIF_CB(_on_notif)
+
+
+def _no_etcd(call: str) -> nixlNotImplementedYet:
+    return make_error(nixlNotImplementedYet, call,
+                      f"this libnixl has no metadata server (etcd) calls yet ({ETCD_ISSUE}); pass ip_addr and port "
+                      f"of the peer's listener, or exchange get_agent_metadata() bytes yourself")

@@ -1,0 +1,339 @@
+"""Descriptor lists, and turning what Python callers hold into them.
+
+A list stores its descriptors as a flat array of 64-bit words laid out
+exactly as the C nixl_desc_t (addr, len, dev_id|meta_len, meta), so a call
+hands the library a pointer to it with no per-descriptor work.  Callers give
+any of:
+
+  - a list of (addr, len, dev) or (addr, len, dev, meta) tuples, with mem_type;
+  - an N x 3 integer numpy array of rows (addr, len, dev), with mem_type;
+  - a tensor (duck-typed: data_ptr(), numel(), element_size(), device,
+    is_cuda, get_device()), an object with __cuda_array_interface__ (VRAM),
+    an object with __array_interface__ such as a numpy array (DRAM), or a
+    ctypes object (DRAM): one descriptor covering its memory;
+  - a list of such buffers: one descriptor each, all of one memory type;
+  - a list already built (nixlRegDList / nixlXferDList).
+
+An N x 3 integer numpy array is rows only when mem_type is given (NIXL's
+meaning); without mem_type a numpy array is a buffer.  Wrap an array in a
+list to register it as a buffer whatever its shape.  Neither numpy nor torch
+is imported unless the caller passed one of their objects.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from array import array
+from typing import Any, Iterable, Optional
+
+from . import _lib
+from ._errors import make_error, nixlInvalidParamError, nixlNotSupportedError
+
+MEM_TYPES = {"DRAM": _lib.MEM_DRAM, "cpu": _lib.MEM_DRAM, "VRAM": _lib.MEM_VRAM, "cuda": _lib.MEM_VRAM,
+             "BLOCK": _lib.MEM_BLOCK, "BLK": _lib.MEM_BLOCK, "OBJ": _lib.MEM_OBJ, "FILE": _lib.MEM_FILE}
+_U32 = 1 << 32
+
+if array("I").itemsize != 4 or array("Q").itemsize != 8:
+    raise ImportError("nixl: unsupported platform (array 'I'/'Q' are not 32/64-bit)")
+
+
+def _invalid(call: str, detail: str) -> nixlInvalidParamError:
+    return make_error(nixlInvalidParamError, call, detail)
+
+
+def mem_type_code(mem_type: Any, call: str) -> int:
+    """'DRAM', 'VRAM', 'cpu', 'cuda', ... or one of the *_SEG integers."""
+    if isinstance(mem_type, str):
+        if mem_type in MEM_TYPES:
+            return MEM_TYPES[mem_type]
+    elif isinstance(mem_type, int) and mem_type in _lib.MEM_NAMES:
+        return int(mem_type)
+    raise _invalid(call, f"unknown memory type {mem_type!r} (use one of {', '.join(MEM_TYPES)})")
+
+
+def _dev_word(dev: int, meta_len: int) -> int:
+    # Third word of nixl_desc_t: the uint32 dev_id then the uint32 meta_len.
+    return dev | (meta_len << 32) if _lib.LITTLE_ENDIAN else (dev << 32) | meta_len
+
+
+def _split_dev_word(w: int) -> tuple[int, int]:
+    return (w & 0xFFFFFFFF, w >> 32) if _lib.LITTLE_ENDIAN else (w >> 32, w & 0xFFFFFFFF)
+
+
+class _DList:
+    """Descriptors of one memory type, stored as C nixl_desc_t words."""
+
+    __slots__ = ("_mem", "_words", "_keep")
+    _with_meta = False
+
+    def __init__(self, type: Any = _lib.MEM_DRAM, descs: Any = None):
+        self._mem = mem_type_code(type, self.__class__.__name__)
+        self._words = array("Q")
+        self._keep: list[bytes] = []  # meta bytes the words point into
+        if descs is not None:
+            if _is_ndarray(descs):
+                self._words = _rows_from_ndarray(descs, self.__class__.__name__)
+            else:
+                self._add_rows(descs)
+
+    def _add_rows(self, rows: Iterable[Any]) -> None:
+        call = self.__class__.__name__
+        words, keep = self._words, self._keep
+        try:
+            for r in rows:
+                if not isinstance(r, (tuple, list)) or len(r) not in (3, 4):
+                    raise _invalid(call, f"a descriptor is (addr, len, dev) or (addr, len, dev, meta), not {r!r}")
+                meta = r[3] if len(r) == 4 and self._with_meta else None
+                mptr = mlen = 0
+                if meta:
+                    mb = meta.encode() if isinstance(meta, str) else bytes(meta)
+                    keep.append(mb)
+                    mptr = ctypes.cast(ctypes.c_char_p(mb), ctypes.c_void_p).value or 0
+                    mlen = len(mb)
+                dev = r[2]
+                if not 0 <= dev < _U32:
+                    raise _invalid(call, f"device id {dev} out of range in {r!r}")
+                words.extend((r[0], r[1], _dev_word(dev, mlen), mptr))
+        except (OverflowError, TypeError) as e:
+            raise _invalid(call, f"descriptor fields must be non-negative integers ({e})") from None
+
+    # ---- NIXL's list methods ----
+    def getType(self) -> int:
+        return self._mem
+
+    @property
+    def mem_type(self) -> str:
+        return _lib.MEM_NAMES[self._mem]
+
+    def descCount(self) -> int:
+        return len(self._words) // 4
+
+    def isEmpty(self) -> bool:
+        return not self._words
+
+    def __len__(self) -> int:
+        return len(self._words) // 4
+
+    def _row(self, i: int) -> tuple:
+        w = self._words[4 * i:4 * i + 4]
+        dev, mlen = _split_dev_word(w[2])
+        if not self._with_meta:
+            return (w[0], w[1], dev)
+        return (w[0], w[1], dev, ctypes.string_at(w[3], mlen) if mlen else b"")
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self._row(j) for j in range(*i.indices(len(self)))]
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("descriptor index out of range")
+        return self._row(i)
+
+    def __iter__(self):
+        return (self._row(i) for i in range(len(self)))
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other._mem == self._mem and list(other) == list(self)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable
+
+    def addDesc(self, desc: tuple) -> None:
+        self._add_rows([desc])
+
+    append = addDesc
+
+    def __reduce__(self):
+        return (self.__class__, (self._mem, list(self)))
+
+    def __repr__(self) -> str:
+        head = ", ".join(repr(r) for r in self[:3])
+        more = ", ..." if len(self) > 3 else ""
+        return f"{self.__class__.__name__}({self.mem_type}, {len(self)} descs: [{head}{more}])"
+
+    def _c(self) -> _lib.nixl_dlist_t:
+        """The C view; valid while this list is alive and not appended to."""
+        n = len(self)
+        return _lib.nixl_dlist_t(self._mem, n, self._words.buffer_info()[0] if n else None)
+
+
+class nixlXferDList(_DList):
+    """Descriptors of a transfer: (addr, len, dev) rows."""
+
+    __slots__ = ()
+
+
+class nixlRegDList(_DList):
+    """Descriptors of a registration: (addr, len, dev, meta) rows."""
+
+    __slots__ = ()
+    _with_meta = True
+
+    def trim(self) -> nixlXferDList:
+        """The same ranges as a transfer list (meta dropped)."""
+        out = nixlXferDList(self._mem)
+        out._words = array("Q", self._words)
+        for i in range(len(out)):
+            dev, _ = _split_dev_word(out._words[4 * i + 2])
+            out._words[4 * i + 2] = _dev_word(dev, 0)
+            out._words[4 * i + 3] = 0
+        return out
+
+
+# ---- recognizing buffers ----
+
+def _is_ndarray(o: Any) -> bool:
+    return type(o).__module__ == "numpy" and type(o).__name__ == "ndarray"
+
+
+def _is_desc_array(o: Any) -> bool:
+    """A 2-D N x 3 integer array: rows of descriptors (NIXL's meaning, with a mem_type)."""
+    if not _is_ndarray(o):
+        return False
+    return o.ndim == 2 and o.shape[1] == 3 and o.dtype.kind in "iu"
+
+
+def _rows_from_ndarray(a: Any, call: str) -> array:
+    import numpy as np
+    if not _is_desc_array(a):
+        raise _invalid(call, f"a descriptor array is N x 3 integers, not {a.shape} {a.dtype}")
+    if a.shape[0]:
+        if a.dtype.kind == "i" and int(a.min()) < 0:
+            raise _invalid(call, "descriptor fields must be non-negative")
+        if int(a[:, 2].max()) >= _U32:
+            raise _invalid(call, "device id out of range")
+    w = np.zeros((a.shape[0], 4), dtype=np.uint64)
+    w[:, :3] = a
+    if not _lib.LITTLE_ENDIAN:
+        w[:, 2] <<= np.uint64(32)
+    out = array("Q")
+    out.frombytes(w.tobytes())
+    return out
+
+
+def _is_tensor(o: Any) -> bool:
+    return all(callable(getattr(o, m, None)) for m in ("data_ptr", "numel", "element_size"))
+
+
+def _tensor_desc(t: Any, call: str) -> tuple[int, int, int, int]:
+    if callable(getattr(t, "is_contiguous", None)) and not t.is_contiguous():
+        raise _invalid(call, "tensor is not contiguous (register its storage, or .contiguous() a copy)")
+    dev = getattr(t, "device", None)
+    kind = getattr(dev, "type", None) or (str(dev).split(":")[0] if dev is not None else "cpu")
+    is_cuda = getattr(t, "is_cuda", None)
+    if is_cuda is None:
+        is_cuda = kind == "cuda"
+    if is_cuda:
+        ordinal = t.get_device() if callable(getattr(t, "get_device", None)) else getattr(dev, "index", 0)
+        mem, devid = _lib.MEM_VRAM, max(int(ordinal or 0), 0)
+    elif kind == "cpu":
+        mem, devid = _lib.MEM_DRAM, 0
+    else:
+        raise make_error(nixlNotSupportedError, call, f"tensors on '{kind}' devices are not supported")
+    return mem, int(t.data_ptr()), int(t.numel()) * int(t.element_size()), devid
+
+
+def _interface_desc(iface: dict, call: str) -> tuple[int, int]:
+    """(addr, nbytes) of an __array_interface__ / __cuda_array_interface__, checked contiguous."""
+    shape = tuple(int(s) for s in iface["shape"])
+    typestr = iface["typestr"]
+    itemsize = int(typestr[2:])
+    n = 1
+    for s in shape:
+        n *= s
+    strides = iface.get("strides")
+    if strides is not None and n > 1:
+        c_order, f_order, acc = [], [], itemsize
+        for s in reversed(shape):
+            c_order.insert(0, acc)
+            acc *= s
+        acc = itemsize
+        for s in shape:
+            f_order.append(acc)
+            acc *= s
+        live = [i for i, s in enumerate(shape) if s > 1]  # strides of size-1 axes do not matter
+        if not (all(strides[i] == c_order[i] for i in live) or all(strides[i] == f_order[i] for i in live)):
+            raise _invalid(call, "array is not contiguous (register its base, or a contiguous copy)")
+    if iface.get("offset"):
+        raise _invalid(call, "array interfaces with an offset are not supported")
+    return int(iface["data"][0] or 0), n * itemsize
+
+
+def _cai_device(o: Any) -> int:
+    dev = getattr(o, "device", None)
+    for attr in ("id", "index"):
+        v = getattr(dev, attr, None)
+        if isinstance(v, int):
+            return v
+    if callable(getattr(o, "get_device", None)):
+        return max(int(o.get_device()), 0)
+    return 0
+
+
+def buffer_desc(o: Any, call: str) -> Optional[tuple[int, int, int, int]]:
+    """(mem, addr, nbytes, dev) of one buffer object, or None when o is not one."""
+    if _is_tensor(o):
+        return _tensor_desc(o, call)
+    iface = getattr(o, "__cuda_array_interface__", None)
+    if isinstance(iface, dict):
+        addr, n = _interface_desc(iface, call)
+        return _lib.MEM_VRAM, addr, n, _cai_device(o)
+    iface = getattr(o, "__array_interface__", None)
+    if isinstance(iface, dict):
+        addr, n = _interface_desc(iface, call)
+        return _lib.MEM_DRAM, addr, n, 0
+    if isinstance(o, (ctypes.Array, ctypes.Structure, ctypes.Union)):
+        return _lib.MEM_DRAM, ctypes.addressof(o), ctypes.sizeof(o), 0
+    return None
+
+
+def to_dlist(obj: Any, mem_type: Any, reg: bool, call: str) -> _DList:
+    """What get_reg_descs (reg=True) and get_xfer_descs (reg=False) return."""
+    cls = nixlRegDList if reg else nixlXferDList
+    if isinstance(obj, _DList):
+        if isinstance(obj, cls):
+            return obj
+        if reg:
+            return nixlRegDList(obj._mem, list(obj))
+        return obj.trim()
+    if _is_desc_array(obj) and mem_type is not None:
+        return cls(mem_type_code(mem_type, call), obj)
+    one = buffer_desc(obj, call)
+    if one is not None:
+        return cls(one[0], [one[1:]])
+    if isinstance(obj, (list, tuple)):
+        if not obj:
+            return cls(mem_type_code(mem_type, call) if mem_type is not None else _lib.MEM_DRAM)
+        if isinstance(obj[0], (tuple, list)):
+            if mem_type is None:
+                raise _invalid(call, "mem_type ('DRAM', 'VRAM', ...) is required with descriptor tuples")
+            return cls(mem_type_code(mem_type, call), obj)
+        rows, mem = [], None
+        for o in obj:
+            d = buffer_desc(o, call)
+            if d is None:
+                raise _invalid(call, f"cannot make a descriptor from {type(o).__name__}")
+            if mem is not None and d[0] != mem:
+                raise _invalid(call, "all buffers of one list must be of one memory type (all DRAM or all VRAM)")
+            mem = d[0]
+            rows.append(d[1:])
+        return cls(mem, rows)
+    raise _invalid(call, f"cannot make descriptors from {type(obj).__name__}")
+
+
+def index_array(idx: Any, call: str) -> tuple[Any, int, int]:
+    """(keep-alive object, address, count) of a uint32 C array holding idx."""
+    if _is_ndarray(idx):
+        import numpy as np
+        if idx.ndim != 1 or (idx.size and idx.dtype.kind not in "iu"):
+            raise _invalid(call, f"indices must be a 1-D integer array, not {idx.shape} {idx.dtype}")
+        if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= _U32):
+            raise _invalid(call, "indices must be in [0, 2**32)")
+        a = np.ascontiguousarray(idx, dtype=np.uint32)
+        return a, a.ctypes.data, int(a.size)
+    try:
+        a = array("I", idx)
+    except (OverflowError, TypeError) as e:
+        raise _invalid(call, f"indices must be non-negative integers ({e})") from None
+    return a, a.buffer_info()[0], len(a)

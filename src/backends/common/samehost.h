@@ -1,0 +1,197 @@
+/*
+ * samehost.h - what the same-host backends (shm, cuda_ipc) share: who a
+ * process is and whether it still runs (samehost_proc.c), and the
+ * notification datagram socket between agents of one host
+ * (samehost_notif.c).  One piece of code per idea, used by both.
+ *
+ * These helpers see only include/nixl/backend.h: they log through the host
+ * services of the backend instance that owns them, prefixed with its name.
+ */
+#ifndef NIXL_BACKENDS_COMMON_SAMEHOST_H
+#define NIXL_BACKENDS_COMMON_SAMEHOST_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/un.h>
+#include <time.h>
+
+#include "nixl/backend.h"
+
+#define SAMEHOST_STR2_(x) #x
+#define SAMEHOST_STR_(x) SAMEHOST_STR2_(x)
+/* Log through a host table, checking the level before formatting. */
+#define SAMEHOST_LOG(host, lvl, ...)                                                              \
+    do {                                                                                          \
+        const nixl_host_services_t *samehost_h_ = (host);                                         \
+        if (samehost_h_->log_enabled(lvl))                                                        \
+            samehost_h_->log(lvl, __FILE__ ":" SAMEHOST_STR_(__LINE__), __VA_ARGS__);            \
+    } while (0)
+
+#define samehost_likely(x) __builtin_expect(!!(x), 1)
+#define samehost_unlikely(x) __builtin_expect(!!(x), 0)
+
+static inline uint64_t samehost_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Little-endian fields of the bytes backends put in the metadata. */
+static inline void samehost_put_u16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+static inline void samehost_put_u32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline void samehost_put_u64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline uint16_t samehost_get_u16(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | (p[1] << 8));
+}
+static inline uint32_t samehost_get_u32(const uint8_t *p)
+{
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+static inline uint64_t samehost_get_u64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+/* ------------------------------------------------------------------------
+ * Processes (samehost_proc.c)
+ * ------------------------------------------------------------------------ */
+
+/* Who a process is, in a form that survives pid reuse and namespaces. */
+typedef struct samehost_ident {
+    uint32_t pid;
+    uint32_t uid;
+    uint64_t start_time; /* field 22 of /proc/<pid>/stat, clock ticks since boot */
+    uint64_t pidns_dev;
+    uint64_t pidns_ino;
+    uint8_t boot_id[16];
+} samehost_ident_t;
+
+/* Bytes of an identity on the wire: pid, uid, start time, pid namespace
+ * device and inode, boot id. */
+#define SAMEHOST_IDENT_WIRE 48
+
+/* A peer process we hold a pidfd on. */
+typedef struct samehost_proc {
+    char name[64];                  /* the peer agent's name, for log lines */
+    pid_t pid;
+    int pidfd;                      /* -1 when the kernel has no pidfd_open */
+    uint64_t start_time;
+    _Atomic int gone_logged;        /* "peer exited" is logged once, not per post */
+    _Atomic uint64_t next_check_ns; /* liveness is looked at again from then on */
+} samehost_proc_t;
+
+/* Read a small file whole (NUL-terminated); bytes read or -1 (errno). */
+int samehost_read_file(const char *path, char *buf, size_t cap);
+/* Field 22 of /proc/<pid>/stat; 0 on success. */
+int samehost_proc_start_time(pid_t pid, uint64_t *out);
+/* This process; who names the backend in log lines. */
+nixl_status_t samehost_ident_self(const nixl_host_services_t *host, const char *who, samehost_ident_t *out);
+void samehost_ident_pack(const samehost_ident_t *id, uint8_t *p);
+void samehost_ident_unpack(const uint8_t *p, samehost_ident_t *id);
+/* NIXL_OK when peer can be reached from self (same boot, same pid
+ * namespace, a pid that can be a pid; another uid only with
+ * can_ptrace_any), else NIXL_ERR_NO_PATH or NIXL_ERR_BAD_METADATA, logged. */
+nixl_status_t samehost_ident_reachable(const nixl_host_services_t *host, const char *who, const char *peer_name,
+                                       const samehost_ident_t *self, const samehost_ident_t *peer,
+                                       int can_ptrace_any);
+
+/* Open a pidfd on the peer and check it is the process of that start time:
+ * NIXL_ERR_PEER_GONE when it exited or its pid was reused. */
+nixl_status_t samehost_proc_open(const nixl_host_services_t *host, const char *who, const char *peer_name,
+                                 pid_t pid, uint64_t start_time, samehost_proc_t *out);
+void samehost_proc_close(samehost_proc_t *p);
+/* NIXL_OK while the peer runs; NIXL_ERR_PEER_GONE (logged once) after it
+ * exited.  Looks at most once per SAMEHOST_LIVENESS_NS (cheap on a post
+ * path) unless always is set: a backend whose writes into a dead peer's
+ * memory would not fail (mapped GPU memory outlives its process) must look
+ * every time. */
+#define SAMEHOST_LIVENESS_NS 1000000ull
+nixl_status_t samehost_proc_alive(const nixl_host_services_t *host, const char *who, samehost_proc_t *p, int always);
+
+/* Yama: with ptrace_scope 1 allow any process of this user to attach
+ * (process_vm_*, pidfd_getfd need it), logging what was done.  Outputs
+ * the scope (-1: no Yama) and whether we hold CAP_SYS_PTRACE. */
+void samehost_ptrace_setup(const nixl_host_services_t *host, const char *who, const char *why, int *scope_out,
+                           int *can_ptrace_any_out);
+
+/* ------------------------------------------------------------------------
+ * Notifications (samehost_notif.c)
+ * ------------------------------------------------------------------------ */
+
+#define SAMEHOST_NAME_MAX 63       /* agent names, as NIXL_NAME_MAX */
+#define SAMEHOST_SOCK_NAME_MAX 100 /* abstract socket name, without the leading NUL */
+
+/* The receiving end: one AF_UNIX datagram socket in the abstract namespace
+ * per backend instance. */
+typedef struct samehost_notif {
+    const nixl_host_services_t *host;
+    const char *who; /* backend name, prefix of socket names and log lines */
+    uint32_t uid;
+    char agent_name[SAMEHOST_NAME_MAX + 1];
+    size_t agent_name_len;
+    int sock;
+    char sock_name[SAMEHOST_SOCK_NAME_MAX + 1];
+    uint8_t *rx_buf;
+    size_t rx_cap;
+    uint64_t drop_warn_ns; /* rate limit of "dropped a datagram" warnings */
+    uint64_t dropped;
+} samehost_notif_t;
+
+/* The sending end towards one peer (one socket per peer, so a peer that
+ * stops reading blocks only notifications to itself). */
+typedef struct samehost_notif_peer {
+    int sock;
+    struct sockaddr_un addr;
+    socklen_t addr_len;
+    const char *name; /* the peer's agent name, owned by the caller */
+} samehost_notif_peer_t;
+
+/* Bind the socket (name "<who>.<pid>.<counter>.<random>").  The agent name
+ * (1..63 bytes) becomes the sender of every notification. */
+nixl_status_t samehost_notif_open(samehost_notif_t *n, const nixl_host_services_t *host, const char *who,
+                                  const char *agent_name, uint32_t uid);
+void samehost_notif_close(samehost_notif_t *n);
+/* A socket name taken from a peer's conn info is [A-Za-z0-9._-]{1,100}. */
+int samehost_notif_name_valid(const uint8_t *s, size_t n);
+nixl_status_t samehost_notif_peer_open(const samehost_notif_t *n, samehost_notif_peer_t *peer, const char *peer_name,
+                                       const char *sock_name, size_t name_len);
+void samehost_notif_peer_close(samehost_notif_peer_t *peer);
+/* Size of the datagram carrying len payload bytes from this agent. */
+size_t samehost_notif_size(const samehost_notif_t *n, size_t len);
+/* Build the datagram in buf (at least samehost_notif_size bytes). */
+void samehost_notif_build(const samehost_notif_t *n, uint8_t *buf, const void *msg, size_t len);
+/* Send a built datagram; may sleep up to ~2 s while the peer's queue is
+ * full, unless *cancel (may be NULL) becomes set.  Any thread. */
+nixl_status_t samehost_notif_send_raw(const samehost_notif_t *n, const samehost_notif_peer_t *peer,
+                                      const uint8_t *dgram, size_t len, _Atomic int *cancel);
+/* Build and send one notification (at most NIXL_NOTIF_MAX bytes). */
+nixl_status_t samehost_notif_send(const samehost_notif_t *n, const samehost_notif_peer_t *peer, const void *msg,
+                                  size_t len);
+/* Drain the socket without blocking; hand every valid notification to
+ * host->notif_deliver.  Call from progress(). */
+nixl_status_t samehost_notif_progress(samehost_notif_t *n);
+
+#endif

@@ -1,0 +1,320 @@
+/*
+ * samehost_notif.c - notifications between agents of one host, shared by
+ * the same-host backends (shm, cuda_ipc).
+ *
+ * Each backend instance binds an AF_UNIX datagram socket in the abstract
+ * namespace (no file to clean up; the name dies with the socket) and
+ * publishes the name in its conn info.  A notification is one datagram:
+ *   u32 magic, u16 version, u16 sender-name length, sender name, payload.
+ * Senders use one socket per peer so a peer that stops reading blocks only
+ * notifications to itself; a full queue is retried for about 2 s, then the
+ * send fails with NIXL_ERR_TIMEOUT.  progress() drains the socket and
+ * validates every datagram (anyone on the host can send to an abstract
+ * name): the kernel-attached credentials must show our uid or root.
+ */
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "samehost.h"
+
+#define NOTIF_MAGIC 0x4e4d4853u /* "SHMN": the format shm introduced */
+#define NOTIF_VERSION 1
+#define NOTIF_HDR 8
+#define NOTIF_SEND_TIMEOUT_NS (2ull * 1000 * 1000 * 1000)
+#define NOTIF_SOCK_BUF (4 << 20)
+#define NOTIF_RECV_BATCH 1024
+#define NOTIF_DROP_WARN_NS (1000ull * 1000 * 1000)
+
+static _Atomic unsigned notif_sock_counter;
+
+static uint64_t random64(const void *salt)
+{
+    uint64_t v = 0;
+    if (getrandom(&v, sizeof(v), GRND_NONBLOCK) != (ssize_t)sizeof(v))
+        v = samehost_now_ns() ^ ((uint64_t)(uintptr_t)salt << 16) ^ ((uint64_t)getpid() << 40);
+    return v;
+}
+
+static socklen_t abstract_addr(struct sockaddr_un *addr, const char *name, size_t len)
+{
+    memset(addr, 0, sizeof(*addr));
+    addr->sun_family = AF_UNIX;
+    memcpy(addr->sun_path + 1, name, len);
+    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + len);
+}
+
+nixl_status_t samehost_notif_open(samehost_notif_t *n, const nixl_host_services_t *host, const char *who,
+                                  const char *agent_name, uint32_t uid)
+{
+    int one = 1, bufsz = NOTIF_SOCK_BUF;
+    memset(n, 0, sizeof(*n));
+    n->host = host;
+    n->who = who;
+    n->uid = uid;
+    n->sock = -1;
+    n->agent_name_len = agent_name ? strlen(agent_name) : 0;
+    if (n->agent_name_len == 0 || n->agent_name_len > SAMEHOST_NAME_MAX) {
+        /* Receivers drop notifications without a valid sender. */
+        SAMEHOST_LOG(host, NIXL_LOG_ERROR, "%s: the agent name must be 1 to %d bytes (is %zu)", who,
+                     SAMEHOST_NAME_MAX, n->agent_name_len);
+        return NIXL_ERR_INVALID_PARAM;
+    }
+    memcpy(n->agent_name, agent_name, n->agent_name_len + 1);
+
+    int s = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (s < 0) {
+        SAMEHOST_LOG(host, NIXL_LOG_ERROR, "%s: cannot create the notification socket: %s", who, strerror(errno));
+        return NIXL_ERR_IO;
+    }
+    /* Best effort: without it, the kernel default still holds one 64 KiB
+     * notification. */
+    setsockopt(s, SOL_SOCKET, SO_RCVBUF, &bufsz, sizeof(bufsz));
+    if (setsockopt(s, SOL_SOCKET, SO_PASSCRED, &one, sizeof(one)) != 0) {
+        SAMEHOST_LOG(host, NIXL_LOG_ERROR, "%s: SO_PASSCRED on the notification socket: %s", who, strerror(errno));
+        goto err_close;
+    }
+    unsigned counter = atomic_fetch_add(&notif_sock_counter, 1);
+    int rc = -1;
+    for (int attempt = 0; attempt < 8 && rc != 0; attempt++) {
+        struct sockaddr_un addr;
+        snprintf(n->sock_name, sizeof(n->sock_name), "nixl-%s.%d.%u.%016llx", who, (int)getpid(), counter,
+                 (unsigned long long)random64(n));
+        socklen_t len = abstract_addr(&addr, n->sock_name, strlen(n->sock_name));
+        rc = bind(s, (struct sockaddr *)&addr, len);
+        if (rc != 0 && errno != EADDRINUSE)
+            break;
+    }
+    if (rc != 0) {
+        SAMEHOST_LOG(host, NIXL_LOG_ERROR, "%s: cannot bind the notification socket @%s: %s", who, n->sock_name,
+                     strerror(errno));
+        goto err_close;
+    }
+    n->rx_cap = NOTIF_HDR + SAMEHOST_NAME_MAX + NIXL_NOTIF_MAX;
+    n->rx_buf = malloc(n->rx_cap);
+    if (!n->rx_buf) {
+        close(s);
+        return NIXL_ERR_NO_MEMORY;
+    }
+    n->sock = s;
+    return NIXL_OK;
+
+err_close:
+    close(s);
+    return NIXL_ERR_IO;
+}
+
+void samehost_notif_close(samehost_notif_t *n)
+{
+    if (n->sock >= 0)
+        close(n->sock);
+    n->sock = -1;
+    free(n->rx_buf);
+    n->rx_buf = NULL;
+}
+
+int samehost_notif_name_valid(const uint8_t *s, size_t n)
+{
+    if (n == 0 || n > SAMEHOST_SOCK_NAME_MAX)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        uint8_t c = s[i];
+        int alnum = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+        if (!(alnum || c == '-' || c == '.' || c == '_'))
+            return 0;
+    }
+    return 1;
+}
+
+nixl_status_t samehost_notif_peer_open(const samehost_notif_t *n, samehost_notif_peer_t *peer, const char *peer_name,
+                                       const char *sock_name, size_t name_len)
+{
+    int bufsz = NOTIF_SOCK_BUF;
+    peer->name = peer_name;
+    peer->sock = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (peer->sock < 0) {
+        SAMEHOST_LOG(n->host, NIXL_LOG_ERROR, "%s: cannot create a socket towards peer %s: %s", n->who, peer_name,
+                     strerror(errno));
+        return NIXL_ERR_IO;
+    }
+    /* In-flight datagrams are charged to the sender: room for several. */
+    setsockopt(peer->sock, SOL_SOCKET, SO_SNDBUF, &bufsz, sizeof(bufsz));
+    peer->addr_len = abstract_addr(&peer->addr, sock_name, name_len);
+    return NIXL_OK;
+}
+
+void samehost_notif_peer_close(samehost_notif_peer_t *peer)
+{
+    if (peer->sock >= 0)
+        close(peer->sock);
+    peer->sock = -1;
+}
+
+size_t samehost_notif_size(const samehost_notif_t *n, size_t len)
+{
+    return NOTIF_HDR + n->agent_name_len + len;
+}
+
+void samehost_notif_build(const samehost_notif_t *n, uint8_t *buf, const void *msg, size_t len)
+{
+    samehost_put_u32(buf, NOTIF_MAGIC);
+    samehost_put_u16(buf + 4, NOTIF_VERSION);
+    samehost_put_u16(buf + 6, (uint16_t)n->agent_name_len);
+    memcpy(buf + NOTIF_HDR, n->agent_name, n->agent_name_len);
+    if (len)
+        memcpy(buf + NOTIF_HDR + n->agent_name_len, msg, len);
+}
+
+nixl_status_t samehost_notif_send_raw(const samehost_notif_t *n, const samehost_notif_peer_t *peer,
+                                      const uint8_t *dgram, size_t len, _Atomic int *cancel)
+{
+    const nixl_host_services_t *host = n->host;
+    uint64_t deadline = 0;
+    long sleep_ns = 10000;
+    for (;;) {
+        ssize_t k = sendto(peer->sock, dgram, len, MSG_DONTWAIT | MSG_NOSIGNAL, (const struct sockaddr *)&peer->addr,
+                           peer->addr_len);
+        if (samehost_likely(k == (ssize_t)len))
+            return NIXL_OK;
+        if (k >= 0) {
+            SAMEHOST_LOG(host, NIXL_LOG_ERROR, "%s: notification to peer %s cut short (%zd of %zu bytes)", n->who,
+                         peer->name, k, len);
+            return NIXL_ERR_IO;
+        }
+        int e = errno;
+        if (e == EINTR)
+            continue;
+        if (e == EAGAIN || e == EWOULDBLOCK || e == ENOBUFS) {
+            /* The peer's queue is full: it is not calling progress. */
+            uint64_t now = samehost_now_ns();
+            if (!deadline)
+                deadline = now + NOTIF_SEND_TIMEOUT_NS;
+            /* A request being released must not hold its releaser for 2 s. */
+            if (cancel && atomic_load(cancel))
+                return NIXL_ERR_CANCELED;
+            if (now >= deadline) {
+                SAMEHOST_LOG(host, NIXL_LOG_ERROR,
+                             "%s: notification to peer %s timed out: its queue stayed full for 2 s (is it making "
+                             "progress?)",
+                             n->who, peer->name);
+                return NIXL_ERR_TIMEOUT;
+            }
+            struct timespec ts = {0, sleep_ns};
+            nanosleep(&ts, NULL);
+            if (sleep_ns < 1000000)
+                sleep_ns *= 2;
+            continue;
+        }
+        if (e == ECONNREFUSED || e == ENOENT) {
+            SAMEHOST_LOG(host, NIXL_LOG_ERROR, "%s: notification to peer %s refused: its socket is closed (agent gone)",
+                         n->who, peer->name);
+            return NIXL_ERR_PEER_GONE;
+        }
+        SAMEHOST_LOG(host, NIXL_LOG_ERROR, "%s: notification to peer %s failed: %s", n->who, peer->name, strerror(e));
+        return e == EMSGSIZE ? NIXL_ERR_TOO_BIG : NIXL_ERR_IO;
+    }
+}
+
+nixl_status_t samehost_notif_send(const samehost_notif_t *n, const samehost_notif_peer_t *peer, const void *msg,
+                                  size_t len)
+{
+    uint8_t small[512];
+    if (!msg && len)
+        return NIXL_ERR_NULL;
+    if (len > NIXL_NOTIF_MAX) {
+        SAMEHOST_LOG(n->host, NIXL_LOG_ERROR, "%s: notification of %zu bytes, at most %d allowed", n->who, len,
+                     NIXL_NOTIF_MAX);
+        return NIXL_ERR_TOO_BIG;
+    }
+    size_t need = samehost_notif_size(n, len);
+    uint8_t *buf = need <= sizeof(small) ? small : malloc(need);
+    if (!buf)
+        return NIXL_ERR_NO_MEMORY;
+    samehost_notif_build(n, buf, msg, len);
+    nixl_status_t st = samehost_notif_send_raw(n, peer, buf, need, NULL);
+    if (buf != small)
+        free(buf);
+    return st;
+}
+
+static void notif_drop(samehost_notif_t *n, const char *why, const struct ucred *cred)
+{
+    n->dropped++;
+    uint64_t now = samehost_now_ns();
+    if (now < n->drop_warn_ns)
+        return;
+    n->drop_warn_ns = now + NOTIF_DROP_WARN_NS;
+    SAMEHOST_LOG(n->host, NIXL_LOG_WARN, "%s: dropped a datagram on @%s from pid %d uid %d: %s (%llu dropped so far)",
+                 n->who, n->sock_name, cred ? (int)cred->pid : -1, cred ? (int)cred->uid : -1, why,
+                 (unsigned long long)n->dropped);
+}
+
+/* Why a received datagram must be dropped, or NULL when it is a valid
+ * notification; *off_out gets where its payload starts. */
+static const char *notif_check(const samehost_notif_t *n, size_t len, int flags, const struct ucred *cred,
+                               size_t *off_out)
+{
+    const uint8_t *p = n->rx_buf;
+    if (flags & (MSG_TRUNC | MSG_CTRUNC))
+        return "larger than any notification";
+    if (!cred)
+        return "no sender credentials";
+    if (cred->uid != n->uid && cred->uid != 0)
+        return "sender runs as another user";
+    if (len < NOTIF_HDR || samehost_get_u32(p) != NOTIF_MAGIC || samehost_get_u16(p + 4) != NOTIF_VERSION)
+        return "not a notification (bad header)";
+    size_t name_len = samehost_get_u16(p + 6);
+    if (name_len == 0 || name_len > SAMEHOST_NAME_MAX || name_len > len - NOTIF_HDR ||
+        memchr(p + NOTIF_HDR, '\0', name_len))
+        return "bad sender name";
+    *off_out = NOTIF_HDR + name_len;
+    return NULL;
+}
+
+static void notif_deliver(samehost_notif_t *n, size_t len, int flags, const struct ucred *cred)
+{
+    size_t off = 0;
+    const char *why = notif_check(n, len, flags, cred, &off);
+    if (why) {
+        notif_drop(n, why, cred);
+        return;
+    }
+    char sender[SAMEHOST_NAME_MAX + 1];
+    size_t name_len = off - NOTIF_HDR;
+    memcpy(sender, n->rx_buf + NOTIF_HDR, name_len);
+    sender[name_len] = '\0';
+    n->host->notif_deliver(n->host->ctx, sender, n->rx_buf + off, len - off);
+}
+
+nixl_status_t samehost_notif_progress(samehost_notif_t *n)
+{
+    for (int k = 0; k < NOTIF_RECV_BATCH; k++) {
+        union {
+            struct cmsghdr align;
+            char buf[CMSG_SPACE(sizeof(struct ucred))];
+        } ctl;
+        struct iovec iov = {.iov_base = n->rx_buf, .iov_len = n->rx_cap};
+        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof(ctl.buf)};
+        ssize_t got = recvmsg(n->sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+        if (got < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                return NIXL_OK;
+            SAMEHOST_LOG(n->host, NIXL_LOG_WARN, "%s: receiving notifications on @%s: %s", n->who, n->sock_name,
+                         strerror(errno));
+            return NIXL_ERR_IO;
+        }
+        const struct ucred *cred = NULL;
+        for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
+            if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_CREDENTIALS &&
+                c->cmsg_len == CMSG_LEN(sizeof(struct ucred)))
+                cred = (const struct ucred *)CMSG_DATA(c);
+        notif_deliver(n, (size_t)got, mh.msg_flags, cred);
+    }
+    return NIXL_OK;
+}

@@ -1,0 +1,430 @@
+/*
+ * cuda_ipc.c - the cuda_ipc backend: same host, VRAM, between processes
+ * (and between agents of one process).
+ *
+ * This file holds the ops table, the instance (create/destroy, tunables),
+ * who this process is (conn_pack) and how a peer is recognized (peer_load:
+ * the same checks as shm, ../common/samehost_proc.c), notifications (the
+ * shared datagram socket), and the copy state kept per CUDA context: one
+ * non-blocking stream and the gather/scatter kernel module.  The driver is
+ * reached only through the host's table (host->cuda->api), loaded on the
+ * first VRAM use: an agent that creates this backend but never registers
+ * VRAM never calls cuInit.  Exports and imports are cuda_ipc_mem.c,
+ * requests cuda_ipc_xfer.c.
+ */
+#include <ctype.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cuda_ipc.h"
+#include "cuda_ipc_int.h"
+
+/* conn info: magic, version, socket-name length, identity, socket name. */
+#define CIP_CONN_MAGIC 0x43504943u /* "CIPC" */
+#define CIP_CONN_VERSION 1
+#define CIP_CONN_FIXED (8 + SAMEHOST_IDENT_WIRE)
+
+#define CIP_DEFAULT_CE_MIN (4ull << 20)
+#define CIP_DEFAULT_KERNEL_MIN 4ull
+
+const char *cip_cu_err(cip_be_t *be, CUresult rc)
+{
+    return be->host->cuda && be->host->cuda->strerror ? be->host->cuda->strerror((int)rc) : "CUDA error";
+}
+
+const nixl_cuda_api_t *cip_api(cip_be_t *be)
+{
+    if (cip_likely(be->cu != NULL))
+        return be->cu;
+    const nixl_host_cuda_t *hc = be->host->cuda;
+    const void *api = hc && hc->api ? hc->api() : NULL;
+    if (!api) {
+        CIP_ERROR(be, "cuda_ipc: no CUDA driver (NIXL_CUDA_LIB): VRAM cannot be moved");
+        return NULL;
+    }
+    be->cu = api;
+    return be->cu;
+}
+
+nixl_status_t cip_ctx_enter(cip_be_t *be, CUcontext ctx, CUcontext *saved, int *changed)
+{
+    CUcontext cur = NULL;
+    *changed = 0;
+    if (be->cu->cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur == ctx)
+        return NIXL_OK;
+    void *prev = NULL;
+    nixl_status_t st = be->host->cuda->ctx_bind(ctx, &prev);
+    if (st != NIXL_OK)
+        return st;
+    *saved = prev;
+    *changed = 1;
+    return NIXL_OK;
+}
+
+void cip_ctx_leave(cip_be_t *be, CUcontext saved, int changed)
+{
+    if (changed)
+        be->host->cuda->ctx_restore(saved);
+}
+
+/* Load the kernel into the current context; a failure is logged once and
+ * leaves the context on the copy engines. */
+static void cip_ctx_load_kernel(cip_be_t *be, cip_ctx_t *cx)
+{
+    const nixl_cuda_api_t *cu = be->cu;
+    if (!be->use_kernel)
+        return;
+    if (nixl_cuda_ipc_fatbin_len == 0) {
+        if (!be->kernel_warned++)
+            CIP_INFO(be, "cuda_ipc: built without nvcc: batches of small pieces go through the copy engines "
+                         "(path cuda_ipc.ce)");
+        return;
+    }
+    CUresult rc = cu->cuModuleLoadData(&cx->module, nixl_cuda_ipc_fatbin);
+    if (rc == CUDA_SUCCESS)
+        rc = cu->cuModuleGetFunction(&cx->copy_fn, cx->module, "nixl_cuda_ipc_copy_pieces");
+    if (rc != CUDA_SUCCESS) {
+        if (cx->module)
+            cu->cuModuleUnload(cx->module);
+        cx->module = NULL;
+        cx->copy_fn = NULL;
+        CIP_WARN(be, "cuda_ipc: cannot load the gather/scatter kernel on GPU %d (%s): %s; small pieces go "
+                     "through the copy engines (path cuda_ipc.ce)",
+                 cx->device, cx->bus_id, cip_cu_err(be, rc));
+    }
+}
+
+cip_ctx_t *cip_ctx_get(cip_be_t *be, void *ctx, int device)
+{
+    const nixl_cuda_api_t *cu = be->cu;
+    cip_ctx_t *found = NULL;
+    pthread_mutex_lock(&be->lock);
+    for (int i = 0; i < be->nctx && !found; i++)
+        if (be->ctxs[i].ctx == (CUcontext)ctx)
+            found = &be->ctxs[i];
+    if (found || be->nctx == CIP_MAX_CTX) {
+        pthread_mutex_unlock(&be->lock);
+        if (!found)
+            CIP_ERROR(be, "cuda_ipc: more than %d CUDA contexts in one process", CIP_MAX_CTX);
+        return found;
+    }
+    cip_ctx_t *cx = &be->ctxs[be->nctx];
+    memset(cx, 0, sizeof(*cx));
+    cx->ctx = (CUcontext)ctx;
+    cx->device = device;
+    CUdevice dev;
+    CUresult rc = cu->cuCtxGetDevice(&dev);
+    if (rc == CUDA_SUCCESS && (int)dev != device)
+        CIP_WARN(be, "cuda_ipc: context %p is on device %d, its memory was recorded on device %d", ctx, (int)dev,
+                 device);
+    if (rc == CUDA_SUCCESS)
+        cx->device = (int)dev;
+    if (rc == CUDA_SUCCESS)
+        rc = cu->cuDeviceGetPCIBusId(cx->bus_id, sizeof(cx->bus_id), dev);
+    if (rc == CUDA_SUCCESS)
+        rc = cu->cuStreamCreate(&cx->stream, CU_STREAM_NON_BLOCKING);
+    if (rc != CUDA_SUCCESS) {
+        pthread_mutex_unlock(&be->lock);
+        CIP_ERROR(be, "cuda_ipc: setting up copies on GPU %d: %s", device, cip_cu_err(be, rc));
+        return NULL;
+    }
+    cip_ctx_load_kernel(be, cx);
+    be->nctx++;
+    pthread_mutex_unlock(&be->lock);
+    CIP_DEBUG(be, "cuda_ipc: copies on GPU %d (%s): stream ready, kernel %s", device, cx->bus_id,
+              cx->copy_fn ? "loaded" : "not used");
+    return cx;
+}
+
+nixl_status_t cip_peer_alive(cip_be_t *be, cip_peer_t *peer)
+{
+    /* Every time: our mapping of a dead peer's VRAM may outlive it, so a
+     * copy into it would "succeed" (one poll() is cheap next to a launch). */
+    return samehost_proc_alive(be->host, "cuda_ipc", &peer->proc, 1);
+}
+
+/* ---- tunables ---- */
+
+/* Decimal bytes with an optional K/M/G suffix; -1 when malformed. */
+static int cip_parse_size(const char *s, uint64_t *out)
+{
+    uint64_t v = 0;
+    const char *p = s;
+    if (!s || !isdigit((unsigned char)*p))
+        return -1;
+    for (; isdigit((unsigned char)*p); p++) {
+        if (v > (UINT64_MAX - 9) / 10)
+            return -1;
+        v = v * 10 + (uint64_t)(*p - '0');
+    }
+    unsigned shift = *p == 'K' || *p == 'k' ? 10 : *p == 'M' || *p == 'm' ? 20 : *p == 'G' || *p == 'g' ? 30 : 0;
+    if (shift)
+        p++;
+    if (*p || v > (UINT64_MAX >> shift))
+        return -1;
+    *out = v << shift;
+    return 0;
+}
+
+static nixl_status_t cip_read_tunables(cip_be_t *be)
+{
+    const char *k = be->host->config_get("NIXL_CUDA_IPC_KERNEL");
+    const char *m = be->host->config_get("NIXL_CUDA_IPC_CE_MIN");
+    const char *n = be->host->config_get("NIXL_CUDA_IPC_KERNEL_MIN");
+    be->use_kernel = 1;
+    be->ce_min = CIP_DEFAULT_CE_MIN;
+    be->kernel_min = CIP_DEFAULT_KERNEL_MIN;
+    if (k && *k) {
+        if (strcmp(k, "0") && strcmp(k, "1")) {
+            CIP_ERROR(be, "cuda_ipc: NIXL_CUDA_IPC_KERNEL=\"%s\" is not valid: expected 0 or 1", k);
+            return NIXL_ERR_INVALID_PARAM;
+        }
+        be->use_kernel = k[0] == '1';
+    }
+    if (m && *m && (cip_parse_size(m, &be->ce_min) || be->ce_min == 0)) {
+        CIP_ERROR(be, "cuda_ipc: NIXL_CUDA_IPC_CE_MIN=\"%s\" is not valid: expected a byte count such as 4M", m);
+        return NIXL_ERR_INVALID_PARAM;
+    }
+    if (n && *n && (cip_parse_size(n, &be->kernel_min) || be->kernel_min == 0)) {
+        CIP_ERROR(be, "cuda_ipc: NIXL_CUDA_IPC_KERNEL_MIN=\"%s\" is not valid: expected a count of at least 1", n);
+        return NIXL_ERR_INVALID_PARAM;
+    }
+    return NIXL_OK;
+}
+
+/* ---- instance ---- */
+
+static int cip_host_usable(const nixl_host_services_t *host)
+{
+    size_t need = offsetof(nixl_host_services_t, cuda) + sizeof(host->cuda);
+    return host && host->abi_version >= 1 && host->struct_size >= need && host->log_enabled && host->log &&
+           host->config_get && host->fallback && host->notif_deliver && host->cuda && host->cuda->ctx_bind &&
+           host->cuda->ctx_restore;
+}
+
+static nixl_status_t cip_create(const nixl_host_services_t *host, const nixl_param_t *params, size_t num_params,
+                                void **be_out)
+{
+    (void)params;
+    (void)num_params;
+    if (!cip_host_usable(host) || !be_out)
+        return NIXL_ERR_INVALID_PARAM;
+    cip_be_t *be = calloc(1, sizeof(*be));
+    if (!be)
+        return NIXL_ERR_NO_MEMORY;
+    be->host = host;
+    be->notif.sock = -1;
+    nixl_status_t st = cip_read_tunables(be);
+    if (st != NIXL_OK)
+        goto err_free;
+    st = samehost_ident_self(host, "cuda_ipc", &be->self);
+    if (st != NIXL_OK)
+        goto err_free;
+    /* pidfd_getfd (VMM handles) needs ptrace-attach rights over the exporter. */
+    samehost_ptrace_setup(host, "cuda_ipc", "fetch the file descriptors of our VMM memory (pidfd_getfd)",
+                          &be->ptrace_scope, &be->can_ptrace_any);
+    if (pthread_mutex_init(&be->lock, NULL) != 0) {
+        st = NIXL_ERR_NO_MEMORY;
+        goto err_free;
+    }
+    if (pthread_mutex_init(&be->wlock, NULL) != 0) {
+        st = NIXL_ERR_NO_MEMORY;
+        goto err_lock;
+    }
+    if (pthread_cond_init(&be->wcond, NULL) != 0) {
+        pthread_mutex_destroy(&be->wlock);
+        st = NIXL_ERR_NO_MEMORY;
+        goto err_lock;
+    }
+    st = samehost_notif_open(&be->notif, host, "cuda_ipc", host->agent_name, be->self.uid);
+    if (st != NIXL_OK)
+        goto err_wait;
+    CIP_DEBUG(be, "cuda_ipc: created: kernel %s (%zu bytes of fatbin), ce_min %llu, kernel_min %llu, socket @%s",
+              be->use_kernel ? "on" : "off", nixl_cuda_ipc_fatbin_len, (unsigned long long)be->ce_min,
+              (unsigned long long)be->kernel_min, be->notif.sock_name);
+    *be_out = be;
+    return NIXL_OK;
+
+err_wait:
+    pthread_cond_destroy(&be->wcond);
+    pthread_mutex_destroy(&be->wlock);
+err_lock:
+    pthread_mutex_destroy(&be->lock);
+err_free:
+    free(be);
+    return st;
+}
+
+static void cip_destroy(void *bev)
+{
+    cip_be_t *be = bev;
+    if (!be)
+        return;
+    cip_waiter_stop(be);
+    for (int i = 0; i < be->nctx; i++) {
+        cip_ctx_t *cx = &be->ctxs[i];
+        CUcontext saved = NULL;
+        int changed = 0;
+        if (cip_ctx_enter(be, cx->ctx, &saved, &changed) != NIXL_OK)
+            continue;
+        be->cu->cuStreamSynchronize(cx->stream);
+        be->cu->cuStreamDestroy(cx->stream);
+        if (cx->module)
+            be->cu->cuModuleUnload(cx->module);
+        cip_ctx_leave(be, saved, changed);
+    }
+    samehost_notif_close(&be->notif);
+    pthread_cond_destroy(&be->wcond);
+    pthread_mutex_destroy(&be->wlock);
+    pthread_mutex_destroy(&be->lock);
+    free(be);
+}
+
+/* ---- identity and peers ---- */
+
+static nixl_status_t cip_conn_pack(void *bev, void *buf, size_t *len)
+{
+    cip_be_t *be = bev;
+    size_t name_len = strlen(be->notif.sock_name);
+    size_t need = CIP_CONN_FIXED + name_len;
+    if (!len)
+        return NIXL_ERR_NULL;
+    if (!buf || *len < need) {
+        *len = need;
+        return buf ? NIXL_ERR_TOO_BIG : NIXL_OK;
+    }
+    uint8_t *p = buf;
+    samehost_put_u32(p, CIP_CONN_MAGIC);
+    samehost_put_u16(p + 4, CIP_CONN_VERSION);
+    samehost_put_u16(p + 6, (uint16_t)name_len);
+    samehost_ident_pack(&be->self, p + 8);
+    memcpy(p + CIP_CONN_FIXED, be->notif.sock_name, name_len);
+    *len = need;
+    return NIXL_OK;
+}
+
+static nixl_status_t cip_peer_load(void *bev, const char *peer_name, const void *conn, size_t conn_len,
+                                   void **peer_out)
+{
+    cip_be_t *be = bev;
+    const uint8_t *p = conn;
+    const char *who = peer_name ? peer_name : "?";
+    if (!peer_out)
+        return NIXL_ERR_NULL;
+    if (!p || conn_len < CIP_CONN_FIXED) {
+        CIP_ERROR(be, "cuda_ipc: conn info of peer %s is %zu bytes, at least %d expected", who, conn_len,
+                  CIP_CONN_FIXED);
+        return NIXL_ERR_BAD_METADATA;
+    }
+    if (samehost_get_u32(p) != CIP_CONN_MAGIC) {
+        CIP_ERROR(be, "cuda_ipc: conn info of peer %s has a bad magic number", who);
+        return NIXL_ERR_BAD_METADATA;
+    }
+    if (samehost_get_u16(p + 4) != CIP_CONN_VERSION) {
+        CIP_ERROR(be, "cuda_ipc: conn info of peer %s is version %u, we speak %u", who, samehost_get_u16(p + 4),
+                  CIP_CONN_VERSION);
+        return NIXL_ERR_MD_VERSION;
+    }
+    size_t name_len = samehost_get_u16(p + 6);
+    if (conn_len != CIP_CONN_FIXED + name_len || !samehost_notif_name_valid(p + CIP_CONN_FIXED, name_len)) {
+        CIP_ERROR(be, "cuda_ipc: conn info of peer %s is malformed (%zu bytes, socket name of %zu)", who, conn_len,
+                  name_len);
+        return NIXL_ERR_BAD_METADATA;
+    }
+    samehost_ident_t id;
+    samehost_ident_unpack(p + 8, &id);
+    nixl_status_t st = samehost_ident_reachable(be->host, "cuda_ipc", who, &be->self, &id, be->can_ptrace_any);
+    if (st != NIXL_OK)
+        return st;
+
+    cip_peer_t *peer = calloc(1, sizeof(*peer));
+    if (!peer)
+        return NIXL_ERR_NO_MEMORY;
+    snprintf(peer->name, sizeof(peer->name), "%s", who);
+    peer->id = id;
+    peer->same_process = id.pid == be->self.pid && id.start_time == be->self.start_time;
+    peer->notif.sock = -1;
+    st = samehost_proc_open(be->host, "cuda_ipc", who, (pid_t)id.pid, id.start_time, &peer->proc);
+    if (st != NIXL_OK)
+        goto err_free;
+    st = samehost_notif_peer_open(&be->notif, &peer->notif, peer->name, (const char *)p + CIP_CONN_FIXED,
+                                  name_len);
+    if (st != NIXL_OK)
+        goto err_proc;
+    *peer_out = peer;
+    return NIXL_OK;
+
+err_proc:
+    samehost_proc_close(&peer->proc);
+err_free:
+    free(peer);
+    return st;
+}
+
+static void cip_peer_unload(void *bev, void *peerv)
+{
+    cip_peer_t *peer = peerv;
+    (void)bev;
+    if (!peer)
+        return;
+    samehost_notif_peer_close(&peer->notif);
+    samehost_proc_close(&peer->proc);
+    free(peer);
+}
+
+/* ---- notifications ---- */
+
+static nixl_status_t cip_notif_send(void *bev, void *peerv, const void *msg, size_t len)
+{
+    cip_be_t *be = bev;
+    cip_peer_t *peer = peerv;
+    if (!peer || (!msg && len))
+        return NIXL_ERR_NULL;
+    nixl_status_t st = cip_peer_alive(be, peer);
+    if (st != NIXL_OK)
+        return st;
+    return samehost_notif_send(&be->notif, &peer->notif, msg, len);
+}
+
+static nixl_status_t cip_progress(void *bev)
+{
+    cip_be_t *be = bev;
+    return samehost_notif_progress(&be->notif);
+}
+
+static const nixl_backend_ops_t cip_ops = {
+    .abi_version = NIXL_BACKEND_ABI_VERSION,
+    .struct_size = sizeof(nixl_backend_ops_t),
+    .name = "cuda_ipc",
+    .description = "same host, VRAM: CUDA IPC (legacy handles, VMM file descriptors) opened once per peer; "
+                   "copy engines for large pieces (cuda_ipc.ce), one gather/scatter kernel per batch of small "
+                   "ones (cuda_ipc.kernel)",
+    .mem_types = NIXL_MEM_BIT(NIXL_MEM_VRAM),
+    .caps = NIXL_CAP_LOCAL | NIXL_CAP_SAME_HOST | NIXL_CAP_NOTIF | NIXL_CAP_PROGRESS,
+    .params = NULL,
+    .num_params = 0,
+    .create = cip_create,
+    .destroy = cip_destroy,
+    .reg = cip_reg,
+    .dereg = cip_dereg,
+    .rkey_pack = cip_rkey_pack,
+    .conn_pack = cip_conn_pack,
+    .peer_load = cip_peer_load,
+    .peer_unload = cip_peer_unload,
+    .rkey_load = cip_rkey_load,
+    .rkey_unload = cip_rkey_unload,
+    .xfer_prepare = cip_xfer_prepare,
+    .xfer_post = cip_xfer_post,
+    .xfer_status = cip_xfer_status,
+    .xfer_release = cip_xfer_release,
+    .notif_send = cip_notif_send,
+    .progress = cip_progress,
+};
+
+const nixl_backend_ops_t *nixl_backend_cuda_ipc_ops(void)
+{
+    return &cip_ops;
+}

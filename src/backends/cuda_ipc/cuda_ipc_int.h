@@ -1,0 +1,226 @@
+/*
+ * cuda_ipc_int.h - what the files of the cuda_ipc backend share: the
+ * instance, the per-context copy state, peers, registrations (exports),
+ * remote keys and their imports, requests.  Nothing here is seen by the core.
+ *
+ * Files: cuda_ipc.c (ops table, instance, identity, peers, notifications,
+ * per-context streams and the kernel module), cuda_ipc_mem.c (exporting our
+ * VRAM, remote keys, importing a peer's VRAM once per context),
+ * cuda_ipc_xfer.c (requests: copy engines, the gather/scatter kernel,
+ * events, notification after completion).  Process identity and the
+ * notification socket are shared with shm: ../common/samehost.h.
+ */
+#ifndef NIXL_BACKENDS_CUDA_IPC_INT_H
+#define NIXL_BACKENDS_CUDA_IPC_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "../common/samehost.h"
+#include "nixl/backend.h"
+#include "nixl/cuda_api.h"
+
+#define CIP_LOG(be, lvl, ...) SAMEHOST_LOG((be)->host, lvl, __VA_ARGS__)
+#define CIP_ERROR(be, ...) CIP_LOG(be, NIXL_LOG_ERROR, __VA_ARGS__)
+#define CIP_WARN(be, ...) CIP_LOG(be, NIXL_LOG_WARN, __VA_ARGS__)
+#define CIP_INFO(be, ...) CIP_LOG(be, NIXL_LOG_INFO, __VA_ARGS__)
+#define CIP_DEBUG(be, ...) CIP_LOG(be, NIXL_LOG_DEBUG, __VA_ARGS__)
+
+#define cip_likely samehost_likely
+#define cip_unlikely samehost_unlikely
+
+#define CIP_PATH_CE "cuda_ipc.ce"
+#define CIP_PATH_KERNEL "cuda_ipc.kernel"
+
+#define CIP_MAX_CTX 32  /* CUDA contexts one instance copies with */
+#define CIP_MAX_SEGS 64 /* VMM mappings one registration may span */
+
+/* Kernel pieces are cut at this size: one warp moves one piece, so a
+ * middle-sized descriptor still spreads over many warps. */
+#define CIP_KERNEL_PIECE_MAX 8192u
+
+/* One entry of the kernel's descriptor table (must match cuda_ipc_kernel.cu). */
+typedef struct cip_piece {
+    uint64_t src;
+    uint64_t dst;
+    uint64_t len;
+} cip_piece_t;
+
+/* The fatbin built from cuda_ipc_kernel.cu (empty without nvcc). */
+extern const unsigned char nixl_cuda_ipc_fatbin[];
+extern const size_t nixl_cuda_ipc_fatbin_len;
+
+/* How a registration is reached by other processes. */
+enum {
+    CIP_KIND_NONE = 0,   /* no IPC handle could be made: same-process peers only */
+    CIP_KIND_LEGACY = 1, /* cuIpcGetMemHandle of the allocation */
+    CIP_KIND_VMM = 2,    /* cuMemExportToShareableHandle per mapping, fds fetched with pidfd_getfd */
+};
+
+/* Copy state of one CUDA context: where a request's copies are issued. */
+typedef struct cip_ctx {
+    CUcontext ctx;
+    int device;          /* ordinal in this process */
+    char bus_id[16];
+    CUstream stream;     /* non-blocking: never serialized with the app's default stream */
+    CUmodule module;     /* NULL: no kernel (none built, loading failed, or disabled) */
+    CUfunction copy_fn;
+} cip_ctx_t;
+
+typedef struct cip_be {
+    const nixl_host_services_t *host;
+    const nixl_cuda_api_t *cu; /* loaded on first VRAM use */
+    samehost_ident_t self;
+    int ptrace_scope;
+    int can_ptrace_any;
+    samehost_notif_t notif;
+    /* tunables (NIXL_CUDA_IPC_*) */
+    int use_kernel;
+    uint64_t ce_min;       /* pieces of at least this many bytes go to the copy engines */
+    uint64_t kernel_min;   /* fewer small pieces than this: copy engines */
+    /* reg/dereg may come from several threads; ctx table too */
+    pthread_mutex_t lock;
+    cip_ctx_t ctxs[CIP_MAX_CTX];
+    int nctx;
+    uint64_t export_seq;
+    int kernel_warned;
+    /* The completion thread: requests with a notification are watched
+     * there, so the notification leaves as soon as the GPU is done, even
+     * when the application does not poll (cuda_ipc_xfer.c). */
+    pthread_mutex_t wlock;
+    pthread_cond_t wcond;
+    struct cip_req *whead, *wtail;
+    pthread_t wthread;
+    int wstarted, wstop;
+} cip_be_t;
+
+typedef struct cip_peer {
+    char name[SAMEHOST_NAME_MAX + 1];
+    samehost_ident_t id;
+    int same_process; /* an agent of this process: its pointers are ours */
+    samehost_proc_t proc;
+    samehost_notif_peer_t notif;
+} cip_peer_t;
+
+/* One VMM mapping of a registration. */
+typedef struct cip_seg {
+    uint64_t base, size;
+    int fd;                        /* exported; peers fetch it with pidfd_getfd */
+    CUmemGenericAllocationHandle h; /* retained until dereg */
+} cip_seg_t;
+
+/* reg() output: an export of our VRAM. */
+typedef struct cip_reg {
+    uint64_t addr, len;
+    void *ctx;       /* the owning context the core recorded */
+    int device;
+    char bus_id[16];
+    int kind;
+    uint64_t export_id;
+    CUipcMemHandle handle; /* legacy */
+    uint64_t alloc_base, alloc_size;
+    size_t nseg;
+    cip_seg_t *seg; /* VMM */
+} cip_reg_t;
+
+/* A peer's allocation mapped into one of our contexts (process-wide cache,
+ * refcounted by remote keys). */
+typedef struct cip_import cip_import_t;
+
+/* rkey_load() output. */
+typedef struct cip_rmd {
+    cip_peer_t *peer;
+    uint64_t addr, len;
+    int kind;
+    uint32_t owner_device;
+    char bus_id[16];
+    uint64_t export_id;
+    CUipcMemHandle handle;
+    uint64_t alloc_base, alloc_size; /* legacy: allocation; VMM: span of the mappings */
+    size_t nseg;
+    cip_seg_t *seg; /* VMM: base, size, fd number in the owner */
+    /* imports made for this key, one per context it was used from */
+    cip_import_t *imp[CIP_MAX_CTX];
+    int nimp;
+} cip_rmd_t;
+
+/* Where a remote key is reached from one of our contexts. */
+typedef struct cip_view {
+    uint64_t base;    /* our address of the key's alloc_base */
+    int kernel_ok;    /* a kernel in this context may touch it */
+} cip_view_t;
+
+typedef struct cip_copy {
+    uint64_t dst, src, len;
+} cip_copy_t;
+
+/* The pieces of a request whose local memory belongs to one context: they
+ * are copied on that context's stream. */
+typedef struct cip_group {
+    cip_ctx_t *cx;
+    void *ctx;             /* the local regions' context (cx is made from it) */
+    int device;
+    cip_copy_t *ce;        /* copy-engine pieces */
+    size_t nce, ce_cap;
+    int ce_uva;            /* pieces reach another context of this process: cuMemcpyAsync */
+    cip_piece_t *kt;       /* kernel pieces (host side, until uploaded) */
+    size_t nk, kt_cap;
+    CUdeviceptr table;     /* the kernel pieces in device memory, uploaded once */
+    unsigned blocks;
+    CUevent done;
+    int pending;           /* recorded and not yet seen complete */
+} cip_group_t;
+
+typedef struct cip_req {
+    nixl_be_req_t hdr; /* first: the core sees only this */
+    cip_be_t *be;
+    cip_peer_t *peer;
+    size_t ngroups;
+    cip_group_t groups[CIP_MAX_CTX];
+    int in_flight;
+    nixl_status_t status;
+    /* handed to the completion thread (under be->wlock) */
+    struct cip_req *wnext;
+    int watched, queued, busy;
+    _Atomic int wstatus; /* what the thread concluded; NIXL_IN_PROG until then */
+    _Atomic int cancel;
+    /* the notification datagram of the current post */
+    uint8_t *notif_buf;
+    size_t notif_cap, notif_len;
+    int has_notif;
+} cip_req_t;
+
+/* cuda_ipc.c */
+/* The driver table, loaded on first use; NULL (logged) without a driver. */
+const nixl_cuda_api_t *cip_api(cip_be_t *be);
+/* The copy state of ctx (the context that owns a local region), made on
+ * first use; ctx must be current.  NULL (logged) on failure. */
+cip_ctx_t *cip_ctx_get(cip_be_t *be, void *ctx, int device);
+/* Make ctx current when it is not; *saved for cip_ctx_leave. */
+nixl_status_t cip_ctx_enter(cip_be_t *be, CUcontext ctx, CUcontext *saved, int *changed);
+void cip_ctx_leave(cip_be_t *be, CUcontext saved, int changed);
+nixl_status_t cip_peer_alive(cip_be_t *be, cip_peer_t *peer);
+/* "CUDA_ERROR_X (n): text" */
+const char *cip_cu_err(cip_be_t *be, CUresult rc);
+
+/* cuda_ipc_mem.c */
+nixl_status_t cip_reg(void *be, const nixl_be_region_t *region, void **md_out);
+void cip_dereg(void *be, void *md);
+nixl_status_t cip_rkey_pack(void *be, void *md, void *buf, size_t *len);
+nixl_status_t cip_rkey_load(void *be, void *peer, const nixl_be_region_t *region, const void *rkey, size_t rkey_len,
+                            void **rmd_out);
+void cip_rkey_unload(void *be, void *rmd);
+/* Where the key is reached from context cx (imports it on first use):
+ * NIXL_ERR_NO_PATH (logged with the cause) when it cannot be. */
+nixl_status_t cip_rmd_view(cip_be_t *be, cip_rmd_t *rmd, cip_ctx_t *cx, cip_view_t *out);
+
+/* cuda_ipc_xfer.c */
+nixl_status_t cip_xfer_prepare(void *be, const nixl_be_xfer_t *xfer, nixl_be_req_t **req_out);
+nixl_status_t cip_xfer_post(void *be, nixl_be_req_t *req, const void *notif, size_t notif_len);
+nixl_status_t cip_xfer_status(void *be, nixl_be_req_t *req);
+void cip_xfer_release(void *be, nixl_be_req_t *req);
+/* Stop and join the completion thread (destroy). */
+void cip_waiter_stop(cip_be_t *be);
+
+#endif

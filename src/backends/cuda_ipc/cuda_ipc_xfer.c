@@ -1,0 +1,583 @@
+/*
+ * cuda_ipc_xfer.c - requests: prepare, post, status, release.
+ *
+ * prepare does all the per-descriptor work once.  The pieces are grouped
+ * by the context owning their local memory (the context rule: a context's
+ * stream copies its own memory; with several GPUs in one process a request
+ * follows its descriptors).  Each remote key is imported into that context
+ * on first use.  A piece of at least NIXL_CUDA_IPC_CE_MIN bytes goes to the
+ * copy engines; the small ones, when there are at least
+ * NIXL_CUDA_IPC_KERNEL_MIN of them, go into one descriptor table (cut at
+ * CIP_KERNEL_PIECE_MAX bytes) uploaded to device memory once and re-used by
+ * every post: a post of 221,184 KV pieces is one kernel launch, not 221,184
+ * copy calls of ~3 us each.
+ *
+ * post issues the copies and the kernel on each group's stream and records
+ * an event.  A request without a notification completes when status sees
+ * its events done.  One with a notification is handed to the instance's
+ * completion thread, which waits for the events and only then sends the
+ * notification: the target never sees it before the bytes, and it leaves
+ * even when the application does not poll (a prefill worker that posts and
+ * moves on).  release of a request in flight waits for its events (the GPU
+ * cannot be told to stop) and never sends its notification.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cuda_ipc_int.h"
+
+#define CIP_KERNEL_THREADS 256 /* 8 warps: one piece per warp */
+
+static int cip_inside(uint64_t addr, uint64_t len, uint64_t base, uint64_t size)
+{
+    return addr >= base && len <= size && addr - base <= size - len;
+}
+
+static nixl_status_t cip_grow(void **v, size_t *cap, size_t need, size_t elem)
+{
+    if (need <= *cap)
+        return NIXL_OK;
+    size_t n = *cap ? *cap * 2 : 64;
+    while (n < need)
+        n *= 2;
+    void *p = realloc(*v, n * elem);
+    if (!p)
+        return NIXL_ERR_NO_MEMORY;
+    *v = p;
+    *cap = n;
+    return NIXL_OK;
+}
+
+static nixl_status_t cip_add_ce(cip_group_t *g, uint64_t dst, uint64_t src, uint64_t len)
+{
+    if (cip_grow((void **)&g->ce, &g->ce_cap, g->nce + 1, sizeof(*g->ce)) != NIXL_OK)
+        return NIXL_ERR_NO_MEMORY;
+    g->ce[g->nce++] = (cip_copy_t){.dst = dst, .src = src, .len = len};
+    return NIXL_OK;
+}
+
+/* Kernel candidates are kept whole until we know there are enough of them. */
+static nixl_status_t cip_add_kernel(cip_group_t *g, uint64_t dst, uint64_t src, uint64_t len)
+{
+    if (cip_grow((void **)&g->kt, &g->kt_cap, g->nk + 1, sizeof(*g->kt)) != NIXL_OK)
+        return NIXL_ERR_NO_MEMORY;
+    g->kt[g->nk++] = (cip_piece_t){.src = src, .dst = dst, .len = len};
+    return NIXL_OK;
+}
+
+/* Too few small pieces for a launch: copy engines.  Enough: cut them at
+ * CIP_KERNEL_PIECE_MAX so one warp never carries a long piece alone. */
+static nixl_status_t cip_group_finish_kernel(cip_be_t *be, cip_group_t *g)
+{
+    if (g->nk == 0)
+        return NIXL_OK;
+    if (g->nk < be->kernel_min || !g->cx->copy_fn) {
+        for (size_t i = 0; i < g->nk; i++)
+            if (cip_add_ce(g, g->kt[i].dst, g->kt[i].src, g->kt[i].len) != NIXL_OK)
+                return NIXL_ERR_NO_MEMORY;
+        free(g->kt);
+        g->kt = NULL;
+        g->nk = g->kt_cap = 0;
+        return NIXL_OK;
+    }
+    size_t n = 0;
+    for (size_t i = 0; i < g->nk; i++)
+        n += (size_t)((g->kt[i].len + CIP_KERNEL_PIECE_MAX - 1) / CIP_KERNEL_PIECE_MAX);
+    if (n != g->nk) {
+        cip_piece_t *t = malloc(n * sizeof(*t));
+        if (!t)
+            return NIXL_ERR_NO_MEMORY;
+        size_t k = 0;
+        for (size_t i = 0; i < g->nk; i++)
+            for (uint64_t off = 0; off < g->kt[i].len; off += CIP_KERNEL_PIECE_MAX) {
+                uint64_t left = g->kt[i].len - off;
+                t[k++] = (cip_piece_t){.src = g->kt[i].src + off, .dst = g->kt[i].dst + off,
+                                       .len = left < CIP_KERNEL_PIECE_MAX ? left : CIP_KERNEL_PIECE_MAX};
+            }
+        free(g->kt);
+        g->kt = t;
+        g->nk = g->kt_cap = n;
+    }
+    return NIXL_OK;
+}
+
+/* Upload the table and make the event, in the group's context (current). */
+static nixl_status_t cip_group_upload(cip_be_t *be, cip_group_t *g)
+{
+    const nixl_cuda_api_t *cu = be->cu;
+    CUresult rc = cu->cuEventCreate(&g->done, CU_EVENT_DISABLE_TIMING);
+    if (rc != CUDA_SUCCESS) {
+        g->done = NULL;
+        CIP_ERROR(be, "cuda_ipc: cuEventCreate on GPU %d: %s", g->cx->device, cip_cu_err(be, rc));
+        return NIXL_ERR_BACKEND;
+    }
+    if (g->nk == 0)
+        return NIXL_OK;
+    size_t bytes = g->nk * sizeof(cip_piece_t);
+    rc = cu->cuMemAlloc(&g->table, bytes);
+    /* On our stream: a plain cuMemcpyHtoD from pageable memory may return
+     * before its DMA lands, unordered with our stream's first launch. */
+    if (rc == CUDA_SUCCESS)
+        rc = cu->cuMemcpyHtoDAsync(g->table, g->kt, bytes, g->cx->stream);
+    if (rc == CUDA_SUCCESS)
+        rc = cu->cuStreamSynchronize(g->cx->stream);
+    if (rc != CUDA_SUCCESS) {
+        CIP_ERROR(be, "cuda_ipc: uploading a table of %zu pieces to GPU %d: %s", g->nk, g->cx->device,
+                  cip_cu_err(be, rc));
+        return rc == CUDA_ERROR_OUT_OF_MEMORY ? NIXL_ERR_NO_MEMORY : NIXL_ERR_BACKEND;
+    }
+    size_t warps_per_block = CIP_KERNEL_THREADS / 32;
+    size_t blocks = (g->nk + warps_per_block - 1) / warps_per_block;
+    g->blocks = blocks > 0x7fffffffu ? 0x7fffffffu : (unsigned)blocks;
+    free(g->kt);
+    g->kt = NULL;
+    g->kt_cap = 0;
+    return NIXL_OK;
+}
+
+static void cip_req_free(cip_be_t *be, cip_req_t *r)
+{
+    for (size_t i = 0; i < r->ngroups; i++) {
+        cip_group_t *g = &r->groups[i];
+        if (g->table || g->done) {
+            CUcontext saved = NULL;
+            int changed = 0;
+            if (cip_ctx_enter(be, (CUcontext)g->ctx, &saved, &changed) == NIXL_OK) {
+                if (g->table)
+                    be->cu->cuMemFree(g->table);
+                if (g->done)
+                    be->cu->cuEventDestroy(g->done);
+                cip_ctx_leave(be, saved, changed);
+            }
+        }
+        free(g->ce);
+        free(g->kt);
+    }
+    free(r->notif_buf);
+    free(r);
+}
+
+static cip_group_t *cip_group_of(cip_req_t *r, const cip_reg_t *l)
+{
+    for (size_t i = 0; i < r->ngroups; i++)
+        if (r->groups[i].ctx == l->ctx)
+            return &r->groups[i];
+    if (r->ngroups == CIP_MAX_CTX)
+        return NULL;
+    cip_group_t *g = &r->groups[r->ngroups++];
+    g->ctx = l->ctx;
+    g->device = l->device;
+    return g;
+}
+
+/* Every piece of one group: import its remote key here, choose its way. */
+static nixl_status_t cip_group_build(cip_be_t *be, cip_req_t *r, cip_group_t *g, const nixl_be_xfer_t *x)
+{
+    cip_rmd_t *last_rmd = NULL;
+    cip_view_t view = {0};
+    int write = x->op == NIXL_OP_WRITE;
+    for (size_t i = 0; i < x->count; i++) {
+        const nixl_be_iov_t *v = &x->iov[i];
+        const cip_reg_t *l = v->lmd;
+        if (l->ctx != g->ctx)
+            continue;
+        cip_rmd_t *rmd = v->rmd;
+        if (rmd != last_rmd) {
+            nixl_status_t st = cip_rmd_view(be, rmd, g->cx, &view);
+            if (st != NIXL_OK)
+                return st;
+            last_rmd = rmd;
+        }
+        uint64_t remote = view.base + (v->raddr - rmd->alloc_base);
+        uint64_t dst = write ? remote : v->laddr, src = write ? v->laddr : remote;
+        nixl_status_t st;
+        if (v->len >= be->ce_min || !view.kernel_ok || !g->cx->copy_fn)
+            st = cip_add_ce(g, dst, src, v->len);
+        else
+            st = cip_add_kernel(g, dst, src, v->len);
+        if (st != NIXL_OK)
+            return st;
+        if (r->peer->same_process)
+            g->ce_uva = 1;
+    }
+    nixl_status_t st = cip_group_finish_kernel(be, g);
+    if (st == NIXL_OK)
+        st = cip_group_upload(be, g);
+    return st;
+}
+
+nixl_status_t cip_xfer_prepare(void *bev, const nixl_be_xfer_t *x, nixl_be_req_t **req_out)
+{
+    cip_be_t *be = bev;
+    if (!x || !req_out)
+        return NIXL_ERR_NULL;
+    if (x->op != NIXL_OP_READ && x->op != NIXL_OP_WRITE) {
+        CIP_ERROR(be, "cuda_ipc: unknown transfer op %d", (int)x->op);
+        return NIXL_ERR_INVALID_PARAM;
+    }
+    if (x->local_mem != NIXL_MEM_VRAM || x->remote_mem != NIXL_MEM_VRAM) {
+        CIP_ERROR(be, "cuda_ipc: transfers between VRAM only (got %d -> %d)", (int)x->local_mem, (int)x->remote_mem);
+        return NIXL_ERR_MEM_TYPE;
+    }
+    if (!x->peer || !x->iov || x->count == 0)
+        return x->count == 0 ? NIXL_ERR_ZERO_LENGTH : NIXL_ERR_NULL;
+    if (!cip_api(be))
+        return NIXL_ERR_NO_CUDA;
+    cip_req_t *r = calloc(1, sizeof(*r));
+    if (!r)
+        return NIXL_ERR_NO_MEMORY;
+    r->be = be;
+    r->peer = x->peer;
+    nixl_status_t st = NIXL_OK;
+    for (size_t i = 0; i < x->count; i++) {
+        const nixl_be_iov_t *v = &x->iov[i];
+        const cip_reg_t *l = v->lmd;
+        const cip_rmd_t *rm = v->rmd;
+        if (!l || !rm || rm->peer != x->peer || !cip_inside(v->laddr, v->len, l->addr, l->len) ||
+            !cip_inside(v->raddr, v->len, rm->addr, rm->len) || v->len == 0) {
+            CIP_ERROR(be, "cuda_ipc: piece %zu of a transfer lies outside its registered regions", i);
+            st = NIXL_ERR_INVALID_PARAM;
+            goto err;
+        }
+        if (!cip_group_of(r, l)) {
+            CIP_ERROR(be, "cuda_ipc: a request may span at most %d CUDA contexts", CIP_MAX_CTX);
+            st = NIXL_ERR_TOO_BIG;
+            goto err;
+        }
+    }
+    int kernel = 0;
+    for (size_t i = 0; i < r->ngroups && st == NIXL_OK; i++) {
+        cip_group_t *g = &r->groups[i];
+        CUcontext saved = NULL;
+        int changed = 0;
+        st = cip_ctx_enter(be, (CUcontext)g->ctx, &saved, &changed);
+        if (st != NIXL_OK)
+            break;
+        g->cx = cip_ctx_get(be, g->ctx, g->device);
+        st = g->cx ? cip_group_build(be, r, g, x) : NIXL_ERR_BACKEND;
+        cip_ctx_leave(be, saved, changed);
+        kernel |= g->nk > 0;
+    }
+    if (st != NIXL_OK)
+        goto err;
+    r->hdr.path = kernel ? CIP_PATH_KERNEL : CIP_PATH_CE;
+    r->hdr.fallback = 0;
+    r->status = NIXL_OK;
+    *req_out = &r->hdr;
+    return NIXL_OK;
+err:
+    cip_req_free(be, r);
+    return st;
+}
+
+static nixl_status_t cip_req_set_notif(cip_req_t *r, const void *notif, size_t notif_len)
+{
+    cip_be_t *be = r->be;
+    r->has_notif = notif != NULL;
+    if (!notif)
+        return NIXL_OK;
+    if (notif_len > NIXL_NOTIF_MAX) {
+        CIP_ERROR(be, "cuda_ipc: notification of %zu bytes, at most %d allowed", notif_len, NIXL_NOTIF_MAX);
+        return NIXL_ERR_TOO_BIG;
+    }
+    size_t need = samehost_notif_size(&be->notif, notif_len);
+    if (need > r->notif_cap) {
+        uint8_t *nb = realloc(r->notif_buf, need);
+        if (!nb)
+            return NIXL_ERR_NO_MEMORY;
+        r->notif_buf = nb;
+        r->notif_cap = need;
+    }
+    samehost_notif_build(&be->notif, r->notif_buf, notif, notif_len);
+    r->notif_len = need;
+    return NIXL_OK;
+}
+
+/* Issue one group's work on its stream, in its context (current). */
+static CUresult cip_group_issue(cip_be_t *be, cip_group_t *g, const char **what)
+{
+    const nixl_cuda_api_t *cu = be->cu;
+    CUstream s = g->cx->stream;
+    CUresult rc = CUDA_SUCCESS;
+    *what = "copy";
+    for (size_t i = 0; i < g->nce && rc == CUDA_SUCCESS; i++) {
+        const cip_copy_t *c = &g->ce[i];
+        if (g->ce_uva)
+            rc = cu->cuMemcpyAsync((CUdeviceptr)c->dst, (CUdeviceptr)c->src, c->len, s);
+        else
+            rc = cu->cuMemcpyDtoDAsync((CUdeviceptr)c->dst, (CUdeviceptr)c->src, c->len, s);
+    }
+    if (rc == CUDA_SUCCESS && g->nk) {
+        unsigned long long n = g->nk;
+        void *args[] = {&g->table, &n};
+        *what = "kernel launch";
+        rc = cu->cuLaunchKernel(g->cx->copy_fn, g->blocks, 1, 1, CIP_KERNEL_THREADS, 1, 1, 0, s, args, NULL);
+    }
+    if (rc == CUDA_SUCCESS) {
+        *what = "event record";
+        rc = cu->cuEventRecord(g->done, s);
+    }
+    return rc;
+}
+
+/* Wait until the GPU no longer touches the request's memory. */
+static void cip_req_drain(cip_be_t *be, cip_req_t *r)
+{
+    for (size_t i = 0; i < r->ngroups; i++) {
+        cip_group_t *g = &r->groups[i];
+        if (!g->pending)
+            continue;
+        CUcontext saved = NULL;
+        int changed = 0;
+        if (cip_ctx_enter(be, (CUcontext)g->ctx, &saved, &changed) == NIXL_OK) {
+            be->cu->cuEventSynchronize(g->done);
+            cip_ctx_leave(be, saved, changed);
+        }
+        g->pending = 0;
+    }
+    r->in_flight = 0;
+}
+
+/* ---- the completion thread ---- */
+
+/* Its own thread: it may leave any context current. */
+static nixl_status_t cip_waiter_finish(cip_be_t *be, cip_req_t *r)
+{
+    nixl_status_t st = NIXL_OK;
+    for (size_t i = 0; i < r->ngroups; i++) {
+        cip_group_t *g = &r->groups[i];
+        if (!g->pending)
+            continue;
+        CUresult rc = be->cu->cuCtxSetCurrent((CUcontext)g->ctx);
+        if (rc == CUDA_SUCCESS)
+            rc = be->cu->cuEventSynchronize(g->done);
+        g->pending = 0;
+        if (rc != CUDA_SUCCESS && st == NIXL_OK) {
+            CIP_ERROR(be, "cuda_ipc: a transfer to peer %s on GPU %d failed: %s", r->peer->name, g->cx->device,
+                      cip_cu_err(be, rc));
+            st = NIXL_ERR_XFER_FAILED;
+        }
+    }
+    if (st == NIXL_OK && atomic_load(&r->cancel))
+        st = NIXL_ERR_CANCELED;
+    if (st == NIXL_OK && r->has_notif)
+        st = samehost_notif_send_raw(&be->notif, &r->peer->notif, r->notif_buf, r->notif_len, &r->cancel);
+    return st;
+}
+
+static void *cip_waiter_main(void *arg)
+{
+    cip_be_t *be = arg;
+    pthread_mutex_lock(&be->wlock);
+    for (;;) {
+        while (!be->whead && !be->wstop)
+            pthread_cond_wait(&be->wcond, &be->wlock);
+        if (!be->whead)
+            break;
+        cip_req_t *r = be->whead;
+        be->whead = r->wnext;
+        if (!be->whead)
+            be->wtail = NULL;
+        r->queued = 0;
+        r->busy = 1;
+        pthread_mutex_unlock(&be->wlock);
+        nixl_status_t st = cip_waiter_finish(be, r);
+        pthread_mutex_lock(&be->wlock);
+        r->busy = 0;
+        atomic_store_explicit(&r->wstatus, st, memory_order_release);
+        pthread_cond_broadcast(&be->wcond);
+    }
+    pthread_mutex_unlock(&be->wlock);
+    return NULL;
+}
+
+static nixl_status_t cip_waiter_push(cip_be_t *be, cip_req_t *r)
+{
+    pthread_mutex_lock(&be->wlock);
+    if (!be->wstarted) {
+        if (pthread_create(&be->wthread, NULL, cip_waiter_main, be) != 0) {
+            pthread_mutex_unlock(&be->wlock);
+            CIP_ERROR(be, "cuda_ipc: cannot start the completion thread");
+            return NIXL_ERR_BACKEND;
+        }
+        be->wstarted = 1;
+    }
+    atomic_store(&r->wstatus, NIXL_IN_PROG);
+    r->watched = 1;
+    r->queued = 1;
+    r->wnext = NULL;
+    if (be->wtail)
+        be->wtail->wnext = r;
+    else
+        be->whead = r;
+    be->wtail = r;
+    pthread_cond_broadcast(&be->wcond);
+    pthread_mutex_unlock(&be->wlock);
+    return NIXL_OK;
+}
+
+/* Take r back from the thread: out of its queue, or wait until it is done
+ * with r.  Returns 1 when the thread had not looked at r (its events may
+ * still be pending). */
+static int cip_waiter_reclaim(cip_be_t *be, cip_req_t *r)
+{
+    int unseen = 0;
+    pthread_mutex_lock(&be->wlock);
+    if (r->queued) {
+        cip_req_t **pp = &be->whead, *prev = NULL;
+        while (*pp && *pp != r) {
+            prev = *pp;
+            pp = &(*pp)->wnext;
+        }
+        if (*pp) {
+            *pp = r->wnext;
+            if (be->wtail == r)
+                be->wtail = prev;
+        }
+        r->queued = 0;
+        unseen = 1;
+    }
+    while (r->busy)
+        pthread_cond_wait(&be->wcond, &be->wlock);
+    r->watched = 0;
+    pthread_mutex_unlock(&be->wlock);
+    return unseen;
+}
+
+void cip_waiter_stop(cip_be_t *be)
+{
+    pthread_mutex_lock(&be->wlock);
+    int started = be->wstarted;
+    be->wstop = 1;
+    pthread_cond_broadcast(&be->wcond);
+    pthread_mutex_unlock(&be->wlock);
+    if (started)
+        pthread_join(be->wthread, NULL);
+    be->wstarted = 0;
+}
+
+/* ---- post, status, release ---- */
+
+nixl_status_t cip_xfer_post(void *bev, nixl_be_req_t *hdr, const void *notif, size_t notif_len)
+{
+    cip_be_t *be = bev;
+    cip_req_t *r = (cip_req_t *)hdr;
+    if (!r)
+        return NIXL_ERR_NULL;
+    if (r->in_flight)
+        return NIXL_ERR_IN_FLIGHT;
+    nixl_status_t st = cip_peer_alive(be, r->peer);
+    if (st == NIXL_OK)
+        st = cip_req_set_notif(r, notif, notif_len);
+    if (cip_unlikely(st != NIXL_OK)) {
+        r->status = st;
+        return st;
+    }
+    atomic_store(&r->cancel, 0);
+    for (size_t i = 0; i < r->ngroups; i++) {
+        cip_group_t *g = &r->groups[i];
+        CUcontext saved = NULL;
+        int changed = 0;
+        st = cip_ctx_enter(be, (CUcontext)g->ctx, &saved, &changed);
+        if (st != NIXL_OK)
+            break;
+        const char *what;
+        CUresult rc = cip_group_issue(be, g, &what);
+        cip_ctx_leave(be, saved, changed);
+        if (rc != CUDA_SUCCESS) {
+            CIP_ERROR(be, "cuda_ipc: %s on GPU %d towards peer %s failed: %s", what, g->cx->device, r->peer->name,
+                      cip_cu_err(be, rc));
+            st = NIXL_ERR_XFER_FAILED;
+            break;
+        }
+        g->pending = 1;
+    }
+    if (st != NIXL_OK) {
+        /* What was issued must be over before the caller may reuse the memory. */
+        for (size_t i = 0; i < r->ngroups; i++) {
+            cip_group_t *g = &r->groups[i];
+            if (g->pending)
+                continue;
+            CUcontext saved = NULL;
+            int changed = 0;
+            if (g->cx && cip_ctx_enter(be, (CUcontext)g->ctx, &saved, &changed) == NIXL_OK) {
+                be->cu->cuStreamSynchronize(g->cx->stream);
+                cip_ctx_leave(be, saved, changed);
+            }
+        }
+        cip_req_drain(be, r);
+        r->status = st;
+        return st;
+    }
+    r->in_flight = 1;
+    r->status = NIXL_IN_PROG;
+    if (r->has_notif) {
+        st = cip_waiter_push(be, r);
+        if (st != NIXL_OK) {
+            cip_req_drain(be, r);
+            r->status = st;
+        }
+        return st == NIXL_OK ? NIXL_IN_PROG : st;
+    }
+    /* Small requests are often done already: save the caller a poll. */
+    return cip_xfer_status(be, hdr);
+}
+
+nixl_status_t cip_xfer_status(void *bev, nixl_be_req_t *hdr)
+{
+    cip_be_t *be = bev;
+    cip_req_t *r = (cip_req_t *)hdr;
+    if (!r->in_flight)
+        return r->status;
+    if (r->watched) {
+        nixl_status_t st = (nixl_status_t)atomic_load_explicit(&r->wstatus, memory_order_acquire);
+        if (st == NIXL_IN_PROG)
+            return st;
+        cip_waiter_reclaim(be, r);
+        r->in_flight = 0;
+        r->status = st;
+        return st;
+    }
+    for (size_t i = 0; i < r->ngroups; i++) {
+        cip_group_t *g = &r->groups[i];
+        if (!g->pending)
+            continue;
+        CUcontext saved = NULL;
+        int changed = 0;
+        if (cip_ctx_enter(be, (CUcontext)g->ctx, &saved, &changed) != NIXL_OK)
+            return NIXL_IN_PROG;
+        CUresult rc = be->cu->cuEventQuery(g->done);
+        cip_ctx_leave(be, saved, changed);
+        if (rc == CUDA_ERROR_NOT_READY)
+            return NIXL_IN_PROG;
+        g->pending = 0;
+        if (rc != CUDA_SUCCESS) {
+            CIP_ERROR(be, "cuda_ipc: a transfer to peer %s on GPU %d failed: %s", r->peer->name, g->cx->device,
+                      cip_cu_err(be, rc));
+            cip_req_drain(be, r);
+            r->status = NIXL_ERR_XFER_FAILED;
+            return r->status;
+        }
+    }
+    r->in_flight = 0;
+    r->status = NIXL_OK;
+    return NIXL_OK;
+}
+
+void cip_xfer_release(void *bev, nixl_be_req_t *hdr)
+{
+    cip_be_t *be = bev;
+    cip_req_t *r = (cip_req_t *)hdr;
+    if (!r)
+        return;
+    if (r->watched) {
+        /* Canceled: the thread must not send the notification. */
+        atomic_store(&r->cancel, 1);
+        cip_waiter_reclaim(be, r);
+    }
+    if (r->in_flight)
+        cip_req_drain(be, r);
+    cip_req_free(be, r);
+}

@@ -1,0 +1,447 @@
+/*
+ * lf_conn.c - who we are to peers, who they are to us, and whether they
+ * are still there.
+ *
+ * The conn info in our metadata names the provider, a random instance id
+ * and one endpoint name per rail.  A remote instance is one lf_conn_t,
+ * shared by every generation of its metadata we load and by the HELLO it
+ * may send us before we ever load it.  Nothing touches the network at load
+ * time: the first request or notification sends HELLO (our conn info, our
+ * name, our index for the peer); the answer carries the peer's index for us,
+ * which we stamp on everything we send it so it finds the connection in one
+ * step (and on the remote CQ data of our writes).
+ *
+ * Liveness is ours: providers such as tcp never report a peer that died or
+ * a link that went down.  Each side sends a heartbeat when it has sent
+ * nothing for heartbeat_ms; a peer silent for peer_timeout_ms is dead and
+ * every request on it fails (PEER_GONE; TIMEOUT when the handshake itself
+ * was never answered).  BYE at destroy makes it immediate.
+ *
+ * Conn info (little-endian): u32 magic "LFC1", u16 version, u8 rails,
+ * u8 provider-name length, u64 instance, u32 address format, u32 flags (0),
+ * provider name, then per rail u16 length and the endpoint name.
+ */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lf_int.h"
+
+#define LF_CONN_MAGIC 0x3143464cu /* "LFC1" */
+#define LF_CONN_VERSION 1
+
+size_t lf_conn_info_size(const lf_be_t *be)
+{
+    size_t n = LF_CONN_FIXED + strlen(be->prov_name);
+    for (unsigned i = 0; i < be->nrails; i++)
+        n += 2 + be->rails[i].addr_len;
+    return n;
+}
+
+void lf_conn_info_write(const lf_be_t *be, uint8_t *p)
+{
+    size_t plen = strlen(be->prov_name);
+    lf_put_u32(p, LF_CONN_MAGIC);
+    lf_put_u16(p + 4, LF_CONN_VERSION);
+    p[6] = (uint8_t)be->nrails;
+    p[7] = (uint8_t)plen;
+    lf_put_u64(p + 8, be->inst);
+    lf_put_u32(p + 16, be->addr_format);
+    lf_put_u32(p + 20, 0);
+    memcpy(p + LF_CONN_FIXED, be->prov_name, plen);
+    p += LF_CONN_FIXED + plen;
+    for (unsigned i = 0; i < be->nrails; i++) {
+        lf_put_u16(p, (uint16_t)be->rails[i].addr_len);
+        memcpy(p + 2, be->rails[i].addr, be->rails[i].addr_len);
+        p += 2 + be->rails[i].addr_len;
+    }
+}
+
+nixl_status_t lf_conn_pack(void *bev, void *buf, size_t *len)
+{
+    lf_be_t *be = bev;
+    if (!len)
+        return NIXL_ERR_NULL;
+    size_t need = lf_conn_info_size(be);
+    if (!buf || *len < need) {
+        *len = need;
+        return buf ? NIXL_ERR_TOO_BIG : NIXL_OK;
+    }
+    lf_conn_info_write(be, buf);
+    *len = need;
+    return NIXL_OK;
+}
+
+nixl_status_t lf_conn_parse(const void *buf, size_t len, lf_conn_info_t *out)
+{
+    const uint8_t *p = buf;
+    if (!p || len < LF_CONN_FIXED || lf_get_u32(p) != LF_CONN_MAGIC)
+        return NIXL_ERR_BAD_METADATA;
+    if (lf_get_u16(p + 4) != LF_CONN_VERSION)
+        return NIXL_ERR_MD_VERSION;
+    unsigned nrails = p[6], plen = p[7];
+    if (nrails == 0 || nrails > LF_MAX_RAILS || plen == 0 || plen > LF_PROV_MAX || lf_get_u32(p + 20) != 0)
+        return NIXL_ERR_BAD_METADATA;
+    uint64_t inst = lf_get_u64(p + 8);
+    if (inst == 0 || len < LF_CONN_FIXED + plen)
+        return NIXL_ERR_BAD_METADATA;
+    for (unsigned i = 0; i < plen; i++) {
+        uint8_t ch = p[LF_CONN_FIXED + i];
+        if (!(isalnum(ch) || ch == ';' || ch == '_' || ch == '-'))
+            return NIXL_ERR_BAD_METADATA;
+    }
+    lf_conn_info_t info;
+    memset(&info, 0, sizeof(info));
+    info.inst = inst;
+    info.addr_format = lf_get_u32(p + 16);
+    memcpy(info.prov, p + LF_CONN_FIXED, plen);
+    info.prov[plen] = 0;
+    info.nrails = nrails;
+    size_t off = LF_CONN_FIXED + plen;
+    for (unsigned i = 0; i < nrails; i++) {
+        if (len - off < 2)
+            return NIXL_ERR_BAD_METADATA;
+        uint16_t alen = lf_get_u16(p + off);
+        if (alen == 0 || alen > LF_ADDR_MAX || len - off - 2 < alen)
+            return NIXL_ERR_BAD_METADATA;
+        info.alen[i] = alen;
+        info.addr[i] = p + off + 2;
+        off += 2 + (size_t)alen;
+    }
+    if (off != len)
+        return NIXL_ERR_BAD_METADATA;
+    *out = info;
+    return NIXL_OK;
+}
+
+static lf_conn_t *lf_conn_find(lf_be_t *be, uint64_t inst)
+{
+    for (size_t i = 0; i < be->nconns; i++)
+        if (be->conns[i] && be->conns[i]->inst == inst)
+            return be->conns[i];
+    return NULL;
+}
+
+nixl_status_t lf_conn_get(lf_be_t *be, const lf_conn_info_t *info, lf_conn_t **out)
+{
+    lf_conn_t *c = lf_conn_find(be, info->inst);
+    if (c) {
+        *out = c;
+        return NIXL_OK;
+    }
+    if (be->nconns >= UINT32_MAX - 1)
+        return NIXL_ERR_TOO_BIG;
+    if (be->nconns == be->cconns) {
+        size_t cap = be->cconns ? 2 * be->cconns : 16;
+        lf_conn_t **v = realloc(be->conns, cap * sizeof(*v));
+        if (!v)
+            return NIXL_ERR_NO_MEMORY;
+        be->conns = v;
+        be->cconns = cap;
+    }
+    c = calloc(1, sizeof(*c));
+    if (!c)
+        return NIXL_ERR_NO_MEMORY;
+    c->idx = (uint32_t)be->nconns;
+    c->inst = info->inst;
+    c->state = LF_CONN_IDLE;
+    c->rnrails = info->nrails;
+    for (unsigned i = 0; i < info->nrails; i++) {
+        memcpy(c->raddr[i], info->addr[i], info->alen[i]);
+        c->ralen[i] = info->alen[i];
+    }
+    c->since_ns = lf_now_ns();
+    be->conns[be->nconns++] = c;
+    *out = c;
+    return NIXL_OK;
+}
+
+/* Same provider and address format, or the peer is out of our reach. */
+static nixl_status_t lf_conn_reachable(lf_be_t *be, const lf_conn_info_t *info, const char *who)
+{
+    if (strcmp(info->prov, be->prov_name) != 0 || info->addr_format != be->addr_format) {
+        LF_INFO(be, "libfabric: peer %s runs provider %s (address format %u), we run %s (%u): not reachable", who,
+                info->prov, info->addr_format, be->prov_name, be->addr_format);
+        return NIXL_ERR_NO_PATH;
+    }
+    if (info->inst == be->inst) {
+        LF_ERROR(be, "libfabric: peer %s carries our own instance id", who);
+        return NIXL_ERR_SELF;
+    }
+    return NIXL_OK;
+}
+
+nixl_status_t lf_peer_load(void *bev, const char *peer_name, const void *conn, size_t conn_len, void **peer_out)
+{
+    lf_be_t *be = bev;
+    const char *who = peer_name ? peer_name : "?";
+    if (!peer_out)
+        return NIXL_ERR_NULL;
+    lf_conn_info_t info;
+    nixl_status_t st = lf_conn_parse(conn, conn_len, &info);
+    if (st != NIXL_OK) {
+        LF_ERROR(be, "libfabric: conn info of peer %s (%zu bytes) is %s", who, conn_len,
+                 st == NIXL_ERR_MD_VERSION ? "of a version we do not speak" : "malformed");
+        return st;
+    }
+    st = lf_conn_reachable(be, &info, who);
+    if (st != NIXL_OK)
+        return st;
+    pthread_mutex_lock(&be->lock);
+    lf_conn_t *c;
+    st = lf_conn_get(be, &info, &c);
+    if (st == NIXL_OK) {
+        c->refs++;
+        if (!c->name[0] && peer_name)
+            snprintf(c->name, sizeof(c->name), "%s", peer_name);
+        if (c->state == LF_CONN_DOWN && c->down_status != NIXL_ERR_NO_PATH) {
+            /* Loaded again after it was declared dead (maybe wrongly):
+             * the next use tries a fresh handshake. */
+            LF_INFO(be, "libfabric: peer %s loaded again: its connection will be tried anew", who);
+            c->state = LF_CONN_IDLE;
+            c->have_ridx = 0;
+            c->since_ns = lf_now_ns();
+        }
+        *peer_out = c;
+    }
+    pthread_mutex_unlock(&be->lock);
+    return st;
+}
+
+static void lf_conn_free(lf_conn_t *c)
+{
+    lf_conn_rx_reset(c);
+    free(c->tags);
+    free(c);
+}
+
+void lf_peer_unload(void *bev, void *peer)
+{
+    lf_be_t *be = bev;
+    lf_conn_t *c = peer;
+    if (!c)
+        return;
+    pthread_mutex_lock(&be->lock);
+    if (c->refs)
+        c->refs--;
+    /* A connection never used (a blob loaded and dropped) goes now; one
+     * that talked stays until destroy: late messages may still name it. */
+    if (c->refs == 0 && !c->used && c->state == LF_CONN_IDLE) {
+        be->conns[c->idx] = NULL;
+        lf_conn_free(c);
+    }
+    pthread_mutex_unlock(&be->lock);
+}
+
+static nixl_status_t lf_conn_av(lf_be_t *be, lf_conn_t *c)
+{
+    if (c->av_done)
+        return NIXL_OK;
+    for (unsigned r = 0; r < be->nrails; r++) {
+        unsigned rr = r % c->rnrails;
+        int ret = fi_av_insert(be->rails[r].av, c->raddr[rr], 1, &c->fa[r], 0, NULL);
+        if (ret != 1) {
+            LF_ERROR(be, "libfabric: peer %s: its rail %u address is not usable on our rail %u (%s)",
+                     c->name[0] ? c->name : "?", rr, r, ret < 0 ? fi_strerror(-ret) : "refused");
+            for (unsigned k = 0; k < r; k++)
+                fi_av_remove(be->rails[k].av, &c->fa[k], 1, 0);
+            return NIXL_ERR_NO_PATH;
+        }
+    }
+    c->av_done = 1;
+    return NIXL_OK;
+}
+
+static void lf_queue_hello(lf_be_t *be, lf_conn_t *c, uint8_t type)
+{
+    size_t clen = type == LF_MSG_HELLO ? lf_conn_info_size(be) : 0;
+    size_t body = type == LF_MSG_HELLO ? LF_HELLO_BODY + be->agent_name_len + clen : LF_ACK_BODY;
+    lf_cmsg_t *m = lf_cmsg_new(c, type, body);
+    if (!m) {
+        LF_ERROR(be, "libfabric: out of memory for a handshake message to %s", c->name[0] ? c->name : "?");
+        return;
+    }
+    uint8_t *b = m->data + LF_HDR_SIZE;
+    if (type == LF_MSG_HELLO) {
+        lf_put_u16(b, (uint16_t)be->agent_name_len);
+        lf_put_u16(b + 2, 0);
+        lf_put_u32(b + 4, (uint32_t)clen);
+        lf_put_u64(b + 8, c->next_seq);
+        memcpy(b + LF_HELLO_BODY, be->agent_name, be->agent_name_len);
+        lf_conn_info_write(be, b + LF_HELLO_BODY + be->agent_name_len);
+    } else {
+        lf_put_u64(b, c->next_seq);
+    }
+    lf_txq_push(be, m);
+}
+
+nixl_status_t lf_conn_use(lf_be_t *be, lf_conn_t *c)
+{
+    switch (c->state) {
+    case LF_CONN_UP:
+    case LF_CONN_HELLO:
+        return NIXL_OK;
+    case LF_CONN_DOWN:
+        return c->down_status;
+    case LF_CONN_IDLE:
+        break;
+    }
+    nixl_status_t st = lf_conn_av(be, c);
+    if (st != NIXL_OK) {
+        lf_conn_down(be, c, st, "its address is not usable");
+        return st;
+    }
+    c->used = 1;
+    c->state = LF_CONN_HELLO;
+    c->since_ns = lf_now_ns();
+    lf_queue_hello(be, c, LF_MSG_HELLO);
+    return NIXL_OK;
+}
+
+/* The peer's side of the connection starts at its next_seq. */
+static void lf_conn_up(lf_be_t *be, lf_conn_t *c, uint32_t ridx, uint64_t peer_seq)
+{
+    uint64_t now = lf_now_ns();
+    c->ridx = ridx;
+    c->have_ridx = 1;
+    if (c->state != LF_CONN_UP) {
+        /* Writes counted before the answer arrived (they may overtake it
+         * on another rail) are kept; lf_conn_down cleared older state. */
+        c->rx_next_seq = peer_seq;
+        c->state = LF_CONN_UP;
+        c->since_ns = now;
+        c->last_tx_ns = now;
+        LF_DEBUG(be, "libfabric: %s: connection to %s up (our index %u, theirs %u)", be->agent_name, c->name,
+                 c->idx, ridx);
+    }
+    c->last_rx_ns = now;
+}
+
+static int lf_name_ok(const uint8_t *s, size_t n)
+{
+    if (n == 0 || n > LF_NAME_MAX)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (s[i] < 0x20 || s[i] == 0x7f)
+            return 0;
+    return 1;
+}
+
+void lf_conn_on_hello(lf_be_t *be, const uint8_t *msg, size_t len)
+{
+    if (len < LF_HDR_SIZE + LF_HELLO_BODY)
+        return;
+    const uint8_t *b = msg + LF_HDR_SIZE;
+    size_t nlen = lf_get_u16(b), clen = lf_get_u32(b + 4);
+    uint64_t peer_seq = lf_get_u64(b + 8);
+    if (lf_get_u16(b + 2) != 0 || len != LF_HDR_SIZE + LF_HELLO_BODY + nlen + clen ||
+        !lf_name_ok(b + LF_HELLO_BODY, nlen)) {
+        LF_DEBUG(be, "libfabric: malformed HELLO of %zu bytes dropped", len);
+        return;
+    }
+    uint64_t src_inst = lf_get_u64(msg + 16), dst_inst = lf_get_u64(msg + 24);
+    if (dst_inst != be->inst) {
+        /* Meant for an earlier process at our address. */
+        LF_DEBUG(be, "libfabric: HELLO for instance %016llx dropped (we are %016llx)", (unsigned long long)dst_inst,
+                 (unsigned long long)be->inst);
+        return;
+    }
+    char name[LF_NAME_MAX + 1];
+    memcpy(name, b + LF_HELLO_BODY, nlen);
+    name[nlen] = 0;
+    lf_conn_info_t info;
+    if (lf_conn_parse(b + LF_HELLO_BODY + nlen, clen, &info) != NIXL_OK || info.inst != src_inst ||
+        lf_conn_reachable(be, &info, name) != NIXL_OK) {
+        LF_WARN(be, "libfabric: HELLO from %s with bad connection info dropped", name);
+        return;
+    }
+    lf_conn_t *c;
+    if (lf_conn_get(be, &info, &c) != NIXL_OK) {
+        LF_ERROR(be, "libfabric: out of memory for a connection from %s", name);
+        return;
+    }
+    if (strcmp(c->name, name) != 0)
+        snprintf(c->name, sizeof(c->name), "%s", name);
+    if (c->state == LF_CONN_DOWN)
+        LF_INFO(be, "libfabric: %s: peer %s is back (HELLO): connection revived", be->agent_name, name);
+    if (lf_conn_av(be, c) != NIXL_OK) {
+        lf_conn_down(be, c, NIXL_ERR_NO_PATH, "its address is not usable");
+        return;
+    }
+    c->used = 1;
+    lf_conn_up(be, c, lf_get_u32(msg + 12), peer_seq);
+    lf_queue_hello(be, c, LF_MSG_ACK);
+}
+
+void lf_conn_on_ack(lf_be_t *be, lf_conn_t *c, const uint8_t *msg)
+{
+    if (c->state == LF_CONN_DOWN && c->down_status == NIXL_ERR_NO_PATH)
+        return;
+    lf_conn_up(be, c, lf_get_u32(msg + 12), lf_get_u64(msg + LF_HDR_SIZE));
+}
+
+void lf_conn_down(lf_be_t *be, lf_conn_t *c, nixl_status_t st, const char *why)
+{
+    if (c->state == LF_CONN_DOWN)
+        return;
+    int was_up = c->state == LF_CONN_UP;
+    c->state = LF_CONN_DOWN;
+    c->down_status = st;
+    c->since_ns = lf_now_ns();
+    c->hb_queued = 0;
+    if (st == NIXL_ERR_PEER_GONE && strcmp(why, "it closed") == 0)
+        LF_INFO(be, "libfabric: %s: peer %s %s", be->agent_name, c->name[0] ? c->name : "?", why);
+    else
+        LF_ERROR(be, "libfabric: %s: peer %s is gone (%s)%s", be->agent_name, c->name[0] ? c->name : "?", why,
+                 was_up ? "" : " before the handshake completed");
+    lf_txq_drop_conn(be, c);
+    lf_reqs_fail_conn(be, c, st);
+    lf_conn_rx_reset(c);
+    /* Dropping its addresses closes the provider's connection to it: what
+     * was stuck in flight completes (canceled) instead of lingering, and
+     * rxm would otherwise trip over it when the endpoint closes. */
+    if (c->av_done) {
+        for (unsigned r = 0; r < be->nrails; r++)
+            fi_av_remove(be->rails[r].av, &c->fa[r], 1, 0);
+        c->av_done = 0;
+    }
+}
+
+void lf_conn_tick(lf_be_t *be, uint64_t now)
+{
+    for (size_t i = 0; i < be->nconns; i++) {
+        lf_conn_t *c = be->conns[i];
+        if (!c)
+            continue;
+        if (c->state == LF_CONN_HELLO && now - c->since_ns > be->timeout_ns) {
+            lf_conn_down(be, c, NIXL_ERR_TIMEOUT, "no answer to the handshake");
+            continue;
+        }
+        if (c->state != LF_CONN_UP)
+            continue;
+        if (now > c->last_rx_ns && now - c->last_rx_ns > be->timeout_ns) {
+            char why[64];
+            snprintf(why, sizeof(why), "silent for %llu ms", (unsigned long long)((now - c->last_rx_ns) / 1000000));
+            lf_conn_down(be, c, NIXL_ERR_PEER_GONE, why);
+            continue;
+        }
+        if (!c->hb_queued && now - c->last_tx_ns >= be->hb_ns) {
+            lf_cmsg_t *m = lf_cmsg_new(c, LF_MSG_HEARTBEAT, 0);
+            if (m) {
+                c->hb_queued = 1;
+                lf_txq_push(be, m);
+            }
+        }
+    }
+}
+
+void lf_conns_free(lf_be_t *be)
+{
+    for (size_t i = 0; i < be->nconns; i++)
+        if (be->conns[i])
+            lf_conn_free(be->conns[i]);
+    free(be->conns);
+    be->conns = NULL;
+    be->nconns = be->cconns = 0;
+}

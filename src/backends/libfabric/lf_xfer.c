@@ -1,0 +1,521 @@
+/*
+ * lf_xfer.c - requests: prepare, post, status, release.
+ *
+ * Prepare does the per-descriptor work once: each piece becomes one or more
+ * operations (a piece of at least stripe_min bytes is split over every
+ * rail; anything above the provider's message size is cut), with its rail,
+ * local descriptor, remote key and the remote address the owner's MR mode
+ * wants.  Post assigns a tag, then posts operations while the rails have
+ * room; the rest is posted by progress as completions free slots, so post
+ * never waits and -FI_EAGAIN only defers to the next progress.  Runs of
+ * operations on one rail go out with FI_MORE but the last.
+ *
+ * A WRITE with a notification carries remote CQ data [our index at the
+ * peer | tag] on every write; once every operation completed, the
+ * notification goes out with the count, and the request is done when the
+ * provider has sent it.  Without a notification no remote completion is
+ * generated at all.  Release of a request in flight stops posting, waits
+ * (bounded by the peer's liveness) until the posted operations completed,
+ * never sends the notification, and tells the peer to forget the tag.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "lf_int.h"
+
+static void lf_req_list_add(lf_be_t *be, lf_req_t *r)
+{
+    if (r->on_list)
+        return;
+    r->aprev = NULL;
+    r->anext = be->active;
+    if (be->active)
+        be->active->aprev = r;
+    be->active = r;
+    r->on_list = 1;
+}
+
+static void lf_req_list_del(lf_be_t *be, lf_req_t *r)
+{
+    if (!r->on_list)
+        return;
+    if (r->aprev)
+        r->aprev->anext = r->anext;
+    else
+        be->active = r->anext;
+    if (r->anext)
+        r->anext->aprev = r->aprev;
+    r->anext = r->aprev = NULL;
+    r->on_list = 0;
+}
+
+static void lf_req_finish(lf_be_t *be, lf_req_t *r, nixl_status_t st)
+{
+    if (st != NIXL_OK && r->inflight)
+        r->has_stale = 1;
+    r->err = st;
+    r->state = st == NIXL_OK ? LF_REQ_DONE : LF_REQ_FAILED;
+    lf_req_list_del(be, r);
+}
+
+/* Done once the fences are answered and the notification is sent; a
+ * canceled request only waits for its fences. */
+static void lf_req_sync_check(lf_be_t *be, lf_req_t *r)
+{
+    if (r->state == LF_REQ_SYNC && !r->fence_wait && !r->notif_wait)
+        lf_req_finish(be, r, r->canceling ? NIXL_ERR_CANCELED : NIXL_OK);
+}
+
+/* Fences for the writes of this post (fence mode only); 0 when none are
+ * needed or they could not be queued. */
+static unsigned lf_req_fence(lf_be_t *be, lf_req_t *r)
+{
+    if (r->op != NIXL_OP_WRITE || be->sync != LF_SYNC_FENCE || !r->rails_used || r->conn->state != LF_CONN_UP)
+        return 0;
+    r->fence_id = r->conn->next_fence++;
+    return lf_fence_queue(be, r->conn, r->rails_used, r->fence_id);
+}
+
+/* Where a running request goes once nothing of it is left to post. */
+static void lf_req_check(lf_be_t *be, lf_req_t *r)
+{
+    if (r->state != LF_REQ_RUN)
+        return;
+    if (r->err) {
+        if (r->inflight == 0 || r->conn->state == LF_CONN_DOWN)
+            lf_req_finish(be, r, r->err);
+        return;
+    }
+    if (r->canceling) {
+        if (r->conn->state == LF_CONN_DOWN) {
+            lf_req_finish(be, r, NIXL_ERR_CANCELED);
+        } else if (r->inflight == 0) {
+            r->state = LF_REQ_SYNC;
+            r->notif_wait = 0;
+            r->fence_wait = lf_req_fence(be, r);
+            lf_req_sync_check(be, r);
+        }
+        return;
+    }
+    if (r->next < r->nops || r->inflight > 0)
+        return;
+    r->state = LF_REQ_SYNC;
+    r->notif_wait = 0;
+    if (r->has_notif) {
+        lf_cmsg_t *m =
+            lf_notif_msg(be, r->conn, r->notif, r->notif_len, r->tag, r->use_data ? r->posted_data : 0);
+        if (!m) {
+            LF_ERROR(be, "libfabric: out of memory for the notification of a request to %s", r->conn->name);
+            lf_req_finish(be, r, NIXL_ERR_NO_MEMORY);
+            return;
+        }
+        m->req = r;
+        m->req_gen = r->gen;
+        r->notif_msg = m;
+        r->notif_wait = 1;
+    }
+    r->fence_wait = lf_req_fence(be, r);
+    lf_req_sync_check(be, r);
+}
+
+void lf_req_notif_done(lf_be_t *be, lf_req_t *r, uint32_t gen, int err)
+{
+    if (r->gen != gen || r->state != LF_REQ_SYNC || !r->notif_wait)
+        return;
+    if (err) {
+        LF_ERROR(be, "libfabric: the notification of a request to %s failed: %s", r->conn->name,
+                 fi_strerror(err < 0 ? -err : err));
+        lf_req_finish(be, r, lf_status_of(err));
+        return;
+    }
+    r->notif_wait = 0;
+    lf_req_sync_check(be, r);
+}
+
+void lf_req_fence_done(lf_be_t *be, lf_conn_t *c, uint64_t id)
+{
+    for (lf_req_t *r = be->active; r; r = r->anext) {
+        if (r->conn == c && r->state == LF_REQ_SYNC && r->fence_wait && r->fence_id == id) {
+            r->fence_wait--;
+            lf_req_sync_check(be, r);
+            return;
+        }
+    }
+}
+
+void lf_req_data_done(lf_be_t *be, lf_slot_t *s, int err)
+{
+    lf_rail_t *rail = &be->rails[s->c.rail];
+    lf_req_t *r = s->req;
+    uint32_t gen = s->gen;
+    s->req = NULL;
+    s->busy = 0;
+    s->next_free = rail->free_slots;
+    rail->free_slots = s;
+    rail->nfree++;
+    if (!r || gen != r->gen)
+        return;
+    r->inflight--;
+    if (err) {
+        nixl_status_t st = lf_status_of(err);
+        if (!r->err) {
+            r->err = st;
+            LF_ERROR(be, "libfabric: %s to %s failed on rail %u: %s", r->op == NIXL_OP_WRITE ? "write" : "read",
+                     r->conn->name, s->c.rail, fi_strerror(err < 0 ? -err : err));
+        }
+        if (st == NIXL_ERR_PEER_GONE) {
+            lf_conn_down(be, r->conn, NIXL_ERR_PEER_GONE, "a transfer to it failed");
+            return;
+        }
+    } else {
+        /* A completed operation is the peer's provider answering. */
+        r->conn->last_rx_ns = lf_now_ns();
+    }
+    lf_req_check(be, r);
+}
+
+static void lf_req_pump(lf_be_t *be, lf_req_t *r)
+{
+    lf_conn_t *c = r->conn;
+    if (r->state != LF_REQ_RUN || c->state != LF_CONN_UP || !c->have_ridx) {
+        lf_req_check(be, r);
+        return;
+    }
+    uint64_t data = 0;
+    if (r->next == 0 && r->inflight == 0) {
+        /* The peer's index for us fits the CQ data beside the tag, or the
+         * notification goes without counting (delivery-complete writes
+         * still land before it). */
+        r->use_data = r->has_notif && r->op == NIXL_OP_WRITE && ((uint64_t)c->ridx >> (64 - be->tag_bits)) == 0;
+        r->posted_data = 0;
+    }
+    if (r->use_data)
+        data = lf_data_make(be, c->ridx, r->tag);
+    uint64_t flags_base = FI_COMPLETION | (r->op == NIXL_OP_WRITE ? be->dc_flag : 0) |
+                          (r->use_data ? FI_REMOTE_CQ_DATA : 0);
+    while (r->next < r->nops && !r->err && !r->canceling) {
+        const lf_op_t *op = &r->ops[r->next];
+        lf_rail_t *rail = &be->rails[op->rail];
+        if (rail->eagain || !rail->free_slots)
+            break;
+        lf_slot_t *s = rail->free_slots;
+        rail->free_slots = s->next_free;
+        s->req = r;
+        s->gen = r->gen;
+        uint64_t flags = flags_base;
+        if (r->next + 1 < r->nops && r->ops[r->next + 1].rail == op->rail && s->next_free)
+            flags |= FI_MORE;
+        struct iovec iov = {.iov_base = (void *)(uintptr_t)op->laddr, .iov_len = op->len};
+        void *desc = op->desc;
+        struct fi_rma_iov riov = {.addr = op->raddr, .len = op->len, .key = op->key};
+        struct fi_msg_rma msg = {
+            .msg_iov = &iov,
+            .desc = &desc,
+            .iov_count = 1,
+            .addr = c->fa[op->rail],
+            .rma_iov = &riov,
+            .rma_iov_count = 1,
+            .context = &s->c.fctx,
+            .data = data,
+        };
+        ssize_t ret = r->op == NIXL_OP_WRITE ? fi_writemsg(rail->ep, &msg, flags) : fi_readmsg(rail->ep, &msg, flags);
+        if (ret) {
+            s->req = NULL;
+            s->next_free = rail->free_slots;
+            rail->free_slots = s;
+            if (ret == -FI_EAGAIN) {
+                rail->eagain = 1;
+                break;
+            }
+            r->err = lf_status_of((int)ret);
+            LF_ERROR(be, "libfabric: posting a %s of %llu bytes to %s on rail %u failed: %s",
+                     r->op == NIXL_OP_WRITE ? "write" : "read", (unsigned long long)op->len, c->name, op->rail,
+                     fi_strerror((int)-ret));
+            break;
+        }
+        rail->nfree--;
+        s->busy = 1;
+        s->read = r->op == NIXL_OP_READ;
+        r->next++;
+        r->inflight++;
+        r->rails_used |= 1u << op->rail;
+        if (r->use_data)
+            r->posted_data++;
+    }
+    lf_req_check(be, r);
+}
+
+void lf_reqs_pump(lf_be_t *be)
+{
+    lf_req_t *r = be->active;
+    while (r) {
+        lf_req_t *next = r->anext;
+        if (r->state == LF_REQ_RUN)
+            lf_req_pump(be, r);
+        r = next;
+    }
+}
+
+void lf_reqs_fail_conn(lf_be_t *be, lf_conn_t *c, nixl_status_t st)
+{
+    lf_req_t *r = be->active;
+    while (r) {
+        lf_req_t *next = r->anext;
+        if (r->conn == c && (r->state == LF_REQ_RUN || r->state == LF_REQ_SYNC)) {
+            r->notif_msg = NULL; /* lf_txq_drop_conn freed it */
+            lf_req_finish(be, r, r->canceling ? NIXL_ERR_CANCELED : st);
+        }
+        r = next;
+    }
+}
+
+/* ---- the ops ---- */
+
+/* Pieces of [0, len) for rail striping: equal parts rounded to pages. */
+static uint64_t lf_stripe_part(uint64_t len, unsigned n)
+{
+    uint64_t part = (len + n - 1) / n;
+    return (part + 4095) & ~4095ull;
+}
+
+nixl_status_t lf_xfer_prepare(void *bev, const nixl_be_xfer_t *x, nixl_be_req_t **req_out)
+{
+    lf_be_t *be = bev;
+    if (!x || !req_out || !x->peer || (x->count && !x->iov))
+        return NIXL_ERR_NULL;
+    if (x->op != NIXL_OP_WRITE && x->op != NIXL_OP_READ)
+        return NIXL_ERR_INVALID_PARAM;
+    if (x->local_mem != NIXL_MEM_DRAM || x->remote_mem != NIXL_MEM_DRAM) {
+        LF_ERROR(be, "libfabric: only DRAM on both sides for now (local %d, remote %d)", (int)x->local_mem,
+                 (int)x->remote_mem);
+        return NIXL_ERR_MEM_TYPE;
+    }
+    unsigned nr = be->nrails;
+    uint64_t maxm = be->max_msg;
+    size_t nops = 0;
+    for (size_t i = 0; i < x->count; i++) {
+        uint64_t len = x->iov[i].len;
+        if (nr > 1 && len >= be->stripe_min) {
+            uint64_t part = lf_stripe_part(len, nr);
+            for (uint64_t off = 0; off < len; off += part) {
+                uint64_t l = len - off < part ? len - off : part;
+                nops += (size_t)((l + maxm - 1) / maxm);
+            }
+        } else {
+            nops += (size_t)((len + maxm - 1) / maxm);
+        }
+    }
+    lf_req_t *r = calloc(1, sizeof(*r));
+    lf_op_t *ops = nops ? malloc(nops * sizeof(*ops)) : NULL;
+    if (!r || (nops && !ops)) {
+        free(r);
+        free(ops);
+        return NIXL_ERR_NO_MEMORY;
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < x->count; i++) {
+        const nixl_be_iov_t *v = &x->iov[i];
+        const lf_reg_t *lg = v->lmd;
+        const lf_rmd_t *rm = v->rmd;
+        if (!lg || !rm || lg->nrails != nr || rm->nrails == 0) {
+            LF_ERROR(be, "libfabric: piece %zu of a request has no registration of ours on every rail", i);
+            free(ops);
+            free(r);
+            return NIXL_ERR_NOT_REGISTERED;
+        }
+        uint64_t rbase = rm->virt_addr ? v->raddr : v->raddr - rm->addr;
+        int striped = nr > 1 && v->len >= be->stripe_min;
+        uint64_t part = striped ? lf_stripe_part(v->len, nr) : v->len;
+        /* Unstriped pieces go to rails in contiguous runs, so FI_MORE
+         * batches stay on one rail. */
+        unsigned rail = (unsigned)((i * nr) / (x->count ? x->count : 1));
+        for (uint64_t off = 0, p = 0; off < v->len; off += part, p++) {
+            uint64_t plen = v->len - off < part ? v->len - off : part;
+            unsigned rl = striped ? (unsigned)p : rail;
+            for (uint64_t o = 0; o < plen; o += maxm) {
+                lf_op_t *op = &ops[k++];
+                op->len = plen - o < maxm ? plen - o : maxm;
+                op->laddr = v->laddr + off + o;
+                op->raddr = rbase + off + o;
+                op->rail = rl;
+                op->desc = lg->desc[rl];
+                op->key = rm->keys[rl % rm->nrails];
+                op->pad = 0;
+            }
+        }
+    }
+    r->be = be;
+    r->conn = x->peer;
+    r->op = x->op;
+    r->ops = ops;
+    r->nops = k;
+    r->state = LF_REQ_IDLE;
+    r->hdr.path = x->op == NIXL_OP_WRITE ? be->path_write : be->path_read;
+    r->hdr.fallback = 0;
+    *req_out = &r->hdr;
+    return NIXL_OK;
+}
+
+static nixl_status_t lf_req_status(const lf_req_t *r)
+{
+    switch (r->state) {
+    case LF_REQ_RUN:
+    case LF_REQ_SYNC:
+        return NIXL_IN_PROG;
+    case LF_REQ_DONE:
+        return NIXL_OK;
+    case LF_REQ_FAILED:
+        return r->err;
+    default:
+        return NIXL_ERR_INVALID_PARAM;
+    }
+}
+
+nixl_status_t lf_xfer_post(void *bev, nixl_be_req_t *req, const void *notif, size_t notif_len)
+{
+    lf_be_t *be = bev;
+    lf_req_t *r = (lf_req_t *)req;
+    if (!r)
+        return NIXL_ERR_NULL;
+    if (notif_len > NIXL_NOTIF_MAX)
+        return NIXL_ERR_TOO_BIG;
+    pthread_mutex_lock(&be->lock);
+    nixl_status_t st;
+    if (r->state == LF_REQ_RUN || r->state == LF_REQ_SYNC) {
+        st = NIXL_ERR_IN_FLIGHT;
+        goto out;
+    }
+    st = lf_conn_use(be, r->conn);
+    if (st != NIXL_OK)
+        goto out;
+    r->has_notif = notif != NULL;
+    r->notif_len = 0;
+    if (r->has_notif && notif_len) {
+        if (notif_len > r->notif_cap) {
+            uint8_t *p = realloc(r->notif, notif_len);
+            if (!p) {
+                st = NIXL_ERR_NO_MEMORY;
+                goto out;
+            }
+            r->notif = p;
+            r->notif_cap = notif_len;
+        }
+        memcpy(r->notif, notif, notif_len);
+        r->notif_len = notif_len;
+    }
+    r->gen++;
+    r->state = LF_REQ_RUN;
+    r->err = NIXL_OK;
+    r->next = 0;
+    r->inflight = 0;
+    r->canceling = 0;
+    r->posted_data = 0;
+    r->rails_used = 0;
+    r->notif_wait = 0;
+    r->fence_wait = 0;
+    r->tag = r->conn->next_tag++;
+    lf_req_list_add(be, r);
+    lf_req_pump(be, r);
+    lf_progress_op_locked(be);
+    st = lf_req_status(r);
+out:
+    pthread_mutex_unlock(&be->lock);
+    return st;
+}
+
+nixl_status_t lf_xfer_status(void *bev, nixl_be_req_t *req)
+{
+    lf_be_t *be = bev;
+    lf_req_t *r = (lf_req_t *)req;
+    if (!r)
+        return NIXL_ERR_NULL;
+    pthread_mutex_lock(&be->lock);
+    if (r->state == LF_REQ_RUN || r->state == LF_REQ_SYNC)
+        lf_progress_op_locked(be);
+    nixl_status_t st = lf_req_status(r);
+    pthread_mutex_unlock(&be->lock);
+    return st;
+}
+
+/* Drop the request from a queued notification, a message in flight and
+ * the slots of its operations: whatever completes later finds nothing. */
+static void lf_req_detach(lf_be_t *be, lf_req_t *r)
+{
+    if (r->notif_msg) {
+        lf_cmsg_t **pp = &be->txq_head;
+        while (*pp && *pp != r->notif_msg)
+            pp = &(*pp)->next;
+        if (*pp) {
+            *pp = r->notif_msg->next;
+            free(r->notif_msg);
+            be->txq_tail = &be->txq_head;
+            while (*be->txq_tail)
+                be->txq_tail = &(*be->txq_tail)->next;
+        }
+        r->notif_msg = NULL;
+    }
+    for (lf_cmsg_t *m = be->tx_flight; m; m = m->next)
+        if (m->req == r)
+            m->req = NULL;
+    if (r->inflight || r->has_stale) {
+        for (unsigned i = 0; i < be->nrails; i++) {
+            lf_rail_t *rail = &be->rails[i];
+            for (unsigned k = 0; k < rail->nslots; k++)
+                if (rail->slots[k].req == r)
+                    rail->slots[k].req = NULL;
+        }
+    }
+}
+
+void lf_xfer_release(void *bev, nixl_be_req_t *req)
+{
+    lf_be_t *be = bev;
+    lf_req_t *r = (lf_req_t *)req;
+    if (!r)
+        return;
+    pthread_mutex_lock(&be->lock);
+    if (r->state == LF_REQ_RUN || r->state == LF_REQ_SYNC) {
+        /* Posted writes cannot be recalled: wait until they landed (or the
+         * peer is declared gone) so nothing touches memory after we return.
+         * A notification not handed to the provider yet is never sent. */
+        int notif_out = r->notif_wait && !r->notif_msg;
+        r->canceling = 1;
+        if (r->notif_msg) {
+            lf_req_detach(be, r);
+            r->notif_wait = 0;
+            lf_req_sync_check(be, r);
+        }
+        uint64_t limit = be->timeout_ns + 500000000ull, deadline = lf_now_ns() + limit;
+        while ((r->state == LF_REQ_RUN || r->state == LF_REQ_SYNC) && r->conn->state != LF_CONN_DOWN &&
+               lf_now_ns() < deadline) {
+            lf_req_check(be, r);
+            lf_progress_locked(be);
+            if (r->state != LF_REQ_RUN && r->state != LF_REQ_SYNC)
+                break;
+            pthread_mutex_unlock(&be->lock);
+            struct timespec ts = {0, 20000};
+            nanosleep(&ts, NULL);
+            pthread_mutex_lock(&be->lock);
+        }
+        if ((r->state == LF_REQ_RUN || r->state == LF_REQ_SYNC) && r->conn->state != LF_CONN_DOWN)
+            LF_ERROR(be, "libfabric: released a request to %s still in flight after %llu ms", r->conn->name,
+                     (unsigned long long)(limit / 1000000));
+        if (r->use_data && r->posted_data && !notif_out && r->conn->state == LF_CONN_UP) {
+            lf_cmsg_t *m = lf_cmsg_new(r->conn, LF_MSG_CANCEL, LF_CANCEL_BODY);
+            if (m) {
+                lf_put_u32(m->data + LF_HDR_SIZE, r->tag);
+                lf_put_u32(m->data + LF_HDR_SIZE + 4, 0);
+                lf_put_u64(m->data + LF_HDR_SIZE + 8, r->posted_data);
+                lf_txq_push(be, m);
+                lf_txq_flush(be);
+            }
+        }
+    }
+    lf_req_list_del(be, r);
+    lf_req_detach(be, r);
+    pthread_mutex_unlock(&be->lock);
+    free(r->ops);
+    free(r->notif);
+    free(r);
+}

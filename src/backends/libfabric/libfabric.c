@@ -1,0 +1,362 @@
+/*
+ * libfabric.c - the libfabric backend: other hosts over EFA, verbs or TCP
+ * (and the same host through a provider's own shm when a user forces it).
+ *
+ * This file holds the ops table, the parameters and the instance
+ * (create/destroy).  Rails and provider choice are in lf_rail.c, memory in
+ * lf_mem.c, peers and liveness in lf_conn.c, control messages and
+ * notifications in lf_ctrl.c, requests in lf_xfer.c, completions and the
+ * progress thread in lf_progress.c (see lf_int.h).
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "libfabric.h"
+#include "lf_int.h"
+
+static const nixl_param_info_t lf_params[] = {
+    {"provider", "auto",
+     "libfabric provider: auto = the first of efa, verbs (verbs;ofi_rxm), tcp (tcp;ofi_rxm) that has a device; or a "
+     "provider name such as tcp;ofi_rxm or shm"},
+    {"iface", "",
+     "domains (NICs) used as rails, comma-separated libfabric domain names (lo, eth0, rdmap0s31-rdm...); empty: every "
+     "domain of the provider (tcp: the first one)"},
+    {"progress_thread", "1",
+     "1: a backend thread progresses the fabric and keeps peers' liveness when the application does not call in; "
+     "0: progress only inside calls (peers may then time this agent out while it is idle)"},
+    {"heartbeat_ms", "200", "a peer that heard nothing from us for this long gets a heartbeat"},
+    {"peer_timeout_ms", "1500",
+     "a peer silent this long is dead: its requests fail with NIXL_ERR_PEER_GONE (TIMEOUT when it never answered)"},
+    {"stripe_min", "1M", "pieces of at least this many bytes are split over every rail (K/M/G suffixes)"},
+    {"max_inflight", "0", "operations in flight per rail; 0: the provider's transmit queue size"},
+    {"completion", "auto",
+     "how a WRITE knows its data landed: auto = fence (one message the target answers, ordered after the writes) "
+     "where the provider orders sends after writes, else delivery-complete writes; or fence, delivery"},
+};
+#define LF_NUM_PARAMS (sizeof(lf_params) / sizeof(lf_params[0]))
+
+/* Decimal, optional K/M/G (powers of 1024), nothing else. */
+static int lf_parse_size(const char *s, uint64_t *out)
+{
+    uint64_t v = 0;
+    const char *p = s;
+    if (!s || !isdigit((unsigned char)*p))
+        return -1;
+    for (; isdigit((unsigned char)*p); p++) {
+        uint64_t d = (uint64_t)(*p - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            return -1;
+        v = v * 10 + d;
+    }
+    unsigned shift = 0;
+    switch (*p) {
+    case '\0':
+        break;
+    case 'k':
+    case 'K':
+        shift = 10;
+        break;
+    case 'm':
+    case 'M':
+        shift = 20;
+        break;
+    case 'g':
+    case 'G':
+        shift = 30;
+        break;
+    default:
+        return -1;
+    }
+    if (shift) {
+        if (p[1] != '\0' || v > (UINT64_MAX >> shift))
+            return -1;
+        v <<= shift;
+    }
+    *out = v;
+    return 0;
+}
+
+static int lf_parse_bool(const char *s, int *out)
+{
+    static const char *const yes[] = {"1", "yes", "true", "on"};
+    static const char *const no[] = {"0", "no", "false", "off"};
+    if (!s)
+        return -1;
+    for (size_t i = 0; i < 4; i++) {
+        if (strcasecmp(s, yes[i]) == 0) {
+            *out = 1;
+            return 0;
+        }
+        if (strcasecmp(s, no[i]) == 0) {
+            *out = 0;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static const char *lf_param_value(const nixl_param_t *params, size_t n, size_t idx)
+{
+    const char *v = params ? nixl_param_find(params, n, lf_params[idx].key) : NULL;
+    return v ? v : lf_params[idx].default_value;
+}
+
+static nixl_status_t lf_parse_params(lf_be_t *be, const nixl_param_t *params, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        size_t k;
+        for (k = 0; k < LF_NUM_PARAMS; k++)
+            if (params[i].key && strcmp(params[i].key, lf_params[k].key) == 0)
+                break;
+        if (k == LF_NUM_PARAMS) {
+            LF_ERROR(be, "libfabric: unknown parameter \"%s\"", params[i].key ? params[i].key : "(null)");
+            return NIXL_ERR_INVALID_PARAM;
+        }
+    }
+    const char *v = lf_param_value(params, n, 0);
+    if (!*v || strlen(v) >= sizeof(be->prov_param)) {
+        LF_ERROR(be, "libfabric: provider=\"%s\" is not valid: expected auto or a provider name", v);
+        return NIXL_ERR_INVALID_PARAM;
+    }
+    snprintf(be->prov_param, sizeof(be->prov_param), "%s", v);
+    v = lf_param_value(params, n, 1);
+    if (strlen(v) >= sizeof(be->iface_param)) {
+        LF_ERROR(be, "libfabric: iface=\"%.40s...\" is too long", v);
+        return NIXL_ERR_INVALID_PARAM;
+    }
+    snprintf(be->iface_param, sizeof(be->iface_param), "%s", v);
+    v = lf_param_value(params, n, 2);
+    if (lf_parse_bool(v, &be->use_thread) != 0) {
+        LF_ERROR(be, "libfabric: progress_thread=\"%s\" is not valid: expected 0 or 1", v);
+        return NIXL_ERR_INVALID_PARAM;
+    }
+    uint64_t hb, to, stripe, inflight;
+    v = lf_param_value(params, n, 3);
+    if (lf_parse_size(v, &hb) != 0 || hb < 1 || hb > 60000) {
+        LF_ERROR(be, "libfabric: heartbeat_ms=\"%s\" is not valid: expected 1 to 60000", v);
+        return NIXL_ERR_INVALID_PARAM;
+    }
+    v = lf_param_value(params, n, 4);
+    if (lf_parse_size(v, &to) != 0 || to < 2 * hb || to > 3600000) {
+        LF_ERROR(be, "libfabric: peer_timeout_ms=\"%s\" is not valid: expected at least twice heartbeat_ms (%llu) "
+                     "and at most 3600000",
+                 v, (unsigned long long)(2 * hb));
+        return NIXL_ERR_INVALID_PARAM;
+    }
+    v = lf_param_value(params, n, 5);
+    if (lf_parse_size(v, &stripe) != 0 || stripe < 4096) {
+        LF_ERROR(be, "libfabric: stripe_min=\"%s\" is not valid: expected a byte count of at least 4K", v);
+        return NIXL_ERR_INVALID_PARAM;
+    }
+    v = lf_param_value(params, n, 6);
+    if (lf_parse_size(v, &inflight) != 0 || inflight > 65536) {
+        LF_ERROR(be, "libfabric: max_inflight=\"%s\" is not valid: expected 0 to 65536", v);
+        return NIXL_ERR_INVALID_PARAM;
+    }
+    v = lf_param_value(params, n, 7);
+    if (strcmp(v, "auto") != 0 && strcmp(v, "fence") != 0 && strcmp(v, "delivery") != 0) {
+        LF_ERROR(be, "libfabric: completion=\"%s\" is not valid: expected auto, fence or delivery", v);
+        return NIXL_ERR_INVALID_PARAM;
+    }
+    snprintf(be->sync_param, sizeof(be->sync_param), "%s", v);
+    be->hb_ns = hb * 1000000ull;
+    be->timeout_ns = to * 1000000ull;
+    be->stripe_min = stripe;
+    be->max_inflight = (unsigned)inflight;
+    return NIXL_OK;
+}
+
+static int lf_host_usable(const nixl_host_services_t *host)
+{
+    size_t need = offsetof(nixl_host_services_t, agent_name) + sizeof(host->agent_name);
+    return host && host->abi_version >= 1 && host->struct_size >= need && host->log_enabled && host->log &&
+           host->fallback && host->notif_deliver;
+}
+
+static uint64_t lf_random_inst(void)
+{
+    uint64_t v = 0;
+    while (v == 0) {
+        if (getrandom(&v, sizeof(v), 0) != (ssize_t)sizeof(v))
+            v = lf_now_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)&v;
+    }
+    return v;
+}
+
+static nixl_status_t lf_create(const nixl_host_services_t *host, const nixl_param_t *params, size_t num_params,
+                               void **be_out)
+{
+    nixl_status_t st;
+    if (!lf_host_usable(host) || !be_out)
+        return NIXL_ERR_INVALID_PARAM;
+    lf_be_t *be = calloc(1, sizeof(*be));
+    if (!be)
+        return NIXL_ERR_NO_MEMORY;
+    be->host = host;
+    be->epfd = -1;
+    be->evfd = -1;
+    be->txq_tail = &be->txq_head;
+    be->ready_tail = &be->ready_head;
+    st = lf_parse_params(be, params, num_params);
+    if (st != NIXL_OK)
+        goto err_free;
+    const char *name = host->agent_name ? host->agent_name : "";
+    be->agent_name_len = strlen(name);
+    if (be->agent_name_len == 0 || be->agent_name_len > LF_NAME_MAX) {
+        LF_ERROR(be, "libfabric: the agent name must be 1 to %d bytes (is %zu)", LF_NAME_MAX, be->agent_name_len);
+        st = NIXL_ERR_INVALID_PARAM;
+        goto err_free;
+    }
+    memcpy(be->agent_name, name, be->agent_name_len + 1);
+    be->inst = lf_random_inst();
+    if (pthread_mutex_init(&be->lock, NULL) != 0) {
+        st = NIXL_ERR_NO_MEMORY;
+        goto err_free;
+    }
+    st = lf_rails_open(be);
+    if (st != NIXL_OK)
+        goto err_lock;
+    if (be->use_thread) {
+        st = lf_thread_start(be);
+        if (st != NIXL_OK)
+            goto err_rails;
+    }
+    LF_INFO(be, "libfabric: %s created: provider %s, %u rail(s) (%s%s), %s, cq data %u tag bits, progress thread %s",
+            be->agent_name, be->prov_name, be->nrails, be->rails[0].info->domain_attr->name,
+            be->nrails > 1 ? ",..." : "", be->sync == LF_SYNC_FENCE      ? "writes fenced per request"
+            : be->sync == LF_SYNC_DELIVERY ? "delivery-complete writes"
+                                           : "transmit-complete writes",
+            be->tag_bits, be->use_thread ? "on" : "off");
+    *be_out = be;
+    return NIXL_OK;
+
+err_rails:
+    lf_rails_close(be);
+err_lock:
+    pthread_mutex_destroy(&be->lock);
+err_free:
+    free(be);
+    return st;
+}
+
+/* Tell peers we are leaving, so their requests fail now rather than at
+ * their timeout; best effort, bounded. */
+static void lf_say_bye(lf_be_t *be)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < be->nconns; i++) {
+        lf_conn_t *c = be->conns[i];
+        if (!c || c->state != LF_CONN_UP || !c->have_ridx)
+            continue;
+        lf_cmsg_t *m = lf_cmsg_new(c, LF_MSG_BYE, 0);
+        if (!m)
+            break;
+        lf_txq_push(be, m);
+        n++;
+    }
+    if (!n)
+        return;
+    uint64_t deadline = lf_now_ns() + 100000000ull;
+    for (;;) {
+        lf_progress_locked(be);
+        if ((!be->txq_head && !be->tx_flight) || lf_now_ns() > deadline)
+            break;
+        struct timespec ts = {0, 50000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* Operations still in flight (to peers that vanished, their requests long
+ * failed) get a short while to complete before the endpoints close. */
+static void lf_drain(lf_be_t *be)
+{
+    uint64_t deadline = lf_now_ns() + 200000000ull;
+    for (;;) {
+        unsigned busy = 0;
+        for (unsigned i = 0; i < be->nrails; i++)
+            busy += be->rails[i].nslots - be->rails[i].nfree;
+        if (!busy || lf_now_ns() > deadline)
+            return;
+        lf_progress_locked(be);
+        pthread_mutex_unlock(&be->lock);
+        struct timespec ts = {0, 100000};
+        nanosleep(&ts, NULL);
+        pthread_mutex_lock(&be->lock);
+    }
+}
+
+static void lf_destroy(void *bev)
+{
+    lf_be_t *be = bev;
+    if (!be)
+        return;
+    lf_thread_stop(be);
+    pthread_mutex_lock(&be->lock);
+    lf_say_bye(be);
+    lf_drain(be);
+    be->closing = 1;
+    while (be->active) {
+        /* The core released every request before; one left over is
+         * dropped from the list so nothing refers to it. */
+        lf_req_t *r = be->active;
+        be->active = r->anext;
+        r->on_list = 0;
+    }
+    pthread_mutex_unlock(&be->lock);
+    /* Endpoints first: after they are closed the provider holds none of
+     * our messages or buffers. */
+    lf_rails_close(be);
+    lf_txq_free(be);
+    lf_conns_free(be);
+    lf_ready_free(be);
+    pthread_mutex_destroy(&be->lock);
+    free(be);
+}
+
+static const nixl_backend_ops_t lf_ops = {
+    .abi_version = NIXL_BACKEND_ABI_VERSION,
+    .struct_size = sizeof(nixl_backend_ops_t),
+    .name = "libfabric",
+    .description = "other hosts over libfabric (EFA, verbs, TCP; shm when forced): RDMA write/read with remote CQ "
+                   "data, notifications released after every write was counted, heartbeats for liveness",
+    .mem_types = NIXL_MEM_BIT(NIXL_MEM_DRAM),
+    .caps = NIXL_CAP_CROSS_HOST | NIXL_CAP_NOTIF | NIXL_CAP_PROGRESS,
+    .params = lf_params,
+    .num_params = LF_NUM_PARAMS,
+    .create = lf_create,
+    .destroy = lf_destroy,
+    .reg = lf_reg,
+    .dereg = lf_dereg,
+    .rkey_pack = lf_rkey_pack,
+    .conn_pack = lf_conn_pack,
+    .peer_load = lf_peer_load,
+    .peer_unload = lf_peer_unload,
+    .rkey_load = lf_rkey_load,
+    .rkey_unload = lf_rkey_unload,
+    .xfer_prepare = lf_xfer_prepare,
+    .xfer_post = lf_xfer_post,
+    .xfer_status = lf_xfer_status,
+    .xfer_release = lf_xfer_release,
+    .notif_send = lf_notif_send,
+    .progress = lf_progress,
+};
+
+const nixl_backend_ops_t *nixl_backend_libfabric_ops(void)
+{
+    return &lf_ops;
+}
+
+#ifndef NIXL_BUILTIN_LIBFABRIC
+__attribute__((visibility("default"))) const nixl_backend_ops_t *nixl_backend_get_ops(void);
+
+__attribute__((visibility("default"))) const nixl_backend_ops_t *nixl_backend_get_ops(void)
+{
+    return &lf_ops;
+}
+#endif

@@ -1,0 +1,371 @@
+/*
+ * lf_peer.c - one side of the libfabric two-host tests, public API only.
+ *
+ *   lf_peer target    --iface IF [--size BYTES]
+ *       Listens for metadata (prints "ready PORT PID"), registers a buffer
+ *       and checks it each time a notification "chk SEED" arrives (prints
+ *       "verified SEED" or "corrupt SEED OFFSET"); "quit" ends it.
+ *
+ *   lf_peer initiator --iface IF --peer IP:PORT [--size BYTES]
+ *                     [--fault CMD] [--requests N]
+ *       Without --fault: writes KV-shaped pieces (many descriptors, spread
+ *       over the target's buffer) with a notification, reads them back and
+ *       compares, checks the path.  With --fault: posts N large WRITEs and
+ *       READs, runs CMD (kill the target, take the link down) and requires
+ *       every request to end in an error, none in success or a hang, within
+ *       2 s of the fault.  Exit 0 when all held, 1 otherwise.
+ *
+ * The test scripts run the two in separate network namespaces.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "nixl.h"
+
+#define FAIL(...)                                                                                 \
+    do {                                                                                          \
+        fprintf(stderr, "lf_peer: " __VA_ARGS__);                                                 \
+        fputc('\n', stderr);                                                                      \
+        exit(1);                                                                                  \
+    } while (0)
+
+#define CALL(expr)                                                                                \
+    do {                                                                                          \
+        nixl_status_t st_ = (expr);                                                               \
+        if (st_ != NIXL_OK)                                                                       \
+            FAIL("%s: %s", #expr, nixl_status_name(st_));                                         \
+    } while (0)
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(unsigned ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
+    nanosleep(&ts, NULL);
+}
+
+static uint8_t pattern(uint64_t seed, uint64_t i)
+{
+    uint64_t x = (seed + 1) * 0x9e3779b97f4a7c15ull ^ (i >> 3) * 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 29;
+    return (uint8_t)(x >> ((i & 7) * 8));
+}
+
+/* KV-shaped layout: piece i of the initiator lands at slot perm(i) of the
+ * target; pieces are PIECE bytes. */
+#define PIECE 4096u
+static size_t slot_of(size_t i, size_t n)
+{
+    return (i * 7919u + 13u) % n; /* a permutation when n is not a multiple of 7919 */
+}
+
+typedef struct opts {
+    const char *role, *iface, *peer, *fault;
+    size_t size;
+    unsigned requests;
+} opts_t;
+
+static nixl_agent_t *agent_make(const char *name, const opts_t *o, int listen)
+{
+    nixl_agent_config_t cfg = {.field_mask = NIXL_AGENT_CONFIG_NAME | NIXL_AGENT_CONFIG_LISTEN, .name = name,
+                               .listen = listen};
+    nixl_agent_t *a;
+    CALL(nixl_agent_create(&cfg, &a));
+    nixl_param_t p[] = {{"provider", "tcp"}, {"iface", o->iface}};
+    nixl_backend_t *b;
+    CALL(nixl_backend_create(a, "libfabric", p, 2, &b));
+    return a;
+}
+
+static void reg(nixl_agent_t *a, void *p, size_t len)
+{
+    nixl_desc_t d = {.addr = (uint64_t)(uintptr_t)p, .len = len};
+    nixl_dlist_t dl = {.mem_type = NIXL_MEM_DRAM, .count = 1, .descs = &d};
+    CALL(nixl_mem_register(a, &dl, NULL));
+}
+
+static void dereg(nixl_agent_t *a, void *p, size_t len)
+{
+    nixl_desc_t d = {.addr = (uint64_t)(uintptr_t)p, .len = len};
+    nixl_dlist_t dl = {.mem_type = NIXL_MEM_DRAM, .count = 1, .descs = &d};
+    CALL(nixl_mem_deregister(a, &dl, NULL));
+}
+
+/* ---- target ---- */
+
+typedef struct tstate {
+    uint8_t *buf;
+    size_t len;
+    int quit;
+} tstate_t;
+
+static void on_target_notif(const char *sender, const void *msg, size_t len, void *arg)
+{
+    tstate_t *t = arg;
+    char text[64];
+    size_t n = len < sizeof(text) - 1 ? len : sizeof(text) - 1;
+    memcpy(text, msg, n);
+    text[n] = 0;
+    unsigned long long seed;
+    if (strcmp(text, "quit") == 0) {
+        t->quit = 1;
+    } else if (sscanf(text, "chk %llu", &seed) == 1) {
+        size_t np = t->len / PIECE;
+        for (size_t i = 0; i < np; i++) {
+            const uint8_t *s = t->buf + slot_of(i, np) * PIECE;
+            for (size_t k = 0; k < PIECE; k++) {
+                if (s[k] != pattern(seed, i * PIECE + k)) {
+                    printf("corrupt %llu %zu (from %s)\n", seed, (size_t)(s + k - t->buf), sender);
+                    fflush(stdout);
+                    return;
+                }
+            }
+        }
+        printf("verified %llu (from %s)\n", seed, sender);
+        fflush(stdout);
+    }
+}
+
+static int run_target(const opts_t *o)
+{
+    nixl_agent_t *a = agent_make("lf-target", o, 1);
+    tstate_t t = {.len = o->size};
+    if (posix_memalign((void **)&t.buf, 4096, t.len))
+        FAIL("out of memory");
+    memset(t.buf, 0, t.len);
+    reg(a, t.buf, t.len);
+    printf("ready %u %d %" PRIu64 "\n", (unsigned)nixl_agent_listen_port(a), (int)getpid(),
+           (uint64_t)(uintptr_t)t.buf);
+    fflush(stdout);
+    while (!t.quit) {
+        CALL(nixl_notifs_get(a, on_target_notif, &t, NULL));
+        sleep_ms(1);
+    }
+    dereg(a, t.buf, t.len);
+    nixl_agent_destroy(a);
+    free(t.buf);
+    return 0;
+}
+
+/* ---- initiator ---- */
+
+typedef struct conn {
+    nixl_agent_t *a;
+    char peer[NIXL_NAME_MAX + 1];
+    uint64_t raddr;
+} conn_t;
+
+static void connect_peer(conn_t *c, const opts_t *o)
+{
+    char ip[64];
+    unsigned port;
+    const char *colon = strrchr(o->peer, ':');
+    if (!colon || (size_t)(colon - o->peer) >= sizeof(ip) || sscanf(colon + 1, "%u", &port) != 1)
+        FAIL("--peer IP:PORT expected, got %s", o->peer);
+    memcpy(ip, o->peer, (size_t)(colon - o->peer));
+    ip[colon - o->peer] = 0;
+    CALL(nixl_md_fetch_remote(c->a, ip, (uint16_t)port, c->peer));
+}
+
+static nixl_status_t wait_xfer(nixl_xfer_t *x, unsigned timeout_ms)
+{
+    uint64_t deadline = now_ms() + timeout_ms;
+    nixl_status_t st;
+    while ((st = nixl_xfer_status(x)) == NIXL_IN_PROG && now_ms() < deadline)
+        sleep_ms(0);
+    return st;
+}
+
+static void kv_round(conn_t *c, const opts_t *o, uint8_t *lbuf, uint8_t *back, uint64_t seed)
+{
+    size_t np = o->size / PIECE;
+    nixl_desc_t *ld = calloc(np, sizeof(*ld)), *rd = calloc(np, sizeof(*rd)), *bd = calloc(np, sizeof(*bd));
+    if (!ld || !rd || !bd)
+        FAIL("out of memory");
+    for (size_t i = 0; i < np; i++) {
+        for (size_t k = 0; k < PIECE; k++)
+            lbuf[i * PIECE + k] = pattern(seed, i * PIECE + k);
+        ld[i] = (nixl_desc_t){.addr = (uint64_t)(uintptr_t)lbuf + i * PIECE, .len = PIECE};
+        bd[i] = (nixl_desc_t){.addr = (uint64_t)(uintptr_t)back + i * PIECE, .len = PIECE};
+        rd[i] = (nixl_desc_t){.addr = c->raddr + slot_of(i, np) * PIECE, .len = PIECE};
+    }
+    nixl_dlist_t ll = {NIXL_MEM_DRAM, np, ld}, rl = {NIXL_MEM_DRAM, np, rd}, bl = {NIXL_MEM_DRAM, np, bd};
+    char text[64];
+    snprintf(text, sizeof(text), "chk %" PRIu64, seed);
+    nixl_opt_args_t opt = {.field_mask = NIXL_OPT_NOTIF, .notif = text, .notif_len = strlen(text)};
+    nixl_xfer_t *x;
+    uint64_t t0 = now_ms();
+    CALL(nixl_xfer_create(c->a, NIXL_OP_WRITE, &ll, &rl, c->peer, &opt, &x));
+    nixl_status_t st = nixl_xfer_post(x);
+    if (st != NIXL_OK && st != NIXL_IN_PROG)
+        FAIL("post: %s", nixl_status_name(st));
+    CALL(wait_xfer(x, 30000));
+    nixl_xfer_info_t info;
+    CALL(nixl_xfer_info(x, &info));
+    printf("write: %zu pieces of %u bytes, %" PRIu64 " ms, path %s\n", np, PIECE, now_ms() - t0, info.path);
+    if (strcmp(info.path, "libfabric.tcp.write") != 0)
+        FAIL("path %s, want libfabric.tcp.write", info.path);
+    nixl_xfer_release(x);
+
+    memset(back, 0, o->size);
+    CALL(nixl_xfer_create(c->a, NIXL_OP_READ, &bl, &rl, c->peer, NULL, &x));
+    st = nixl_xfer_post(x);
+    if (st != NIXL_OK && st != NIXL_IN_PROG)
+        FAIL("post: %s", nixl_status_name(st));
+    CALL(wait_xfer(x, 30000));
+    if (memcmp(back, lbuf, o->size) != 0)
+        FAIL("read back differs from what was written");
+    printf("read back: every byte as written\n");
+    nixl_xfer_release(x);
+    free(ld);
+    free(rd);
+    free(bd);
+}
+
+/* Requests in flight when the fault hits must all fail within 2 s. */
+static int fault_round(conn_t *c, const opts_t *o, uint8_t *lbuf)
+{
+    unsigned n = o->requests;
+    size_t part = o->size / n;
+    nixl_xfer_t **x = calloc(n, sizeof(*x));
+    if (!x)
+        FAIL("out of memory");
+    for (unsigned i = 0; i < n; i++) {
+        nixl_desc_t l = {.addr = (uint64_t)(uintptr_t)lbuf + i * part, .len = part};
+        nixl_desc_t r = {.addr = c->raddr + i * part, .len = part};
+        nixl_dlist_t ll = {NIXL_MEM_DRAM, 1, &l}, rl = {NIXL_MEM_DRAM, 1, &r};
+        nixl_opt_args_t opt = {.field_mask = NIXL_OPT_NOTIF, .notif = "never", .notif_len = 5};
+        CALL(nixl_xfer_create(c->a, i % 2 ? NIXL_OP_READ : NIXL_OP_WRITE, &ll, &rl, c->peer, &opt, &x[i]));
+        nixl_status_t st = nixl_xfer_post(x[i]);
+        if (st != NIXL_IN_PROG)
+            FAIL("request %u: post returned %s, want it in flight (is the link slowed down?)", i,
+                 nixl_status_name(st));
+    }
+    sleep_ms(300);
+    for (unsigned i = 0; i < n; i++)
+        if (nixl_xfer_status(x[i]) != NIXL_IN_PROG)
+            FAIL("request %u ended before the fault: slow the link down more", i);
+    uint64_t t0 = now_ms();
+    if (system(o->fault) != 0)
+        FAIL("fault command failed: %s", o->fault);
+    printf("fault: %s\n", o->fault);
+    int bad = 0;
+    unsigned left = n;
+    uint64_t worst = 0;
+    while (left && now_ms() - t0 < 4000) {
+        for (unsigned i = 0; i < n; i++) {
+            if (!x[i])
+                continue;
+            nixl_status_t st = nixl_xfer_status(x[i]);
+            if (st == NIXL_IN_PROG)
+                continue;
+            uint64_t ms = now_ms() - t0;
+            printf("request %u (%s): %s after %" PRIu64 " ms\n", i, i % 2 ? "read" : "write", nixl_status_name(st),
+                   ms);
+            if (st == NIXL_OK || ms > 2000)
+                bad = 1;
+            if (ms > worst)
+                worst = ms;
+            nixl_xfer_release(x[i]);
+            x[i] = NULL;
+            left--;
+        }
+        sleep_ms(1);
+    }
+    if (left) {
+        printf("%u request(s) still in flight 4 s after the fault\n", left);
+        bad = 1;
+        for (unsigned i = 0; i < n; i++)
+            if (x[i])
+                nixl_xfer_release(x[i]);
+    }
+    /* A new request to the dead peer fails at once. */
+    nixl_desc_t l = {.addr = (uint64_t)(uintptr_t)lbuf, .len = 4096}, r = {.addr = c->raddr, .len = 4096};
+    nixl_dlist_t ll = {NIXL_MEM_DRAM, 1, &l}, rl = {NIXL_MEM_DRAM, 1, &r};
+    nixl_xfer_t *y;
+    if (nixl_xfer_create(c->a, NIXL_OP_WRITE, &ll, &rl, c->peer, NULL, &y) == NIXL_OK) {
+        nixl_status_t st = nixl_xfer_post(y);
+        printf("new request after the fault: %s\n", nixl_status_name(st));
+        if (st >= 0)
+            bad = 1;
+        nixl_xfer_release(y);
+    }
+    printf("%s: every request failed within %" PRIu64 " ms of the fault\n", bad ? "FAILED" : "ok", worst);
+    free(x);
+    return bad;
+}
+
+static int run_initiator(const opts_t *o)
+{
+    conn_t c = {.a = agent_make("lf-initiator", o, 0)};
+    uint8_t *lbuf, *back;
+    if (posix_memalign((void **)&lbuf, 4096, o->size) || posix_memalign((void **)&back, 4096, o->size))
+        FAIL("out of memory");
+    memset(lbuf, 0, o->size);
+    reg(c.a, lbuf, o->size);
+    reg(c.a, back, o->size);
+    connect_peer(&c, o);
+    const char *addr = getenv("LF_PEER_BUF");
+    if (!addr)
+        FAIL("LF_PEER_BUF (the target's buffer address) is not set");
+    c.raddr = strtoull(addr, NULL, 0);
+    int rc = 0;
+    if (o->fault) {
+        rc = fault_round(&c, o, lbuf);
+    } else {
+        kv_round(&c, o, lbuf, back, 11);
+        kv_round(&c, o, lbuf, back, 12);
+        CALL(nixl_notif_send(c.a, c.peer, "quit", 4, NULL));
+        sleep_ms(200);
+    }
+    dereg(c.a, lbuf, o->size);
+    dereg(c.a, back, o->size);
+    nixl_agent_destroy(c.a);
+    free(lbuf);
+    free(back);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    opts_t o = {.size = 8u << 20, .requests = 4};
+    if (argc < 2)
+        FAIL("usage: lf_peer target|initiator [options] (see the file's header)");
+    o.role = argv[1];
+    for (int i = 2; i < argc; i++) {
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v)
+            FAIL("option %s needs a value", argv[i]);
+        if (strcmp(argv[i], "--iface") == 0)
+            o.iface = v;
+        else if (strcmp(argv[i], "--peer") == 0)
+            o.peer = v;
+        else if (strcmp(argv[i], "--fault") == 0)
+            o.fault = v;
+        else if (strcmp(argv[i], "--size") == 0)
+            o.size = (size_t)strtoull(v, NULL, 0);
+        else if (strcmp(argv[i], "--requests") == 0)
+            o.requests = (unsigned)atoi(v);
+        else
+            FAIL("unknown option %s", argv[i]);
+        i++;
+    }
+    if (!o.iface || o.size < PIECE || o.requests == 0)
+        FAIL("--iface is required; --size at least %u; --requests at least 1", PIECE);
+    o.size -= o.size % PIECE;
+    if (strcmp(o.role, "target") == 0)
+        return run_target(&o);
+    if (strcmp(o.role, "initiator") == 0 && o.peer)
+        return run_initiator(&o);
+    FAIL("role must be target or initiator (with --peer)");
+}

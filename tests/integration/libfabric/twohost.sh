@@ -1,0 +1,109 @@
+#!/bin/sh
+# twohost.sh LF_PEER MODE - the libfabric backend between two "hosts": two
+# network namespaces joined by a veth pair with private addresses, tcp
+# between them.  MODE:
+#   transfer  KV-shaped WRITE with a notification, READ back, twice; the
+#             target checks its buffer when each notification arrives
+#   kill      requests in flight over a slowed link, then the target is
+#             SIGKILLed: every request must fail within 2 s
+#   linkdown  the same, but the link goes down instead
+# Needs root (namespaces, veth, tc); exits 77 with the reason otherwise.
+set -u
+peer=$1
+mode=$2
+skip() {
+    echo "SKIP: $*"
+    exit 77
+}
+[ "$(id -u)" = 0 ] || skip "creating network namespaces needs root"
+command -v ip >/dev/null 2>&1 || skip "no ip command (iproute2)"
+tag=$$
+nsA=nixlA$tag
+nsB=nixlB$tag
+vA=nxa$tag
+vB=nxb$tag
+net=10.213.$((tag % 250 + 1))
+out=$(mktemp)
+tpid=
+cleanup() {
+    [ -n "$tpid" ] && kill -9 "$tpid" 2>/dev/null
+    ip netns del "$nsA" 2>/dev/null
+    ip netns del "$nsB" 2>/dev/null
+    rm -f "$out"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+ip netns add "$nsA" 2>/dev/null || skip "cannot create network namespaces here"
+ip netns add "$nsB" || exit 1
+ip link add "$vA" netns "$nsA" type veth peer name "$vB" netns "$nsB" 2>/dev/null || skip "cannot create a veth pair"
+ip -n "$nsA" addr add "$net.1/24" dev "$vA" && ip -n "$nsB" addr add "$net.2/24" dev "$vB" || exit 1
+for ns in "$nsA" "$nsB"; do ip -n "$ns" link set lo up || exit 1; done
+ip -n "$nsA" link set "$vA" up && ip -n "$nsB" link set "$vB" up || exit 1
+# libfabric lists an interface once it has carrier.
+i=0
+until ip -n "$nsA" link show "$vA" | grep -q LOWER_UP && ip -n "$nsB" link show "$vB" | grep -q LOWER_UP; do
+    i=$((i + 1))
+    [ $i -gt 50 ] && { echo "the veth pair did not come up"; exit 1; }
+    sleep 0.1
+done
+
+size=8388608
+if [ "$mode" != transfer ]; then
+    # Slow enough that the requests are still in flight when the fault hits.
+    size=4194304
+    for side in "$nsA $vA" "$nsB $vB"; do
+        set -- $side
+        ip netns exec "$1" tc qdisc add dev "$2" root tbf rate 8mbit burst 32kb latency 2s 2>/dev/null ||
+            skip "cannot shape the link (tc tbf)"
+    done
+fi
+
+ip netns exec "$nsB" "$peer" target --iface "$vB" --size "$size" >"$out" 2>&1 &
+tpid=$!
+i=0
+while ! grep -q '^ready ' "$out" 2>/dev/null; do
+    i=$((i + 1))
+    if [ $i -gt 100 ] || ! kill -0 "$tpid" 2>/dev/null; then
+        echo "target did not start:"
+        cat "$out"
+        exit 1
+    fi
+    sleep 0.1
+done
+set -- $(grep '^ready ' "$out")
+port=$2
+pid=$3
+buf=$4
+echo "target in $nsB at $net.2:$port (pid $pid), initiator in $nsA"
+
+case "$mode" in
+transfer)
+    LF_PEER_BUF=$buf ip netns exec "$nsA" "$peer" initiator --iface "$vA" --peer "$net.2:$port" --size "$size"
+    rc=$?
+    wait "$tpid"
+    tpid=
+    cat "$out"
+    [ $rc = 0 ] || exit 1
+    grep -q '^verified 11 (from lf-initiator)' "$out" && grep -q '^verified 12 (from lf-initiator)' "$out" || {
+        echo "the target did not see every byte when the notification arrived"
+        exit 1
+    }
+    ;;
+kill)
+    LF_PEER_BUF=$buf ip netns exec "$nsA" "$peer" initiator --iface "$vA" --peer "$net.2:$port" --size "$size" \
+        --requests 4 --fault "kill -9 $pid"
+    rc=$?
+    [ $rc = 0 ] || { cat "$out"; exit 1; }
+    ;;
+linkdown)
+    LF_PEER_BUF=$buf ip netns exec "$nsA" "$peer" initiator --iface "$vA" --peer "$net.2:$port" --size "$size" \
+        --requests 4 --fault "ip link set $vA down"
+    rc=$?
+    [ $rc = 0 ] || { cat "$out"; exit 1; }
+    ;;
+*)
+    echo "unknown mode $mode"
+    exit 2
+    ;;
+esac
+exit 0

@@ -1,0 +1,172 @@
+"""Descriptor lists from every kind of input the NIXL API accepts."""
+
+import ctypes
+import pickle
+import time
+
+import numpy as np
+import pytest
+
+import nixl
+from nixl._bindings import DRAM_SEG, VRAM_SEG, nixlXferDList
+
+from conftest import make_agent
+
+
+class FakeDevice:
+    def __init__(self, type_, index=None):
+        self.type, self.index = type_, index
+
+    def __str__(self):
+        return self.type if self.index is None else f"{self.type}:{self.index}"
+
+
+class FakeTensor:
+    """Has exactly the torch.Tensor members the package reads (torch is not needed)."""
+
+    def __init__(self, array=None, addr=0, nbytes=0, device="cpu", index=None, contiguous=True):
+        self.array = array  # keeps the memory alive
+        self.addr = array.ctypes.data if array is not None else addr
+        self.nbytes = array.nbytes if array is not None else nbytes
+        self.device = FakeDevice(device, index)
+        self.is_cuda = device == "cuda"
+        self.contiguous = contiguous
+
+    def data_ptr(self):
+        return self.addr
+
+    def numel(self):
+        return self.nbytes // 2
+
+    def element_size(self):
+        return 2
+
+    def get_device(self):
+        return self.device.index if self.is_cuda else -1
+
+    def is_contiguous(self):
+        return self.contiguous
+
+
+class FakeCudaArray:
+    """An object with __cuda_array_interface__ (CuPy, Numba) on device 3."""
+
+    class _Dev:
+        id = 3
+
+    device = _Dev()
+
+    def __init__(self, ptr, shape, typestr="<f4", strides=None):
+        self.__cuda_array_interface__ = {"shape": shape, "typestr": typestr, "data": (ptr, False),
+                                         "strides": strides, "version": 3}
+
+
+@pytest.fixture
+def agent():
+    a = make_agent("descs", backends=[])
+    yield a
+    a.close()
+
+
+def test_tuples_need_a_mem_type(agent):
+    d = agent.get_xfer_descs([(0x1000, 64, 0), (0x2000, 128, 1)], "DRAM")
+    assert isinstance(d, nixlXferDList) and d.getType() == DRAM_SEG and d.mem_type == "DRAM"
+    assert list(d) == [(0x1000, 64, 0), (0x2000, 128, 1)] and d.descCount() == 2 and not d.isEmpty()
+    with pytest.raises(nixl.nixlInvalidParamError, match="mem_type"):
+        agent.get_xfer_descs([(0x1000, 64, 0)])
+    with pytest.raises(nixl.nixlInvalidParamError, match="unknown memory type"):
+        agent.get_xfer_descs([(0x1000, 64, 0)], "HBM")
+    with pytest.raises(nixl.nixlInvalidParamError, match="non-negative"):
+        agent.get_xfer_descs([(-1, 64, 0)], "DRAM")
+    with pytest.raises(nixl.nixlInvalidParamError, match="descriptor is"):
+        agent.get_xfer_descs([(1, 2)], "DRAM")
+
+
+def test_reg_tuples_carry_meta(agent):
+    r = agent.get_reg_descs([(0x1000, 64, 0, "a"), (0x2000, 64, 0, b"\x00b"), (0x3000, 8, 0)], "cuda")
+    assert r.getType() == VRAM_SEG
+    assert list(r) == [(0x1000, 64, 0, b"a"), (0x2000, 64, 0, b"\x00b"), (0x3000, 8, 0, b"")]
+    assert list(r.trim()) == [(0x1000, 64, 0), (0x2000, 64, 0), (0x3000, 8, 0)]
+    back = agent.deserialize_descs(agent.get_serialized_descs(r))
+    assert back == r and back is not r
+    assert pickle.loads(pickle.dumps(r.trim())) == r.trim()
+    x = nixlXferDList(DRAM_SEG)
+    x.append((1, 2, 3))
+    assert x[-1] == (1, 2, 3) and len(x) == 1
+
+
+def test_nx3_array_is_rows_with_a_mem_type_and_a_buffer_without(agent):
+    rows = np.array([[0x1000, 64, 0], [0x2000, 32, 0]], dtype=np.uint64)
+    assert list(agent.get_xfer_descs(rows, "DRAM")) == [(0x1000, 64, 0), (0x2000, 32, 0)]
+    assert list(agent.get_reg_descs(rows.astype(np.int64), "DRAM")) == [(0x1000, 64, 0, b""), (0x2000, 32, 0, b"")]
+    assert list(agent.get_xfer_descs(rows)) == [(rows.ctypes.data, rows.nbytes, 0)]
+    assert list(agent.get_xfer_descs([rows], "DRAM")) == [(rows.ctypes.data, rows.nbytes, 0)]
+    with pytest.raises(nixl.nixlInvalidParamError, match="non-negative"):
+        agent.get_xfer_descs(np.array([[-5, 1, 0]]), "DRAM")
+
+
+def test_numpy_buffers(agent):
+    a = np.zeros((4, 1000), dtype=np.float32)
+    b = np.zeros(3, dtype=np.complex128)
+    assert list(agent.get_reg_descs(a)) == [(a.ctypes.data, 16000, 0, b"")]
+    assert list(agent.get_xfer_descs([a, b])) == [(a.ctypes.data, 16000, 0), (b.ctypes.data, 48, 0)]
+    assert list(agent.get_xfer_descs(a[1])) == [(a.ctypes.data + 4000, 4000, 0)]
+    assert agent.get_xfer_descs(np.asfortranarray(a))[0][1] == 16000
+    with pytest.raises(nixl.nixlInvalidParamError, match="not contiguous"):
+        agent.get_xfer_descs(a[:, ::2])
+
+
+def test_tensors_by_duck_typing(agent):
+    host = np.zeros(512, dtype=np.uint8)
+    cpu = FakeTensor(host)
+    assert list(agent.get_xfer_descs(cpu)) == [(host.ctypes.data, 512, 0)]
+    g = FakeTensor(addr=0x7f0000000000, nbytes=4096, device="cuda", index=1)
+    d = agent.get_reg_descs([g, FakeTensor(addr=0x7f0000100000, nbytes=64, device="cuda", index=1)])
+    assert d.mem_type == "VRAM" and list(d) == [(0x7f0000000000, 4096, 1, b""), (0x7f0000100000, 64, 1, b"")]
+    with pytest.raises(nixl.nixlInvalidParamError, match="one memory type"):
+        agent.get_xfer_descs([cpu, g])
+    with pytest.raises(nixl.nixlInvalidParamError, match="not contiguous"):
+        agent.get_xfer_descs(FakeTensor(host, contiguous=False))
+    with pytest.raises(nixl.nixlNotSupportedError, match="xpu"):
+        agent.get_xfer_descs(FakeTensor(addr=1, nbytes=2, device="xpu", index=0))
+
+
+def test_cuda_array_interface_and_ctypes(agent):
+    d = agent.get_xfer_descs(FakeCudaArray(0x7f0000000000, (16, 4)))
+    assert d.mem_type == "VRAM" and list(d) == [(0x7f0000000000, 256, 3)]
+    with pytest.raises(nixl.nixlInvalidParamError, match="not contiguous"):
+        agent.get_xfer_descs(FakeCudaArray(0x7f0000000000, (16, 4), strides=(32, 4)))
+    buf = (ctypes.c_uint8 * 100)()
+    assert list(agent.get_xfer_descs(buf)) == [(ctypes.addressof(buf), 100, 0)]
+    with pytest.raises(nixl.nixlInvalidParamError, match="cannot make descriptors"):
+        agent.get_xfer_descs(object())
+
+
+def test_many_descriptors_are_cheap(agent):
+    n = 200_000
+    rows = np.empty((n, 3), dtype=np.uint64)
+    rows[:, 0] = 0x10000000 + np.arange(n, dtype=np.uint64) * 1152
+    rows[:, 1] = 1152
+    rows[:, 2] = 0
+    t = time.perf_counter()
+    d = agent.get_xfer_descs(rows, "DRAM")
+    fast = time.perf_counter() - t
+    assert len(d) == n and d[n - 1] == (0x10000000 + (n - 1) * 1152, 1152, 0)
+    t = time.perf_counter()
+    d2 = agent.get_xfer_descs([tuple(int(v) for v in r) for r in rows[:20000]], "DRAM")
+    assert len(d2) == 20000 and d2[19999] == d[19999]
+    slow = time.perf_counter() - t
+    assert fast < 1.0 and slow < 5.0, (fast, slow)
+
+
+def test_alloc_array_is_shared_memory_freed_with_its_views():
+    a = nixl.alloc_array((8, 1024), dtype=np.uint16)
+    assert a.shape == (8, 1024) and a.dtype == np.uint16 and not a.any()
+    view = a[2]
+    del a
+    view[:] = 7  # the view keeps the mapping alive
+    assert int(view.sum()) == 7 * 1024
+    buf = nixl.alloc_buffer(4096)
+    assert ctypes.sizeof(buf) == 4096
+    with pytest.raises(nixl.nixlInvalidParamError):
+        nixl.alloc_buffer(0)

@@ -1,0 +1,34 @@
+"""The Python examples run as tests (small sizes)."""
+
+import os
+import subprocess
+import sys
+
+from conftest import SRC
+
+EXAMPLES = os.path.join(SRC, "examples", "python")
+SMALL = ["--requests", "24", "--layers", "4", "--pages", "256", "--src-pages", "128", "--page-bytes", "4096",
+         "--min-pages", "4", "--max-pages", "32", "--window", "6"]
+
+
+def run(script):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(SRC, "bindings", "python"),
+                                                      os.environ.get("PYTHONPATH", "")]))
+    return subprocess.run([sys.executable, os.path.join(EXAMPLES, script)] + SMALL, env=env, capture_output=True,
+                          text=True, timeout=240)
+
+
+def test_kv_connector_dram():
+    r = run("kv_connector.py")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "decode: 24 requests verified, 0 bad" in r.stdout and "'shm.map': 24" in r.stdout, r.stdout
+
+
+def test_kv_connector_gpu_runs_or_says_why_not():
+    r = run("kv_connector_gpu.py")
+    if r.returncode == 77:
+        assert r.stdout.startswith("SKIP: ") and len(r.stdout.strip()) > len("SKIP: "), r.stdout
+        print(r.stdout.strip())
+    else:
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "decode: 24 requests verified, 0 bad" in r.stdout, r.stdout

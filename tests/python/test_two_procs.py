@@ -1,0 +1,126 @@
+"""Two processes: metadata over the listener, numpy buffers moved both ways
+with notifications, bytes verified; a peer that dies."""
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import nixl
+
+from conftest import HERE, make_agent, unique, wait_notif, wait_state
+
+N = 4 << 20
+PAGE = 4096
+
+
+class Peer:
+    """peer.py in a child process, spoken to over its stdin/stdout."""
+
+    def __init__(self, shared=True, n=N):
+        self.name = unique("peer")
+        self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "peer.py"), self.name, str(n),
+                                      "1" if shared else "0"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     text=True)
+        hello = self._read()
+        self.port, self.addr, self.len, self.pid = hello["port"], hello["addr"], hello["len"], hello["pid"]
+
+    def _read(self):
+        line = self.proc.stdout.readline()
+        assert line, f"peer exited with {self.proc.wait()}"
+        return json.loads(line)
+
+    def call(self, **cmd):
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+        r = self._read()
+        assert "error" not in r, r["error"]
+        return r
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.call(cmd="quit")
+        assert self.proc.wait(timeout=30) == 0
+
+    def kill(self):
+        self.proc.stdin.write(json.dumps({"cmd": "crash"}) + "\n")
+        self.proc.stdin.flush()
+        assert self.proc.wait(timeout=30) == 3
+
+
+def peer_pattern(n, seed):
+    return ((np.arange(n, dtype=np.int64) * 13 + seed) % 251).astype(np.uint8)
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["alloc_array", "numpy"])
+def test_listener_metadata_and_numpy_both_ways(shared):
+    peer = Peer(shared)
+    a = make_agent("init")
+    try:
+        src = np.random.default_rng(3).integers(0, 256, N, dtype=np.uint8)
+        dst = nixl.alloc_array(N) if shared else np.zeros(N, np.uint8)
+        a.register_memory([src, dst])
+        a.fetch_remote_metadata(peer.name, "127.0.0.1", peer.port)
+        assert a.check_remote_metadata(peer.name)
+        a.send_local_metadata("127.0.0.1", peer.port)
+        assert peer.call(cmd="known", peer=a.name)["known"]
+        remote = a.get_xfer_descs([(peer.addr, N, 0)], "DRAM")
+
+        # WRITE with a notification: when the peer sees it, the bytes are there.
+        h = a.initialize_xfer("WRITE", a.get_xfer_descs(src), remote, peer.name, b"write-1")
+        a.transfer(h)
+        assert wait_state(a, h) == "DONE"
+        assert a.get_xfer_info(h).path == ("shm.map" if shared else "shm.cma")
+        peer.call(cmd="wait_notif", sender=a.name, tag="write-1")
+        assert peer.call(cmd="sha")["sha"] == hashlib.sha256(src.tobytes()).hexdigest()
+
+        # The peer writes new bytes and says so; READ them back page by page, reversed (two-step API).
+        peer.call(cmd="fill", seed=7)
+        peer.call(cmd="notify", to=a.name, msg="filled")
+        wait_notif(a, peer.name, b"filled")
+        pages = N // PAGE
+        lrows = np.array([[dst.ctypes.data + p * PAGE, PAGE, 0] for p in range(pages)], np.uint64)
+        rrows = np.array([[peer.addr + p * PAGE, PAGE, 0] for p in range(pages)], np.uint64)
+        lh = a.prep_xfer_dlist("NIXL_INIT_AGENT", lrows, "DRAM")
+        rh = a.prep_xfer_dlist(peer.name, rrows, "DRAM")
+        h2 = a.make_prepped_xfer("READ", lh, np.arange(pages)[::-1].copy(), rh, np.arange(pages), b"read-1")
+        a.transfer(h2)
+        assert wait_state(a, h2) == "DONE"
+        want = peer_pattern(N, 7).reshape(pages, PAGE)[::-1].ravel()
+        assert np.array_equal(dst, want)
+        peer.call(cmd="wait_notif", sender=a.name, tag="read-1")  # READs notify too
+        stats = a.get_path_stats()
+        assert sum(s.requests for s in stats.values()) == 2 and sum(s.errors for s in stats.values()) == 0
+        for h in (h, h2):
+            a.release_xfer_handle(h)
+        a.release_dlist_handle(lh)
+        a.release_dlist_handle(rh)
+        a.invalidate_local_metadata("127.0.0.1", peer.port)
+        assert not peer.call(cmd="known", peer=a.name)["known"]
+    finally:
+        a.close()
+        peer.close()
+
+
+def test_dead_peer_fails_requests_with_remote_disconnect():
+    peer = Peer(shared=True, n=1 << 16)
+    a = make_agent("init")
+    try:
+        src = nixl.alloc_array(1 << 16)
+        a.register_memory(src)
+        a.fetch_remote_metadata(peer.name, "127.0.0.1", peer.port)
+        h = a.initialize_xfer("WRITE", a.get_xfer_descs(src), a.get_xfer_descs([(peer.addr, 1 << 16, 0)], "DRAM"),
+                              peer.name, b"lost")
+        peer.kill()
+        t = time.monotonic()
+        with pytest.raises(nixl.nixlRemoteDisconnectError) as e:
+            a.transfer(h)
+            wait_state(a, h)
+        assert e.value.status_name == "NIXL_ERR_PEER_GONE" and time.monotonic() - t < 10
+    finally:
+        a.close()

@@ -1,0 +1,928 @@
+/*
+ * test_lf.c - tests of the libfabric backend driven through its ops, with a
+ * fake host, two instances in one process (tcp over lo, or shm).
+ *
+ *   test_lf CASE     one of the names in the table at the bottom
+ *
+ * Cases that need a provider or a second interface this host lacks print
+ * why and exit 77.  LF_TEST_LOG=0..4 chooses the backend's log lines shown
+ * (default 1: errors and warnings).
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "backends/libfabric/lf_int.h"
+#include "backends/libfabric/libfabric.h"
+#include "nixl.h"
+
+#define CHECK(cond)                                                                               \
+    do {                                                                                          \
+        if (!(cond)) {                                                                            \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);              \
+            exit(1);                                                                              \
+        }                                                                                         \
+    } while (0)
+
+#define CHECK_ST(expr, want)                                                                      \
+    do {                                                                                          \
+        nixl_status_t st_ = (expr), want_ = (want);                                               \
+        if (st_ != want_) {                                                                       \
+            fprintf(stderr, "%s:%d: %s = %s, expected %s\n", __FILE__, __LINE__, #expr,           \
+                    nixl_status_name(st_), nixl_status_name(want_));                              \
+            exit(1);                                                                              \
+        }                                                                                         \
+    } while (0)
+
+static const nixl_backend_ops_t *ops;
+
+/* ---- fake host ---- */
+
+typedef struct notif {
+    char sender[64];
+    uint8_t *msg;
+    size_t len;
+} notif_t;
+
+typedef struct host {
+    nixl_host_services_t hs;
+    char name[64];
+    notif_t q[256];
+    size_t n;
+    /* When set, checked against the buffer at the moment a notification
+     * arrives: the data it announces must be there already. */
+    const uint8_t *watch, *want;
+    size_t watch_len;
+    int watch_bad;
+} host_t;
+
+static int log_level(void)
+{
+    const char *e = getenv("LF_TEST_LOG");
+    return e ? atoi(e) : NIXL_LOG_WARN;
+}
+
+static int host_log_enabled(nixl_log_level_t level)
+{
+    return (int)level <= log_level();
+}
+
+static void host_log(nixl_log_level_t level, const char *where, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "[%d %d %s] ", (int)getpid(), (int)level, where);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+static const char *host_config_get(const char *name)
+{
+    (void)name;
+    return NULL;
+}
+
+static void host_fallback(void *ctx, const char *path, const char *cause)
+{
+    (void)ctx;
+    fprintf(stderr, "unexpected fallback %s: %s\n", path, cause);
+    exit(1);
+}
+
+static void host_notif_deliver(void *ctx, const char *sender, const void *msg, size_t len)
+{
+    host_t *h = ctx;
+    CHECK(h->n < 256);
+    notif_t *n = &h->q[h->n++];
+    snprintf(n->sender, sizeof(n->sender), "%s", sender);
+    n->msg = malloc(len ? len : 1);
+    CHECK(n->msg);
+    memcpy(n->msg, msg, len);
+    n->len = len;
+    if (h->watch && memcmp(h->watch, h->want, h->watch_len) != 0)
+        h->watch_bad = 1;
+}
+
+static void host_init(host_t *h, const char *name)
+{
+    memset(h, 0, sizeof(*h));
+    snprintf(h->name, sizeof(h->name), "%s", name);
+    h->hs.abi_version = NIXL_BACKEND_ABI_VERSION;
+    h->hs.struct_size = sizeof(h->hs);
+    h->hs.ctx = h;
+    h->hs.log_enabled = host_log_enabled;
+    h->hs.log = host_log;
+    h->hs.config_get = host_config_get;
+    h->hs.fallback = host_fallback;
+    h->hs.notif_deliver = host_notif_deliver;
+    h->hs.agent_name = h->name;
+}
+
+static void host_clear(host_t *h)
+{
+    for (size_t i = 0; i < h->n; i++)
+        free(h->q[i].msg);
+    h->n = 0;
+}
+
+/* ---- sides ---- */
+
+typedef struct side {
+    host_t host;
+    lf_be_t *be;
+} side_t;
+
+static uint64_t now_ms(void)
+{
+    return lf_now_ns() / 1000000;
+}
+
+static void sleep_us(unsigned us)
+{
+    struct timespec ts = {us / 1000000, (long)(us % 1000000) * 1000};
+    nanosleep(&ts, NULL);
+}
+
+/* Params as key, value, ..., NULL.  NIXL_ERR_NOT_SUPPORTED: provider absent. */
+static nixl_status_t side_create_v(side_t *s, const char *name, va_list ap)
+{
+    nixl_param_t p[16];
+    size_t n = 0;
+    const char *k;
+    while ((k = va_arg(ap, const char *)) != NULL && n < 16) {
+        p[n].key = k;
+        p[n].value = va_arg(ap, const char *);
+        n++;
+    }
+    host_init(&s->host, name);
+    void *be = NULL;
+    nixl_status_t st = ops->create(&s->host.hs, p, n, &be);
+    s->be = be;
+    return st;
+}
+
+static nixl_status_t side_create(side_t *s, const char *name, ...)
+{
+    va_list ap;
+    va_start(ap, name);
+    nixl_status_t st = side_create_v(s, name, ap);
+    va_end(ap);
+    return st;
+}
+
+static void side_create_or_skip(side_t *s, const char *name, ...)
+{
+    va_list ap;
+    va_start(ap, name);
+    nixl_status_t st = side_create_v(s, name, ap);
+    va_end(ap);
+    if (st == NIXL_ERR_NOT_SUPPORTED) {
+        printf("SKIP: the provider (or interface) asked for is not available here\n");
+        exit(77);
+    }
+    CHECK_ST(st, NIXL_OK);
+}
+
+static void side_destroy(side_t *s)
+{
+    ops->destroy(s->be);
+    host_clear(&s->host);
+    s->be = NULL;
+}
+
+/* What each side knows of the other. */
+typedef struct link {
+    void *peer_ab; /* a's view of b */
+    void *peer_ba;
+} link_t;
+
+static void *load_peer(side_t *from, side_t *to)
+{
+    size_t len = 0;
+    CHECK_ST(ops->conn_pack(to->be, NULL, &len), NIXL_OK);
+    uint8_t *buf = malloc(len);
+    CHECK(buf);
+    CHECK_ST(ops->conn_pack(to->be, buf, &len), NIXL_OK);
+    void *peer = NULL;
+    CHECK_ST(ops->peer_load(from->be, to->host.name, buf, len, &peer), NIXL_OK);
+    free(buf);
+    return peer;
+}
+
+static void link_make(link_t *l, side_t *a, side_t *b)
+{
+    l->peer_ab = load_peer(a, b);
+    l->peer_ba = load_peer(b, a);
+}
+
+static void link_drop(link_t *l, side_t *a, side_t *b)
+{
+    ops->peer_unload(a->be, l->peer_ab);
+    ops->peer_unload(b->be, l->peer_ba);
+}
+
+typedef struct mem {
+    uint8_t *p;
+    size_t len;
+    void *md;
+} mem_t;
+
+static void mem_make(mem_t *m, side_t *s, size_t len, uint8_t seed)
+{
+    CHECK(posix_memalign((void **)&m->p, 4096, len) == 0);
+    m->len = len;
+    for (size_t i = 0; i < len; i++)
+        m->p[i] = (uint8_t)(seed + i * 131 + (i >> 12));
+    nixl_be_region_t r = {.mem_type = NIXL_MEM_DRAM, .addr = (uint64_t)(uintptr_t)m->p, .len = len};
+    CHECK_ST(ops->reg(s->be, &r, &m->md), NIXL_OK);
+}
+
+static void mem_drop(mem_t *m, side_t *s)
+{
+    ops->dereg(s->be, m->md);
+    free(m->p);
+}
+
+/* The remote key of owner's region m as peer 'peer' of 'loader' sees it. */
+static void *rkey_of(side_t *owner, const mem_t *m, side_t *loader, void *peer)
+{
+    size_t len = 0;
+    CHECK_ST(ops->rkey_pack(owner->be, m->md, NULL, &len), NIXL_OK);
+    uint8_t *buf = malloc(len);
+    CHECK(buf);
+    CHECK_ST(ops->rkey_pack(owner->be, m->md, buf, &len), NIXL_OK);
+    nixl_be_region_t r = {.mem_type = NIXL_MEM_DRAM, .addr = (uint64_t)(uintptr_t)m->p, .len = m->len};
+    void *rmd = NULL;
+    CHECK_ST(ops->rkey_load(loader->be, peer, &r, buf, len, &rmd), NIXL_OK);
+    free(buf);
+    return rmd;
+}
+
+static nixl_status_t wait_req(side_t *s, nixl_be_req_t *req, unsigned timeout_ms)
+{
+    uint64_t deadline = now_ms() + timeout_ms;
+    for (;;) {
+        nixl_status_t st = ops->xfer_status(s->be, req);
+        if (st != NIXL_IN_PROG)
+            return st;
+        if (now_ms() > deadline)
+            return NIXL_ERR_TIMEOUT;
+        sleep_us(20);
+    }
+}
+
+/* Drive progress until the host got n notifications (or time ran out). */
+static int wait_notifs(side_t *s, size_t n, unsigned timeout_ms)
+{
+    uint64_t deadline = now_ms() + timeout_ms;
+    while (s->host.n < n && now_ms() <= deadline) {
+        ops->progress(s->be);
+        sleep_us(50);
+    }
+    return s->host.n >= n;
+}
+
+typedef struct piece {
+    size_t loff, roff, len;
+} piece_t;
+
+static nixl_be_req_t *make_req(side_t *s, nixl_op_t op, void *peer, mem_t *l, void *rmd, const mem_t *r,
+                               const piece_t *pc, size_t n)
+{
+    nixl_be_iov_t *iov = calloc(n, sizeof(*iov));
+    CHECK(iov);
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < n; i++) {
+        iov[i].laddr = (uint64_t)(uintptr_t)l->p + pc[i].loff;
+        iov[i].raddr = (uint64_t)(uintptr_t)r->p + pc[i].roff;
+        iov[i].len = pc[i].len;
+        iov[i].lmd = l->md;
+        iov[i].rmd = rmd;
+        bytes += pc[i].len;
+    }
+    nixl_be_xfer_t x = {op, peer, NIXL_MEM_DRAM, NIXL_MEM_DRAM, iov, n, bytes};
+    nixl_be_req_t *req = NULL;
+    CHECK_ST(ops->xfer_prepare(s->be, &x, &req), NIXL_OK);
+    CHECK(req->path != NULL);
+    /* The backend copies what it needs at prepare (the core's iovs would
+     * live on, but nothing here relies on that). */
+    free(iov);
+    return req;
+}
+
+/* ---- cases ---- */
+
+static void case_params(void)
+{
+    side_t s;
+    static const char *const bad[][2] = {
+        {"provider", ""},        {"heartbeat_ms", "0"},     {"heartbeat_ms", "x"},  {"peer_timeout_ms", "100"},
+        {"stripe_min", "1000"}, {"max_inflight", "1G"},    {"completion", "soon"}, {"progress_thread", "maybe"},
+        {"no_such_key", "1"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        nixl_status_t st = side_create(&s, "p", bad[i][0], bad[i][1], NULL);
+        if (st != NIXL_ERR_INVALID_PARAM) {
+            fprintf(stderr, "%s=\"%s\": got %s, want NIXL_ERR_INVALID_PARAM\n", bad[i][0], bad[i][1],
+                    nixl_status_name(st));
+            exit(1);
+        }
+    }
+    CHECK_ST(side_create(&s, "p", "provider", "no-such-provider", NULL), NIXL_ERR_NOT_SUPPORTED);
+    CHECK_ST(side_create(&s, "p", "provider", "tcp", "iface", "no-such-interface", NULL), NIXL_ERR_NOT_SUPPORTED);
+    side_create_or_skip(&s, "p", "provider", "tcp", "iface", "lo", "heartbeat_ms", "50", "peer_timeout_ms", "100",
+                        "max_inflight", "8", "completion", "delivery", NULL);
+    CHECK(s.be->nrails == 1 && s.be->rails[0].nslots == 8);
+    CHECK(strcmp(s.be->path_write, "libfabric.tcp.write") == 0 && strcmp(s.be->path_read, "libfabric.tcp.read") == 0);
+    CHECK(s.be->sync == LF_SYNC_DELIVERY || s.be->sync == LF_SYNC_NONE);
+    side_destroy(&s);
+}
+
+/* Every truncation, bad magic, bad version, bad lengths: refused. */
+static void case_conn_corrupt(void)
+{
+    side_t a, b;
+    side_create_or_skip(&a, "a", "provider", "tcp", "iface", "lo", NULL);
+    side_create_or_skip(&b, "b", "provider", "tcp", "iface", "lo", NULL);
+    size_t len = 0;
+    CHECK_ST(ops->conn_pack(b.be, NULL, &len), NIXL_OK);
+    uint8_t *blob = malloc(len + 8), *copy = malloc(len + 8);
+    CHECK(blob && copy);
+    size_t small = 3;
+    CHECK_ST(ops->conn_pack(b.be, blob, &small), NIXL_ERR_TOO_BIG);
+    CHECK(small == len);
+    CHECK_ST(ops->conn_pack(b.be, blob, &len), NIXL_OK);
+    void *peer = NULL;
+    for (size_t cut = 0; cut < len; cut++)
+        CHECK_ST(ops->peer_load(a.be, "b", blob, cut, &peer), NIXL_ERR_BAD_METADATA);
+    memcpy(copy, blob, len);
+    memset(copy + len, 0, 8);
+    CHECK_ST(ops->peer_load(a.be, "b", copy, len + 1, &peer), NIXL_ERR_BAD_METADATA);
+    for (size_t i = 0; i < 4; i++) {
+        memcpy(copy, blob, len);
+        copy[i] ^= 0x10;
+        CHECK_ST(ops->peer_load(a.be, "b", copy, len, &peer), NIXL_ERR_BAD_METADATA);
+    }
+    memcpy(copy, blob, len);
+    copy[4] = 9; /* version */
+    CHECK_ST(ops->peer_load(a.be, "b", copy, len, &peer), NIXL_ERR_MD_VERSION);
+    memcpy(copy, blob, len);
+    copy[6] = 0; /* no rails */
+    CHECK_ST(ops->peer_load(a.be, "b", copy, len, &peer), NIXL_ERR_BAD_METADATA);
+    memcpy(copy, blob, len);
+    copy[6] = 2; /* more rails than given */
+    CHECK_ST(ops->peer_load(a.be, "b", copy, len, &peer), NIXL_ERR_BAD_METADATA);
+    memcpy(copy, blob, len);
+    memset(copy + 8, 0, 8); /* instance 0 */
+    CHECK_ST(ops->peer_load(a.be, "b", copy, len, &peer), NIXL_ERR_BAD_METADATA);
+    memcpy(copy, blob, len);
+    copy[LF_CONN_FIXED] = ' '; /* provider name */
+    CHECK_ST(ops->peer_load(a.be, "b", copy, len, &peer), NIXL_ERR_BAD_METADATA);
+    memcpy(copy, blob, len);
+    copy[LF_CONN_FIXED] = 'x'; /* another provider: unreachable, not corrupt */
+    CHECK_ST(ops->peer_load(a.be, "b", copy, len, &peer), NIXL_ERR_NO_PATH);
+    memcpy(copy, blob, len);
+    copy[16] ^= 1; /* address format */
+    CHECK_ST(ops->peer_load(a.be, "b", copy, len, &peer), NIXL_ERR_NO_PATH);
+    /* Our own instance id is refused. */
+    size_t alen = 0;
+    CHECK_ST(ops->conn_pack(a.be, NULL, &alen), NIXL_OK);
+    uint8_t *own = malloc(alen);
+    CHECK(own);
+    CHECK_ST(ops->conn_pack(a.be, own, &alen), NIXL_OK);
+    CHECK_ST(ops->peer_load(a.be, "a", own, alen, &peer), NIXL_ERR_SELF);
+    free(own);
+    /* Address length 0 or over the limit. */
+    size_t aoff = LF_CONN_FIXED + blob[7];
+    memcpy(copy, blob, len);
+    lf_put_u16(copy + aoff, 0);
+    CHECK_ST(ops->peer_load(a.be, "b", copy, len, &peer), NIXL_ERR_BAD_METADATA);
+    lf_put_u16(copy + aoff, LF_ADDR_MAX + 1);
+    CHECK_ST(ops->peer_load(a.be, "b", copy, len, &peer), NIXL_ERR_BAD_METADATA);
+    /* Random damage never crashes; accepted blobs give a peer that unloads. */
+    uint64_t rs = 7;
+    size_t accepted = 0;
+    for (int it = 0; it < 2000; it++) {
+        memcpy(copy, blob, len);
+        for (int k = 0; k < 3; k++) {
+            rs = rs * 6364136223846793005ull + 1442695040888963407ull;
+            copy[(rs >> 33) % len] ^= (uint8_t)(1 + ((rs >> 17) % 255));
+        }
+        peer = NULL;
+        nixl_status_t st = ops->peer_load(a.be, "b", copy, len, &peer);
+        if (st == NIXL_OK) {
+            accepted++;
+            ops->peer_unload(a.be, peer);
+        } else {
+            CHECK(st < 0);
+        }
+    }
+    printf("2000 damaged conn infos: %zu accepted\n", accepted);
+    /* The genuine one still loads. */
+    CHECK_ST(ops->peer_load(a.be, "b", blob, len, &peer), NIXL_OK);
+    ops->peer_unload(a.be, peer);
+    free(blob);
+    free(copy);
+    side_destroy(&a);
+    side_destroy(&b);
+}
+
+static void case_rkey_corrupt(void)
+{
+    side_t a, b;
+    side_create_or_skip(&a, "a", "provider", "tcp", "iface", "lo", NULL);
+    side_create_or_skip(&b, "b", "provider", "tcp", "iface", "lo", NULL);
+    link_t l;
+    link_make(&l, &a, &b);
+    mem_t m;
+    mem_make(&m, &b, 65536, 1);
+    size_t len = 0;
+    CHECK_ST(ops->rkey_pack(b.be, m.md, NULL, &len), NIXL_OK);
+    uint8_t key[64], copy[64];
+    CHECK(len <= sizeof(key));
+    CHECK_ST(ops->rkey_pack(b.be, m.md, key, &len), NIXL_OK);
+    nixl_be_region_t r = {.mem_type = NIXL_MEM_DRAM, .addr = (uint64_t)(uintptr_t)m.p, .len = m.len};
+    void *rmd = NULL;
+    for (size_t cut = 0; cut < len; cut++)
+        CHECK(ops->rkey_load(a.be, l.peer_ab, &r, key, cut, &rmd) < 0);
+    memcpy(copy, key, len);
+    copy[5] = 2; /* rails */
+    CHECK_ST(ops->rkey_load(a.be, l.peer_ab, &r, copy, len, &rmd), NIXL_ERR_BAD_METADATA);
+    memcpy(copy, key, len);
+    copy[6] = 0x80; /* flags */
+    CHECK_ST(ops->rkey_load(a.be, l.peer_ab, &r, copy, len, &rmd), NIXL_ERR_BAD_METADATA);
+    memcpy(copy, key, len);
+    copy[4] = 7;
+    CHECK_ST(ops->rkey_load(a.be, l.peer_ab, &r, copy, len, &rmd), NIXL_ERR_MD_VERSION);
+    nixl_be_region_t v = r;
+    v.mem_type = NIXL_MEM_VRAM;
+    CHECK_ST(ops->rkey_load(a.be, l.peer_ab, &v, key, len, &rmd), NIXL_ERR_BAD_METADATA);
+    CHECK_ST(ops->rkey_load(a.be, l.peer_ab, &r, key, len, &rmd), NIXL_OK);
+    ops->rkey_unload(a.be, rmd);
+    nixl_be_region_t vr = {.mem_type = NIXL_MEM_VRAM, .addr = (uint64_t)(uintptr_t)m.p, .len = m.len};
+    void *md = NULL;
+    CHECK_ST(ops->reg(a.be, &vr, &md), NIXL_ERR_MEM_TYPE);
+    mem_drop(&m, &b);
+    link_drop(&l, &a, &b);
+    side_destroy(&a);
+    side_destroy(&b);
+}
+
+/* WRITE with a notification, READ back, standalone notifications both
+ * ways, a re-post: bytes compared, notifications exact and in order. */
+static void run_xfer(const char *prov, const char *iface)
+{
+    side_t a, b;
+    side_create_or_skip(&a, "init", "provider", prov, "iface", iface, NULL);
+    side_create_or_skip(&b, "targ", "provider", prov, "iface", iface, NULL);
+    link_t l;
+    link_make(&l, &a, &b);
+    const size_t len = 4u << 20;
+    mem_t la, rb;
+    mem_make(&la, &a, len, 3);
+    mem_make(&rb, &b, len, 9);
+    void *rmd = rkey_of(&b, &rb, &a, l.peer_ab);
+    static const piece_t pc[] = {
+        {0, 4096, 4096}, {10000, 3 << 20, 1 << 20}, {7, len - 1, 1}, {5, 0, 3}, {2 << 20, 2 << 20, 65537},
+    };
+    size_t np = sizeof(pc) / sizeof(pc[0]);
+    uint8_t *want = malloc(len);
+    CHECK(want);
+    memcpy(want, rb.p, len);
+    for (size_t i = 0; i < np; i++)
+        memcpy(want + pc[i].roff, la.p + pc[i].loff, pc[i].len);
+    b.host.watch = rb.p;
+    b.host.want = want;
+    b.host.watch_len = len;
+
+    nixl_be_req_t *w = make_req(&a, NIXL_OP_WRITE, l.peer_ab, &la, rmd, &rb, pc, np);
+    char path[48];
+    snprintf(path, sizeof(path), "libfabric.%.*s.write", (int)strcspn(prov, ";"), prov);
+    CHECK(strcmp(w->path, path) == 0 && w->fallback == 0);
+    nixl_status_t st = ops->xfer_post(a.be, w, "done-1", 6);
+    CHECK(st == NIXL_OK || st == NIXL_IN_PROG);
+    CHECK_ST(ops->xfer_post(a.be, w, "x", 1), st == NIXL_OK ? NIXL_OK : NIXL_ERR_IN_FLIGHT);
+    CHECK_ST(wait_req(&a, w, 20000), NIXL_OK);
+    /* A finished WRITE has landed. */
+    CHECK(memcmp(rb.p, want, len) == 0);
+    CHECK(wait_notifs(&b, 1, 20000));
+    CHECK(!b.host.watch_bad);
+    CHECK(strcmp(b.host.q[0].sender, "init") == 0 && b.host.q[0].len == 6 && memcmp(b.host.q[0].msg, "done-1", 6) == 0);
+
+    /* Re-post with changed data and another notification. */
+    for (size_t i = 0; i < len; i++)
+        la.p[i] ^= 0x5a;
+    for (size_t i = 0; i < np; i++)
+        memcpy(want + pc[i].roff, la.p + pc[i].loff, pc[i].len);
+    CHECK(ops->xfer_post(a.be, w, "", 0) >= 0);
+    CHECK_ST(wait_req(&a, w, 20000), NIXL_OK);
+    CHECK(wait_notifs(&b, 2, 20000));
+    CHECK(!b.host.watch_bad && b.host.q[1].len == 0);
+    b.host.watch = NULL;
+    ops->xfer_release(a.be, w);
+
+    /* READ the target's bytes into a fresh local pattern. */
+    memset(la.p, 0xee, len);
+    nixl_be_req_t *rd = make_req(&a, NIXL_OP_READ, l.peer_ab, &la, rmd, &rb, pc, np);
+    CHECK(strstr(rd->path, ".read") != NULL);
+    CHECK(ops->xfer_post(a.be, rd, NULL, 0) >= 0);
+    CHECK_ST(wait_req(&a, rd, 20000), NIXL_OK);
+    for (size_t i = 0; i < np; i++)
+        CHECK(memcmp(la.p + pc[i].loff, rb.p + pc[i].roff, pc[i].len) == 0);
+    CHECK(la.p[pc[0].loff + pc[0].len] == 0xee);
+    ops->xfer_release(a.be, rd);
+
+    /* Standalone notifications, both ways, sizes up to the maximum. */
+    static const size_t sizes[] = {1, 100, 20000, NIXL_NOTIF_MAX, 2, 3};
+    uint8_t *msg = malloc(NIXL_NOTIF_MAX);
+    CHECK(msg);
+    for (size_t i = 0; i < 6; i++) {
+        memset(msg, (int)(0x30 + i), sizes[i]);
+        CHECK_ST(ops->notif_send(a.be, l.peer_ab, msg, sizes[i]), NIXL_OK);
+    }
+    CHECK_ST(ops->notif_send(a.be, l.peer_ab, msg, NIXL_NOTIF_MAX + 1), NIXL_ERR_TOO_BIG);
+    CHECK(wait_notifs(&b, 8, 20000));
+    for (size_t i = 0; i < 6; i++) {
+        notif_t *n = &b.host.q[2 + i];
+        CHECK(n->len == sizes[i] && n->msg[0] == (uint8_t)(0x30 + i) && n->msg[n->len - 1] == (uint8_t)(0x30 + i));
+    }
+    CHECK_ST(ops->notif_send(b.be, l.peer_ba, "pong", 4), NIXL_OK);
+    CHECK(wait_notifs(&a, 1, 20000));
+    CHECK(strcmp(a.host.q[0].sender, "targ") == 0 && a.host.q[0].len == 4);
+    sleep_us(100000);
+    ops->progress(b.be);
+    CHECK(b.host.n == 8);
+    free(msg);
+    free(want);
+    ops->rkey_unload(a.be, rmd);
+    mem_drop(&la, &a);
+    mem_drop(&rb, &b);
+    link_drop(&l, &a, &b);
+    side_destroy(&a);
+    side_destroy(&b);
+}
+
+static void case_xfer_tcp(void)
+{
+    run_xfer("tcp", "lo");
+}
+
+static void case_xfer_shm(void)
+{
+    run_xfer("shm", "");
+}
+
+/* Two rails (lo and another interface): big pieces are striped, each rail
+ * fenced, the notification waits for every write of both. */
+static void case_rails(void)
+{
+    const char *other = getenv("LF_TEST_IFACE2") ? getenv("LF_TEST_IFACE2") : "eth0";
+    char ifaces[64];
+    snprintf(ifaces, sizeof(ifaces), "lo,%s", other);
+    side_t a, b;
+    side_create_or_skip(&a, "init", "provider", "tcp", "iface", ifaces, "stripe_min", "64K", NULL);
+    if (a.be->nrails < 2) {
+        printf("SKIP: interface %s has no tcp domain here (set LF_TEST_IFACE2)\n", other);
+        side_destroy(&a);
+        exit(77);
+    }
+    side_create_or_skip(&b, "targ", "provider", "tcp", "iface", ifaces, "stripe_min", "64K", NULL);
+    link_t l;
+    link_make(&l, &a, &b);
+    const size_t len = 8u << 20;
+    mem_t la, rb;
+    mem_make(&la, &a, len, 5);
+    mem_make(&rb, &b, len, 6);
+    void *rmd = rkey_of(&b, &rb, &a, l.peer_ab);
+    static const piece_t pc[] = {{0, 4u << 20, 4u << 20}, {4u << 20, 0, 100000}, {5u << 20, 1u << 20, 4096}};
+    uint8_t *want = malloc(len);
+    CHECK(want);
+    memcpy(want, rb.p, len);
+    for (size_t i = 0; i < 3; i++)
+        memcpy(want + pc[i].roff, la.p + pc[i].loff, pc[i].len);
+    b.host.watch = rb.p;
+    b.host.want = want;
+    b.host.watch_len = len;
+    nixl_be_req_t *w = make_req(&a, NIXL_OP_WRITE, l.peer_ab, &la, rmd, &rb, pc, 3);
+    lf_req_t *r = (lf_req_t *)w;
+    unsigned per_rail[2] = {0, 0};
+    for (size_t i = 0; i < r->nops; i++)
+        per_rail[r->ops[i].rail]++;
+    printf("%zu operations: %u on rail 0, %u on rail 1\n", r->nops, per_rail[0], per_rail[1]);
+    CHECK(per_rail[0] >= 2 && per_rail[1] >= 2);
+    CHECK(ops->xfer_post(a.be, w, "striped", 7) >= 0);
+    CHECK_ST(wait_req(&a, w, 20000), NIXL_OK);
+    CHECK(r->rails_used == 3);
+    CHECK(memcmp(rb.p, want, len) == 0);
+    CHECK(wait_notifs(&b, 1, 20000));
+    CHECK(!b.host.watch_bad);
+    b.host.watch = NULL;
+    ops->xfer_release(a.be, w);
+    /* And read it all back over both rails. */
+    memset(la.p, 0, len);
+    static const piece_t all[] = {{0, 0, 8u << 20}};
+    nixl_be_req_t *rd = make_req(&a, NIXL_OP_READ, l.peer_ab, &la, rmd, &rb, all, 1);
+    CHECK(ops->xfer_post(a.be, rd, NULL, 0) >= 0);
+    CHECK_ST(wait_req(&a, rd, 20000), NIXL_OK);
+    CHECK(memcmp(la.p, rb.p, len) == 0);
+    ops->xfer_release(a.be, rd);
+    free(want);
+    ops->rkey_unload(a.be, rmd);
+    mem_drop(&la, &a);
+    mem_drop(&rb, &b);
+    link_drop(&l, &a, &b);
+    side_destroy(&a);
+    side_destroy(&b);
+}
+
+/* The release rule at the target, without a wire: notifications arrive
+ * before or after their writes, out of order, canceled tags are dropped. */
+static void msg_hdr(uint8_t *m, uint8_t type, const lf_be_t *to, const lf_conn_t *c, uint64_t seq)
+{
+    memset(m, 0, LF_HDR_SIZE);
+    lf_put_u32(m, LF_MSG_MAGIC);
+    m[4] = type;
+    m[5] = LF_MSG_VERSION;
+    lf_put_u32(m + 8, c->idx);
+    lf_put_u32(m + 12, 0);
+    lf_put_u64(m + 16, c->inst);
+    lf_put_u64(m + 24, to->inst);
+    lf_put_u64(m + 32, seq);
+}
+
+static void deliver_notif(lf_be_t *be, lf_conn_t *c, uint64_t seq, uint32_t tag, uint64_t expect, const char *text)
+{
+    uint8_t m[LF_HDR_SIZE + LF_NOTIF_BODY + 64];
+    size_t tl = strlen(text);
+    msg_hdr(m, LF_MSG_NOTIF, be, c, seq);
+    lf_put_u64(m + LF_HDR_SIZE, expect);
+    lf_put_u32(m + LF_HDR_SIZE + 8, tag);
+    lf_put_u32(m + LF_HDR_SIZE + 12, (uint32_t)tl);
+    memcpy(m + LF_HDR_SIZE + LF_NOTIF_BODY, text, tl);
+    lf_ctrl_on_message(be, m, LF_HDR_SIZE + LF_NOTIF_BODY + tl);
+}
+
+static size_t delivered(side_t *s)
+{
+    lf_deliver_ready(s->be);
+    return s->host.n;
+}
+
+static void case_counting(void)
+{
+    side_t t;
+    side_create_or_skip(&t, "targ", "provider", "tcp", "iface", "lo", "progress_thread", "0", NULL);
+    lf_be_t *be = t.be;
+    static const uint8_t addr[16] = {2, 0, 0, 1, 127, 0, 0, 1};
+    lf_conn_info_t info = {.inst = 0x1234, .addr_format = be->addr_format, .nrails = 1};
+    snprintf(info.prov, sizeof(info.prov), "%.32s", be->prov_name);
+    info.addr[0] = addr;
+    info.alen[0] = sizeof(addr);
+    lf_conn_t *c = NULL;
+    pthread_mutex_lock(&be->lock);
+    CHECK_ST(lf_conn_get(be, &info, &c), NIXL_OK);
+    snprintf(c->name, sizeof(c->name), "sender");
+    c->state = LF_CONN_UP;
+    c->have_ridx = 1;
+    c->last_rx_ns = lf_now_ns();
+    uint64_t d7 = lf_data_make(be, c->idx, 7), d8 = lf_data_make(be, c->idx, 8);
+
+    /* Notification first, writes after: released at the third write. */
+    deliver_notif(be, c, 0, 7, 3, "n0");
+    lf_ctrl_on_write_data(be, d7);
+    lf_ctrl_on_write_data(be, d7);
+    CHECK(delivered(&t) == 0);
+    lf_ctrl_on_write_data(be, d7);
+    CHECK(delivered(&t) == 1 && memcmp(t.host.q[0].msg, "n0", 2) == 0);
+    CHECK(strcmp(t.host.q[0].sender, "sender") == 0);
+    CHECK(c->ntags == 0);
+
+    /* Writes first: released as soon as it arrives.  Sequence 2 waits
+     * for sequence 1, which waits for its writes. */
+    lf_ctrl_on_write_data(be, d8);
+    deliver_notif(be, c, 2, 0, 0, "n2");
+    CHECK(delivered(&t) == 1);
+    deliver_notif(be, c, 1, 8, 2, "n1");
+    CHECK(delivered(&t) == 1);
+    lf_ctrl_on_write_data(be, d8);
+    CHECK(delivered(&t) == 3);
+    CHECK(memcmp(t.host.q[1].msg, "n1", 2) == 0 && memcmp(t.host.q[2].msg, "n2", 2) == 0);
+
+    /* A duplicate sequence is dropped. */
+    deliver_notif(be, c, 2, 0, 0, "dup");
+    CHECK(delivered(&t) == 3);
+
+    /* CANCEL: the tag is forgotten once its posted writes came in. */
+    lf_ctrl_on_write_data(be, lf_data_make(be, c->idx, 9));
+    uint8_t m[LF_HDR_SIZE + LF_CANCEL_BODY];
+    msg_hdr(m, LF_MSG_CANCEL, be, c, 0);
+    lf_put_u32(m + LF_HDR_SIZE, 9);
+    lf_put_u32(m + LF_HDR_SIZE + 4, 0);
+    lf_put_u64(m + LF_HDR_SIZE + 8, 2);
+    lf_ctrl_on_message(be, m, sizeof(m));
+    CHECK(c->ntags == 1);
+    lf_ctrl_on_write_data(be, lf_data_make(be, c->idx, 9));
+    CHECK(c->ntags == 0);
+
+    /* Messages of another instance, bad magic, short ones: ignored. */
+    deliver_notif(be, c, 3, 0, 0, "n3");
+    CHECK(delivered(&t) == 4);
+    uint8_t bad[LF_HDR_SIZE + LF_NOTIF_BODY + 2];
+    msg_hdr(bad, LF_MSG_NOTIF, be, c, 4);
+    lf_put_u64(bad + 16, 0x999);
+    lf_ctrl_on_message(be, bad, sizeof(bad));
+    msg_hdr(bad, LF_MSG_NOTIF, be, c, 4);
+    bad[0] ^= 1;
+    lf_ctrl_on_message(be, bad, sizeof(bad));
+    msg_hdr(bad, LF_MSG_NOTIF, be, c, 4);
+    lf_put_u32(bad + LF_HDR_SIZE + 12, 1000); /* longer than the message */
+    lf_ctrl_on_message(be, bad, sizeof(bad));
+    lf_ctrl_on_message(be, bad, 5);
+    lf_ctrl_on_write_data(be, lf_data_make(be, 1000, 1)); /* no such connection */
+    CHECK(delivered(&t) == 4 && c->pend == NULL);
+
+    /* BYE takes the connection down. */
+    msg_hdr(m, LF_MSG_BYE, be, c, 0);
+    lf_ctrl_on_message(be, m, LF_HDR_SIZE);
+    CHECK(c->state == LF_CONN_DOWN && c->down_status == NIXL_ERR_PEER_GONE);
+    pthread_mutex_unlock(&be->lock);
+    side_destroy(&t);
+}
+
+/* Release in flight: no notification ever arrives, the target forgets
+ * the tag, and later requests work. */
+static void case_cancel(void)
+{
+    side_t a, b;
+    side_create_or_skip(&a, "init", "provider", "tcp", "iface", "lo", NULL);
+    side_create_or_skip(&b, "targ", "provider", "tcp", "iface", "lo", NULL);
+    link_t l;
+    link_make(&l, &a, &b);
+    const size_t len = 32u << 20;
+    mem_t la, rb;
+    mem_make(&la, &a, len, 1);
+    mem_make(&rb, &b, len, 2);
+    void *rmd = rkey_of(&b, &rb, &a, l.peer_ab);
+    piece_t pc[32];
+    for (size_t i = 0; i < 32; i++)
+        pc[i] = (piece_t){i << 20, (31 - i) << 20, 1u << 20};
+    nixl_be_req_t *w = make_req(&a, NIXL_OP_WRITE, l.peer_ab, &la, rmd, &rb, pc, 32);
+    /* Handshake first, so the cancel meets writes really in flight. */
+    CHECK_ST(ops->notif_send(a.be, l.peer_ab, "hi", 2), NIXL_OK);
+    CHECK(wait_notifs(&b, 1, 20000));
+    nixl_status_t st = ops->xfer_post(a.be, w, "canceled", 8);
+    CHECK(st == NIXL_IN_PROG);
+    ops->xfer_release(a.be, w);
+    /* Once release returned nothing lands any more. */
+    memset(rb.p, 0x77, len);
+    sleep_us(300000);
+    for (size_t i = 0; i < len; i++)
+        CHECK(rb.p[i] == 0x77);
+    wait_notifs(&b, 2, 300);
+    CHECK(b.host.n == 1);
+    lf_be_t *tb = b.be;
+    pthread_mutex_lock(&tb->lock);
+    size_t tags = 0;
+    for (size_t i = 0; i < tb->nconns; i++)
+        if (tb->conns[i])
+            tags += tb->conns[i]->ntags;
+    pthread_mutex_unlock(&tb->lock);
+    CHECK(tags == 0);
+    static const piece_t one[] = {{0, 0, 4096}};
+    nixl_be_req_t *y = make_req(&a, NIXL_OP_WRITE, l.peer_ab, &la, rmd, &rb, one, 1);
+    CHECK(ops->xfer_post(a.be, y, "after", 5) >= 0);
+    CHECK_ST(wait_req(&a, y, 20000), NIXL_OK);
+    CHECK(wait_notifs(&b, 2, 20000));
+    CHECK(b.host.q[1].len == 5 && memcmp(b.host.q[1].msg, "after", 5) == 0);
+    CHECK(memcmp(rb.p, la.p, 4096) == 0);
+    ops->xfer_release(a.be, y);
+    ops->rkey_unload(a.be, rmd);
+    mem_drop(&la, &a);
+    mem_drop(&rb, &b);
+    link_drop(&l, &a, &b);
+    side_destroy(&a);
+    side_destroy(&b);
+}
+
+/* A peer that stops answering (no progress, no thread) is declared gone
+ * within its timeout; its requests fail, new ones are refused at once. */
+static void case_silent_peer(void)
+{
+    side_t a, b;
+    side_create_or_skip(&a, "init", "provider", "tcp", "iface", "lo", "heartbeat_ms", "50", "peer_timeout_ms",
+                        "400", NULL);
+    side_create_or_skip(&b, "targ", "provider", "tcp", "iface", "lo", "progress_thread", "0", NULL);
+    link_t l;
+    link_make(&l, &a, &b);
+    mem_t la, rb;
+    mem_make(&la, &a, 1 << 20, 1);
+    mem_make(&rb, &b, 1 << 20, 2);
+    void *rmd = rkey_of(&b, &rb, &a, l.peer_ab);
+    static const piece_t pc[] = {{0, 0, 1 << 20}};
+    nixl_be_req_t *w = make_req(&a, NIXL_OP_WRITE, l.peer_ab, &la, rmd, &rb, pc, 1);
+    CHECK(ops->xfer_post(a.be, w, NULL, 0) >= 0);
+    /* The target answers only while we drive it. */
+    uint64_t deadline = now_ms() + 20000;
+    nixl_status_t st;
+    while ((st = ops->xfer_status(a.be, w)) == NIXL_IN_PROG && now_ms() < deadline) {
+        ops->progress(b.be);
+        sleep_us(50);
+    }
+    CHECK_ST(st, NIXL_OK);
+    /* Now it goes quiet. */
+    uint64_t t0 = now_ms();
+    CHECK(ops->xfer_post(a.be, w, NULL, 0) >= 0);
+    st = wait_req(&a, w, 5000);
+    uint64_t ms = now_ms() - t0;
+    printf("request to a silent peer: %s after %llu ms\n", nixl_status_name(st), (unsigned long long)ms);
+    CHECK_ST(st, NIXL_ERR_PEER_GONE);
+    CHECK(ms < 2000);
+    CHECK_ST(ops->xfer_post(a.be, w, NULL, 0), NIXL_ERR_PEER_GONE);
+    CHECK_ST(ops->notif_send(a.be, l.peer_ab, "x", 1), NIXL_ERR_PEER_GONE);
+    ops->xfer_release(a.be, w);
+    ops->rkey_unload(a.be, rmd);
+    mem_drop(&la, &a);
+    mem_drop(&rb, &b);
+    link_drop(&l, &a, &b);
+    side_destroy(&a);
+    side_destroy(&b);
+}
+
+/* A peer that never answers the handshake: TIMEOUT, bounded. */
+static void case_no_answer(void)
+{
+    side_t a, b;
+    side_create_or_skip(&a, "init", "provider", "tcp", "iface", "lo", "heartbeat_ms", "50", "peer_timeout_ms",
+                        "300", NULL);
+    side_create_or_skip(&b, "targ", "provider", "tcp", "iface", "lo", "progress_thread", "0", NULL);
+    void *peer = load_peer(&a, &b);
+    uint64_t t0 = now_ms();
+    CHECK_ST(ops->notif_send(a.be, peer, "hello?", 6), NIXL_OK);
+    lf_conn_t *c = peer;
+    while (c->state != LF_CONN_DOWN && now_ms() - t0 < 5000) {
+        ops->progress(a.be);
+        sleep_us(1000);
+    }
+    printf("handshake unanswered: connection down after %llu ms (%s)\n", (unsigned long long)(now_ms() - t0),
+           nixl_status_name(c->down_status));
+    CHECK(c->state == LF_CONN_DOWN && c->down_status == NIXL_ERR_TIMEOUT);
+    CHECK(now_ms() - t0 < 2000);
+    ops->peer_unload(a.be, peer);
+    side_destroy(&a);
+    side_destroy(&b);
+}
+
+/* Destroying one side tells the other at once (BYE). */
+static void case_bye(void)
+{
+    side_t a, b;
+    side_create_or_skip(&a, "init", "provider", "tcp", "iface", "lo", NULL);
+    side_create_or_skip(&b, "targ", "provider", "tcp", "iface", "lo", NULL);
+    void *peer = load_peer(&a, &b);
+    CHECK_ST(ops->notif_send(a.be, peer, "hi", 2), NIXL_OK);
+    CHECK(wait_notifs(&b, 1, 20000));
+    uint64_t t0 = now_ms();
+    side_destroy(&b);
+    lf_conn_t *c = peer;
+    while (c->state != LF_CONN_DOWN && now_ms() - t0 < 1000) {
+        ops->progress(a.be);
+        sleep_us(1000);
+    }
+    CHECK(c->state == LF_CONN_DOWN && c->down_status == NIXL_ERR_PEER_GONE);
+    printf("peer destroyed: connection down after %llu ms\n", (unsigned long long)(now_ms() - t0));
+    CHECK(now_ms() - t0 < 500);
+    ops->peer_unload(a.be, peer);
+    side_destroy(&a);
+}
+
+static const struct {
+    const char *name;
+    void (*fn)(void);
+} cases[] = {
+    {"params", case_params},         {"conn_corrupt", case_conn_corrupt}, {"rkey_corrupt", case_rkey_corrupt},
+    {"xfer_tcp", case_xfer_tcp},     {"xfer_shm", case_xfer_shm},         {"rails", case_rails},
+    {"counting", case_counting},     {"cancel", case_cancel},             {"silent_peer", case_silent_peer},
+    {"no_answer", case_no_answer},   {"bye", case_bye},
+};
+
+int main(int argc, char **argv)
+{
+    ops = nixl_backend_libfabric_ops();
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s CASE\n", argv[0]);
+        return 2;
+    }
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        if (strcmp(cases[i].name, argv[1]) == 0) {
+            cases[i].fn();
+            printf("ok %s\n", argv[1]);
+            return 0;
+        }
+    }
+    fprintf(stderr, "unknown case %s\n", argv[1]);
+    return 2;
+}
