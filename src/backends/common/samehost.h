@@ -10,6 +10,7 @@
 #ifndef NIXL_BACKENDS_COMMON_SAMEHOST_H
 #define NIXL_BACKENDS_COMMON_SAMEHOST_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -144,8 +145,17 @@ void samehost_ptrace_setup(const nixl_host_services_t *host, const char *who, co
 #define SAMEHOST_NAME_MAX 63       /* agent names, as NIXL_NAME_MAX */
 #define SAMEHOST_SOCK_NAME_MAX 100 /* abstract socket name, without the leading NUL */
 
+/* A received notification waiting for progress(). */
+typedef struct samehost_notif_item {
+    struct samehost_notif_item *next;
+    char sender[SAMEHOST_NAME_MAX + 1];
+    size_t len;
+    uint8_t msg[];
+} samehost_notif_item_t;
+
 /* The receiving end: one AF_UNIX datagram socket in the abstract namespace
- * per backend instance. */
+ * per backend instance, drained by a receiver thread into a queue that
+ * progress() hands to the agent. */
 typedef struct samehost_notif {
     const nixl_host_services_t *host;
     const char *who; /* backend name, prefix of socket names and log lines */
@@ -158,6 +168,13 @@ typedef struct samehost_notif {
     size_t rx_cap;
     uint64_t drop_warn_ns; /* rate limit of "dropped a datagram" warnings */
     uint64_t dropped;
+    /* receiver thread and its queue */
+    pthread_t rx_thread;
+    int rx_running;
+    int stop_fd[2];
+    pthread_mutex_t q_lock;
+    samehost_notif_item_t *q_head, **q_tail;
+    size_t q_bytes;
 } samehost_notif_t;
 
 /* The sending end towards one peer (one socket per peer, so a peer that
@@ -190,8 +207,8 @@ nixl_status_t samehost_notif_send_raw(const samehost_notif_t *n, const samehost_
 /* Build and send one notification (at most NIXL_NOTIF_MAX bytes). */
 nixl_status_t samehost_notif_send(const samehost_notif_t *n, const samehost_notif_peer_t *peer, const void *msg,
                                   size_t len);
-/* Drain the socket without blocking; hand every valid notification to
- * host->notif_deliver.  Call from progress(). */
+/* Hand every notification the receiver thread queued to
+ * host->notif_deliver, in arrival order.  Call from progress(). */
 nixl_status_t samehost_notif_progress(samehost_notif_t *n);
 
 #endif

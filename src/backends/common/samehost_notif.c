@@ -8,11 +8,20 @@
  *   u32 magic, u16 version, u16 sender-name length, sender name, payload.
  * Senders use one socket per peer so a peer that stops reading blocks only
  * notifications to itself; a full queue is retried for about 2 s, then the
- * send fails with NIXL_ERR_TIMEOUT.  progress() drains the socket and
- * validates every datagram (anyone on the host can send to an abstract
- * name): the kernel-attached credentials must show our uid or root.
+ * send fails with NIXL_ERR_TIMEOUT.
+ *
+ * The kernel queues at most net.unix.max_dgram_qlen (often 10) datagrams
+ * per socket, so a receiver that waits for progress() to read would make
+ * busy senders time out.  A receiver thread per socket drains it as
+ * datagrams arrive, validates each (anyone on the host can send to an
+ * abstract name: the kernel-attached credentials must show our uid or
+ * root) and queues it; progress() hands the queue to the agent.  Past
+ * NOTIF_QUEUE_MAX queued bytes the thread stops reading, and the socket's
+ * own limit pushes back on senders again.
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,8 +38,12 @@
 #define NOTIF_SOCK_BUF (4 << 20)
 #define NOTIF_RECV_BATCH 1024
 #define NOTIF_DROP_WARN_NS (1000ull * 1000 * 1000)
+#define NOTIF_QUEUE_MAX ((size_t)64 << 20)
+#define NOTIF_FULL_WAIT_MS 1
 
 static _Atomic unsigned notif_sock_counter;
+
+static void *notif_rx_main(void *arg);
 
 static uint64_t random64(const void *salt)
 {
@@ -101,8 +114,28 @@ nixl_status_t samehost_notif_open(samehost_notif_t *n, const nixl_host_services_
         return NIXL_ERR_NO_MEMORY;
     }
     n->sock = s;
+    n->q_tail = &n->q_head;
+    pthread_mutex_init(&n->q_lock, NULL);
+    if (pipe2(n->stop_fd, O_CLOEXEC | O_NONBLOCK) != 0) {
+        SAMEHOST_LOG(host, NIXL_LOG_ERROR, "%s: notification thread pipe: %s", who, strerror(errno));
+        goto err_buf;
+    }
+    if (pthread_create(&n->rx_thread, NULL, notif_rx_main, n) != 0) {
+        SAMEHOST_LOG(host, NIXL_LOG_ERROR, "%s: cannot start the notification thread", who);
+        close(n->stop_fd[0]);
+        close(n->stop_fd[1]);
+        goto err_buf;
+    }
+    n->rx_running = 1;
     return NIXL_OK;
 
+err_buf:
+    pthread_mutex_destroy(&n->q_lock);
+    free(n->rx_buf);
+    n->rx_buf = NULL;
+    n->sock = -1;
+    close(s);
+    return NIXL_ERR_IO;
 err_close:
     close(s);
     return NIXL_ERR_IO;
@@ -110,6 +143,21 @@ err_close:
 
 void samehost_notif_close(samehost_notif_t *n)
 {
+    if (n->rx_running) {
+        char c = 1;
+        while (write(n->stop_fd[1], &c, 1) < 0 && errno == EINTR)
+            ;
+        pthread_join(n->rx_thread, NULL);
+        close(n->stop_fd[0]);
+        close(n->stop_fd[1]);
+        n->rx_running = 0;
+        while (n->q_head) {
+            samehost_notif_item_t *it = n->q_head;
+            n->q_head = it->next;
+            free(it);
+        }
+        pthread_mutex_destroy(&n->q_lock);
+    }
     if (n->sock >= 0)
         close(n->sock);
     n->sock = -1;
@@ -275,7 +323,8 @@ static const char *notif_check(const samehost_notif_t *n, size_t len, int flags,
     return NULL;
 }
 
-static void notif_deliver(samehost_notif_t *n, size_t len, int flags, const struct ucred *cred)
+/* Receiver thread: validate one datagram in rx_buf and queue it. */
+static void notif_enqueue(samehost_notif_t *n, size_t len, int flags, const struct ucred *cred)
 {
     size_t off = 0;
     const char *why = notif_check(n, len, flags, cred, &off);
@@ -283,14 +332,72 @@ static void notif_deliver(samehost_notif_t *n, size_t len, int flags, const stru
         notif_drop(n, why, cred);
         return;
     }
-    char sender[SAMEHOST_NAME_MAX + 1];
+    samehost_notif_item_t *it = malloc(sizeof(*it) + (len - off));
+    if (!it) {
+        notif_drop(n, "out of memory", cred);
+        return;
+    }
     size_t name_len = off - NOTIF_HDR;
-    memcpy(sender, n->rx_buf + NOTIF_HDR, name_len);
-    sender[name_len] = '\0';
-    n->host->notif_deliver(n->host->ctx, sender, n->rx_buf + off, len - off);
+    memcpy(it->sender, n->rx_buf + NOTIF_HDR, name_len);
+    it->sender[name_len] = '\0';
+    it->len = len - off;
+    memcpy(it->msg, n->rx_buf + off, it->len);
+    it->next = NULL;
+    pthread_mutex_lock(&n->q_lock);
+    *n->q_tail = it;
+    n->q_tail = &it->next;
+    n->q_bytes += it->len;
+    pthread_mutex_unlock(&n->q_lock);
+}
+
+static size_t notif_queued_bytes(samehost_notif_t *n)
+{
+    pthread_mutex_lock(&n->q_lock);
+    size_t b = n->q_bytes;
+    pthread_mutex_unlock(&n->q_lock);
+    return b;
+}
+
+/* Receive every pending datagram without blocking. */
+static void notif_drain(samehost_notif_t *n);
+
+static void *notif_rx_main(void *arg)
+{
+    samehost_notif_t *n = arg;
+    for (;;) {
+        /* Past the cap, leave datagrams in the socket: senders feel it. */
+        int full = notif_queued_bytes(n) > NOTIF_QUEUE_MAX;
+        struct pollfd p[2] = {{.fd = n->stop_fd[0], .events = POLLIN}, {.fd = n->sock, .events = POLLIN}};
+        int rc = poll(p, full ? 1 : 2, full ? NOTIF_FULL_WAIT_MS : -1);
+        if (rc < 0 && errno != EINTR) {
+            SAMEHOST_LOG(n->host, NIXL_LOG_ERROR, "%s: notification thread: poll: %s", n->who, strerror(errno));
+            return NULL;
+        }
+        if (rc > 0 && (p[0].revents & POLLIN))
+            return NULL;
+        if (!full && rc > 0 && (p[1].revents & (POLLIN | POLLERR)))
+            notif_drain(n);
+    }
 }
 
 nixl_status_t samehost_notif_progress(samehost_notif_t *n)
+{
+    pthread_mutex_lock(&n->q_lock);
+    samehost_notif_item_t *list = n->q_head;
+    n->q_head = NULL;
+    n->q_tail = &n->q_head;
+    n->q_bytes = 0;
+    pthread_mutex_unlock(&n->q_lock);
+    while (list) {
+        samehost_notif_item_t *it = list;
+        list = it->next;
+        n->host->notif_deliver(n->host->ctx, it->sender, it->msg, it->len);
+        free(it);
+    }
+    return NIXL_OK;
+}
+
+static void notif_drain(samehost_notif_t *n)
 {
     for (int k = 0; k < NOTIF_RECV_BATCH; k++) {
         union {
@@ -303,18 +410,16 @@ nixl_status_t samehost_notif_progress(samehost_notif_t *n)
         if (got < 0) {
             if (errno == EINTR)
                 continue;
-            if (errno == EAGAIN || errno == EWOULDBLOCK)
-                return NIXL_OK;
-            SAMEHOST_LOG(n->host, NIXL_LOG_WARN, "%s: receiving notifications on @%s: %s", n->who, n->sock_name,
-                         strerror(errno));
-            return NIXL_ERR_IO;
+            if (errno != EAGAIN && errno != EWOULDBLOCK)
+                SAMEHOST_LOG(n->host, NIXL_LOG_WARN, "%s: receiving notifications on @%s: %s", n->who,
+                             n->sock_name, strerror(errno));
+            return;
         }
         const struct ucred *cred = NULL;
         for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
             if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_CREDENTIALS &&
                 c->cmsg_len == CMSG_LEN(sizeof(struct ucred)))
                 cred = (const struct ucred *)CMSG_DATA(c);
-        notif_deliver(n, (size_t)got, mh.msg_flags, cred);
+        notif_enqueue(n, (size_t)got, mh.msg_flags, cred);
     }
-    return NIXL_OK;
 }
