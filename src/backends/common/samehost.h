@@ -204,6 +204,38 @@ void samehost_notif_build(const samehost_notif_t *n, uint8_t *buf, const void *m
  * full, unless *cancel (may be NULL) becomes set.  Any thread. */
 nixl_status_t samehost_notif_send_raw(const samehost_notif_t *n, const samehost_notif_peer_t *peer,
                                       const uint8_t *dgram, size_t len, _Atomic int *cancel);
+/* A request's notification, built once per post into a buffer the request
+ * keeps (grown, never shrunk). */
+typedef struct samehost_notif_msg {
+    uint8_t *buf;
+    size_t cap, len;
+    int has; /* the current post carries a notification */
+} samehost_notif_msg_t;
+
+/* Build msg (NULL: no notification) into m; NIXL_ERR_TOO_BIG past
+ * NIXL_NOTIF_MAX (logged). */
+nixl_status_t samehost_notif_msg_set(const samehost_notif_t *n, samehost_notif_msg_t *m, const void *msg, size_t len);
+void samehost_notif_msg_free(samehost_notif_msg_t *m);
+
+/* ------------------------------------------------------------------------
+ * Connection info of a same-host backend (samehost_notif.c): u32 magic
+ * (the backend's own), u16 version, u16 socket-name length, this
+ * process's identity (SAMEHOST_IDENT_WIRE bytes), the notification socket
+ * name.  Little-endian.
+ * ------------------------------------------------------------------------ */
+#define SAMEHOST_CONN_VERSION 1
+#define SAMEHOST_CONN_FIXED (8 + SAMEHOST_IDENT_WIRE)
+
+/* Same convention as the backend ABI's conn_pack: buf NULL asks the size. */
+nixl_status_t samehost_conn_pack(const samehost_notif_t *n, const samehost_ident_t *self, uint32_t magic, void *buf,
+                                 size_t *len);
+/* Validate a peer's conn info completely (untrusted); outputs its identity
+ * and its socket name (pointing into conn).  Logged errors:
+ * NIXL_ERR_BAD_METADATA, NIXL_ERR_MD_VERSION. */
+nixl_status_t samehost_conn_unpack(const samehost_notif_t *n, uint32_t magic, const char *peer_name, const void *conn,
+                                   size_t len, samehost_ident_t *id_out, const char **sock_name_out,
+                                   size_t *sock_name_len_out);
+
 /* Build and send one notification (at most NIXL_NOTIF_MAX bytes). */
 nixl_status_t samehost_notif_send(const samehost_notif_t *n, const samehost_notif_peer_t *peer, const void *msg,
                                   size_t len);

@@ -423,3 +423,90 @@ static void notif_drain(samehost_notif_t *n)
         notif_enqueue(n, (size_t)got, mh.msg_flags, cred);
     }
 }
+
+nixl_status_t samehost_notif_msg_set(const samehost_notif_t *n, samehost_notif_msg_t *m, const void *msg, size_t len)
+{
+    m->has = msg != NULL;
+    if (!msg)
+        return NIXL_OK;
+    if (len > NIXL_NOTIF_MAX) {
+        SAMEHOST_LOG(n->host, NIXL_LOG_ERROR, "%s: notification of %zu bytes, at most %d allowed", n->who, len,
+                     NIXL_NOTIF_MAX);
+        m->has = 0;
+        return NIXL_ERR_TOO_BIG;
+    }
+    size_t need = samehost_notif_size(n, len);
+    if (need > m->cap) {
+        uint8_t *nb = realloc(m->buf, need);
+        if (!nb) {
+            m->has = 0;
+            return NIXL_ERR_NO_MEMORY;
+        }
+        m->buf = nb;
+        m->cap = need;
+    }
+    samehost_notif_build(n, m->buf, msg, len);
+    m->len = need;
+    return NIXL_OK;
+}
+
+void samehost_notif_msg_free(samehost_notif_msg_t *m)
+{
+    free(m->buf);
+    m->buf = NULL;
+    m->cap = m->len = 0;
+    m->has = 0;
+}
+
+nixl_status_t samehost_conn_pack(const samehost_notif_t *n, const samehost_ident_t *self, uint32_t magic, void *buf,
+                                 size_t *len)
+{
+    size_t name_len = strlen(n->sock_name);
+    size_t need = SAMEHOST_CONN_FIXED + name_len;
+    if (!len)
+        return NIXL_ERR_NULL;
+    if (!buf || *len < need) {
+        *len = need;
+        return buf ? NIXL_ERR_TOO_BIG : NIXL_OK;
+    }
+    uint8_t *p = buf;
+    samehost_put_u32(p, magic);
+    samehost_put_u16(p + 4, SAMEHOST_CONN_VERSION);
+    samehost_put_u16(p + 6, (uint16_t)name_len);
+    samehost_ident_pack(self, p + 8);
+    memcpy(p + SAMEHOST_CONN_FIXED, n->sock_name, name_len);
+    *len = need;
+    return NIXL_OK;
+}
+
+nixl_status_t samehost_conn_unpack(const samehost_notif_t *n, uint32_t magic, const char *peer_name, const void *conn,
+                                   size_t len, samehost_ident_t *id_out, const char **sock_name_out,
+                                   size_t *sock_name_len_out)
+{
+    const uint8_t *p = conn;
+    const char *who = n->who;
+    if (!p || len < SAMEHOST_CONN_FIXED) {
+        SAMEHOST_LOG(n->host, NIXL_LOG_ERROR, "%s: conn info of peer %s is %zu bytes, at least %d expected", who,
+                     peer_name, len, SAMEHOST_CONN_FIXED);
+        return NIXL_ERR_BAD_METADATA;
+    }
+    if (samehost_get_u32(p) != magic) {
+        SAMEHOST_LOG(n->host, NIXL_LOG_ERROR, "%s: conn info of peer %s has a bad magic number", who, peer_name);
+        return NIXL_ERR_BAD_METADATA;
+    }
+    if (samehost_get_u16(p + 4) != SAMEHOST_CONN_VERSION) {
+        SAMEHOST_LOG(n->host, NIXL_LOG_ERROR, "%s: conn info of peer %s is version %u, we speak %u", who, peer_name,
+                     samehost_get_u16(p + 4), SAMEHOST_CONN_VERSION);
+        return NIXL_ERR_MD_VERSION;
+    }
+    size_t name_len = samehost_get_u16(p + 6);
+    if (len != SAMEHOST_CONN_FIXED + name_len || !samehost_notif_name_valid(p + SAMEHOST_CONN_FIXED, name_len)) {
+        SAMEHOST_LOG(n->host, NIXL_LOG_ERROR, "%s: conn info of peer %s is malformed (%zu bytes, socket name of %zu)",
+                     who, peer_name, len, name_len);
+        return NIXL_ERR_BAD_METADATA;
+    }
+    samehost_ident_unpack(p + 8, id_out);
+    *sock_name_out = (const char *)p + SAMEHOST_CONN_FIXED;
+    *sock_name_len_out = name_len;
+    return NIXL_OK;
+}

@@ -24,8 +24,6 @@
 
 /* conn info: magic, version, socket-name length, identity, socket name. */
 #define CIP_CONN_MAGIC 0x43504943u /* "CIPC" */
-#define CIP_CONN_VERSION 1
-#define CIP_CONN_FIXED (8 + SAMEHOST_IDENT_WIRE)
 
 #define CIP_DEFAULT_CE_MIN (4ull << 20)
 #define CIP_DEFAULT_KERNEL_MIN 4ull
@@ -288,55 +286,23 @@ static void cip_destroy(void *bev)
 static nixl_status_t cip_conn_pack(void *bev, void *buf, size_t *len)
 {
     cip_be_t *be = bev;
-    size_t name_len = strlen(be->notif.sock_name);
-    size_t need = CIP_CONN_FIXED + name_len;
-    if (!len)
-        return NIXL_ERR_NULL;
-    if (!buf || *len < need) {
-        *len = need;
-        return buf ? NIXL_ERR_TOO_BIG : NIXL_OK;
-    }
-    uint8_t *p = buf;
-    samehost_put_u32(p, CIP_CONN_MAGIC);
-    samehost_put_u16(p + 4, CIP_CONN_VERSION);
-    samehost_put_u16(p + 6, (uint16_t)name_len);
-    samehost_ident_pack(&be->self, p + 8);
-    memcpy(p + CIP_CONN_FIXED, be->notif.sock_name, name_len);
-    *len = need;
-    return NIXL_OK;
+    return samehost_conn_pack(&be->notif, &be->self, CIP_CONN_MAGIC, buf, len);
 }
 
 static nixl_status_t cip_peer_load(void *bev, const char *peer_name, const void *conn, size_t conn_len,
                                    void **peer_out)
 {
     cip_be_t *be = bev;
-    const uint8_t *p = conn;
     const char *who = peer_name ? peer_name : "?";
     if (!peer_out)
         return NIXL_ERR_NULL;
-    if (!p || conn_len < CIP_CONN_FIXED) {
-        CIP_ERROR(be, "cuda_ipc: conn info of peer %s is %zu bytes, at least %d expected", who, conn_len,
-                  CIP_CONN_FIXED);
-        return NIXL_ERR_BAD_METADATA;
-    }
-    if (samehost_get_u32(p) != CIP_CONN_MAGIC) {
-        CIP_ERROR(be, "cuda_ipc: conn info of peer %s has a bad magic number", who);
-        return NIXL_ERR_BAD_METADATA;
-    }
-    if (samehost_get_u16(p + 4) != CIP_CONN_VERSION) {
-        CIP_ERROR(be, "cuda_ipc: conn info of peer %s is version %u, we speak %u", who, samehost_get_u16(p + 4),
-                  CIP_CONN_VERSION);
-        return NIXL_ERR_MD_VERSION;
-    }
-    size_t name_len = samehost_get_u16(p + 6);
-    if (conn_len != CIP_CONN_FIXED + name_len || !samehost_notif_name_valid(p + CIP_CONN_FIXED, name_len)) {
-        CIP_ERROR(be, "cuda_ipc: conn info of peer %s is malformed (%zu bytes, socket name of %zu)", who, conn_len,
-                  name_len);
-        return NIXL_ERR_BAD_METADATA;
-    }
     samehost_ident_t id;
-    samehost_ident_unpack(p + 8, &id);
-    nixl_status_t st = samehost_ident_reachable(be->host, "cuda_ipc", who, &be->self, &id, be->can_ptrace_any);
+    const char *sock_name;
+    size_t name_len;
+    nixl_status_t st = samehost_conn_unpack(&be->notif, CIP_CONN_MAGIC, who, conn, conn_len, &id, &sock_name, &name_len);
+    if (st != NIXL_OK)
+        return st;
+    st = samehost_ident_reachable(be->host, "cuda_ipc", who, &be->self, &id, be->can_ptrace_any);
     if (st != NIXL_OK)
         return st;
 
@@ -350,8 +316,7 @@ static nixl_status_t cip_peer_load(void *bev, const char *peer_name, const void 
     st = samehost_proc_open(be->host, "cuda_ipc", who, (pid_t)id.pid, id.start_time, &peer->proc);
     if (st != NIXL_OK)
         goto err_free;
-    st = samehost_notif_peer_open(&be->notif, &peer->notif, peer->name, (const char *)p + CIP_CONN_FIXED,
-                                  name_len);
+    st = samehost_notif_peer_open(&be->notif, &peer->notif, peer->name, sock_name, name_len);
     if (st != NIXL_OK)
         goto err_proc;
     *peer_out = peer;

@@ -185,10 +185,7 @@ typedef struct cip_req {
     int watched, queued, busy;
     _Atomic int wstatus; /* what the thread concluded; NIXL_IN_PROG until then */
     _Atomic int cancel;
-    /* the notification datagram of the current post */
-    uint8_t *notif_buf;
-    size_t notif_cap, notif_len;
-    int has_notif;
+    samehost_notif_msg_t notif; /* the notification datagram of the current post */
 } cip_req_t;
 
 /* cuda_ipc.c */

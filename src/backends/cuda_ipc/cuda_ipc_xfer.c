@@ -155,7 +155,7 @@ static void cip_req_free(cip_be_t *be, cip_req_t *r)
         free(g->ce);
         free(g->kt);
     }
-    free(r->notif_buf);
+    samehost_notif_msg_free(&r->notif);
     free(r);
 }
 
@@ -272,29 +272,6 @@ err:
     return st;
 }
 
-static nixl_status_t cip_req_set_notif(cip_req_t *r, const void *notif, size_t notif_len)
-{
-    cip_be_t *be = r->be;
-    r->has_notif = notif != NULL;
-    if (!notif)
-        return NIXL_OK;
-    if (notif_len > NIXL_NOTIF_MAX) {
-        CIP_ERROR(be, "cuda_ipc: notification of %zu bytes, at most %d allowed", notif_len, NIXL_NOTIF_MAX);
-        return NIXL_ERR_TOO_BIG;
-    }
-    size_t need = samehost_notif_size(&be->notif, notif_len);
-    if (need > r->notif_cap) {
-        uint8_t *nb = realloc(r->notif_buf, need);
-        if (!nb)
-            return NIXL_ERR_NO_MEMORY;
-        r->notif_buf = nb;
-        r->notif_cap = need;
-    }
-    samehost_notif_build(&be->notif, r->notif_buf, notif, notif_len);
-    r->notif_len = need;
-    return NIXL_OK;
-}
-
 /* Issue one group's work on its stream, in its context (current). */
 static CUresult cip_group_issue(cip_be_t *be, cip_group_t *g, const char **what)
 {
@@ -362,8 +339,8 @@ static nixl_status_t cip_waiter_finish(cip_be_t *be, cip_req_t *r)
     }
     if (st == NIXL_OK && atomic_load(&r->cancel))
         st = NIXL_ERR_CANCELED;
-    if (st == NIXL_OK && r->has_notif)
-        st = samehost_notif_send_raw(&be->notif, &r->peer->notif, r->notif_buf, r->notif_len, &r->cancel);
+    if (st == NIXL_OK && r->notif.has)
+        st = samehost_notif_send_raw(&be->notif, &r->peer->notif, r->notif.buf, r->notif.len, &r->cancel);
     return st;
 }
 
@@ -470,7 +447,7 @@ nixl_status_t cip_xfer_post(void *bev, nixl_be_req_t *hdr, const void *notif, si
         return NIXL_ERR_IN_FLIGHT;
     nixl_status_t st = cip_peer_alive(be, r->peer);
     if (st == NIXL_OK)
-        st = cip_req_set_notif(r, notif, notif_len);
+        st = samehost_notif_msg_set(&be->notif, &r->notif, notif, notif_len);
     if (cip_unlikely(st != NIXL_OK)) {
         r->status = st;
         return st;
@@ -513,7 +490,7 @@ nixl_status_t cip_xfer_post(void *bev, nixl_be_req_t *hdr, const void *notif, si
     }
     r->in_flight = 1;
     r->status = NIXL_IN_PROG;
-    if (r->has_notif) {
+    if (r->notif.has) {
         st = cip_waiter_push(be, r);
         if (st != NIXL_OK) {
             cip_req_drain(be, r);

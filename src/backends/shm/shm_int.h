@@ -157,10 +157,7 @@ typedef struct shm_req {
     size_t niov;
     shm_item_t *items;
 
-    /* the notification datagram of the current post */
-    uint8_t *notif_buf;
-    size_t notif_cap, notif_len;
-    int has_notif;
+    samehost_notif_msg_t notif; /* the notification datagram of the current post */
 
     _Atomic int status; /* nixl_status_t of the current post */
     _Atomic int err;    /* first error of the current post */

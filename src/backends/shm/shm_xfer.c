@@ -306,32 +306,9 @@ void shm_req_finish(shm_req_t *r, int canceled)
     int st = atomic_load(&r->err);
     if (st == NIXL_OK && canceled)
         st = NIXL_ERR_CANCELED;
-    if (st == NIXL_OK && r->has_notif)
-        st = samehost_notif_send_raw(&r->be->notif, &r->peer->notif, r->notif_buf, r->notif_len, &r->cancel);
+    if (st == NIXL_OK && r->notif.has)
+        st = samehost_notif_send_raw(&r->be->notif, &r->peer->notif, r->notif.buf, r->notif.len, &r->cancel);
     atomic_store_explicit(&r->status, st, memory_order_release);
-}
-
-static nixl_status_t shm_req_set_notif(shm_req_t *r, const void *notif, size_t notif_len)
-{
-    shm_be_t *be = r->be;
-    r->has_notif = notif != NULL;
-    if (!notif)
-        return NIXL_OK;
-    if (notif_len > NIXL_NOTIF_MAX) {
-        SHM_ERROR(be, "shm: notification of %zu bytes, at most %d allowed", notif_len, NIXL_NOTIF_MAX);
-        return NIXL_ERR_TOO_BIG;
-    }
-    size_t need = samehost_notif_size(&be->notif, notif_len);
-    if (need > r->notif_cap) {
-        uint8_t *nb = realloc(r->notif_buf, need);
-        if (!nb)
-            return NIXL_ERR_NO_MEMORY;
-        r->notif_buf = nb;
-        r->notif_cap = need;
-    }
-    samehost_notif_build(&be->notif, r->notif_buf, notif, notif_len);
-    r->notif_len = need;
-    return NIXL_OK;
 }
 
 nixl_status_t shm_xfer_post(void *bev, nixl_be_req_t *hdr, const void *notif, size_t notif_len)
@@ -344,7 +321,7 @@ nixl_status_t shm_xfer_post(void *bev, nixl_be_req_t *hdr, const void *notif, si
         return NIXL_ERR_IN_FLIGHT;
     nixl_status_t st = shm_peer_check(be, r->peer);
     if (st == NIXL_OK)
-        st = shm_req_set_notif(r, notif, notif_len);
+        st = samehost_notif_msg_set(&be->notif, &r->notif, notif, notif_len);
     if (shm_unlikely(st != NIXL_OK)) {
         atomic_store(&r->status, st);
         return st;
@@ -355,8 +332,8 @@ nixl_status_t shm_xfer_post(void *bev, nixl_be_req_t *hdr, const void *notif, si
     if (!be->pool || r->bytes <= be->inline_max) {
         for (size_t i = 0; i < r->nitems && st == NIXL_OK; i++)
             st = shm_req_run_item(r, i);
-        if (st == NIXL_OK && r->has_notif)
-            st = samehost_notif_send_raw(&be->notif, &r->peer->notif, r->notif_buf, r->notif_len, NULL);
+        if (st == NIXL_OK && r->notif.has)
+            st = samehost_notif_send_raw(&be->notif, &r->peer->notif, r->notif.buf, r->notif.len, NULL);
         atomic_store(&r->status, st);
         return st;
     }
@@ -380,6 +357,6 @@ void shm_xfer_release(void *bev, nixl_be_req_t *hdr)
         return;
     if (r->pooled)
         shm_pool_cancel(be->pool, r);
-    free(r->notif_buf);
+    samehost_notif_msg_free(&r->notif);
     free(r);
 }
