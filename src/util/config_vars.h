@@ -13,6 +13,7 @@
     X(NIXL_CUDA_LIB, "libcuda.so.1", "the CUDA driver library loaded at run time (VRAM support)")         \
     X(NIXL_ALLOW_FALLBACK, "1", "0 refuses fallback paths: requests that would take one fail instead") \
     X(NIXL_LISTEN_ADDR, "0.0.0.0", "address the metadata listener binds to")                   \
+    X(NIXL_LIB, "", "Python package: the libnixl.so (or its directory) to load instead of searching") \
     X(NIXL_PROGRESS_INTERVAL_US, "100", "progress thread period in microseconds")                \
     /* cuda_ipc: core rows, so the table is the same whether or not CUDA headers were found */ \
     X(NIXL_CUDA_IPC_KERNEL, "1", "cuda_ipc: 1 moves many small pieces with one gather/scatter kernel launch (cuda_ipc.kernel); 0 always uses the copy engines (cuda_ipc.ce)") \

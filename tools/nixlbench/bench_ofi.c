@@ -12,8 +12,9 @@
  * allows (the backend's window), then waits for every completion and ends
  * the iteration the way the backend ends a request: when the provider
  * orders sends after writes, one small message the target answers (the
- * writes have landed when the answer comes); otherwise writes asked for
- * delivery completion.  The rate is a mean over timed iterations, like the
+ * writes have landed when the answer comes); otherwise the writes carry CQ
+ * data and the message says how many the target must count before it
+ * answers; delivery-complete writes when completion=delivery.  The rate is a mean over timed iterations, like the
  * row's.  The raw target spins only while a row is measured.
  */
 #include <errno.h>
@@ -37,7 +38,11 @@
 
 #include "bench_ofi.h"
 
-enum { OFI_SYNC_NONE, OFI_SYNC_DC, OFI_SYNC_FENCE };
+/* How an iteration of writes ends, as the backend ends a WRITE request
+ * (its "completion" parameter): a fence message the target answers, ordered
+ * after the writes; writes carrying CQ data and one message with their count
+ * the target answers once it counted them; delivery-complete writes. */
+enum { OFI_SYNC_FENCE, OFI_SYNC_COUNT, OFI_SYNC_DC };
 
 typedef struct ofi {
     struct fi_info *info;
@@ -121,7 +126,7 @@ static const struct fi_info *ofi_pick(const struct fi_info *list, const char *if
     return pick;
 }
 
-static void ofi_open(ofi_t *e, const char *prov, const char *iface, size_t len, int want_fd)
+static void ofi_open(ofi_t *e, const char *prov, const char *iface, const char *completion, size_t len, int want_fd)
 {
     struct fi_info *list = NULL;
     int dc = 0, ret = -FI_ENODATA;
@@ -161,6 +166,14 @@ static void ofi_open(ofi_t *e, const char *prov, const char *iface, size_t len, 
         ofi_die("fi_endpoint", ret);
     if ((ret = fi_ep_bind(e->ep, &e->av->fid, 0)) || (ret = fi_ep_bind(e->ep, &e->cq->fid, FI_TRANSMIT | FI_RECV)))
         ofi_die("fi_ep_bind", ret);
+    if (e->info->addr_format == FI_ADDR_STR) {
+        /* shm: a name of our own, as the backend does (default names are
+         * the pid's, and a region left by a dead process would collide). */
+        char name[64];
+        snprintf(name, sizeof(name), "nixlbench-%d-%d", (int)getpid(), want_fd);
+        if ((ret = fi_setname(&e->ep->fid, name, strlen(name) + 1)))
+            ofi_die("fi_setname", ret);
+    }
     if ((ret = fi_enable(e->ep)))
         ofi_die("fi_enable", ret);
     e->len = len + sizeof(e->msg);
@@ -176,12 +189,36 @@ static void ofi_open(ofi_t *e, const char *prov, const char *iface, size_t len, 
     }
     e->desc = fi_mr_desc(e->mr);
     /* Same choice as the backend (lf_rail.c). */
-    e->sync = (e->info->tx_attr->msg_order & FI_ORDER_SAW) ? OFI_SYNC_FENCE : dc ? OFI_SYNC_DC : OFI_SYNC_NONE;
-    const char *force = getenv("BENCH_OFI_SYNC");
-    if (force)
-        e->sync = strcmp(force, "dc") == 0 ? OFI_SYNC_DC : strcmp(force, "fence") == 0 ? OFI_SYNC_FENCE : OFI_SYNC_NONE;
+    int saw = (e->info->tx_attr->msg_order & FI_ORDER_SAW) != 0;
+    if (strcmp(completion, "delivery") == 0 && dc)
+        e->sync = OFI_SYNC_DC;
+    else if (strcmp(completion, "count") == 0 || !saw)
+        e->sync = OFI_SYNC_COUNT;
+    else
+        e->sync = OFI_SYNC_FENCE;
     size_t tx = e->info->tx_attr->size;
     e->window = tx > 32 ? tx - 16 : tx;
+}
+
+/* Endpoint first: shm removes its region when the endpoint closes. */
+static void ofi_close(ofi_t *e)
+{
+    if (e->ep)
+        fi_close(&e->ep->fid);
+    if (e->mr)
+        fi_close(&e->mr->fid);
+    if (e->cq)
+        fi_close(&e->cq->fid);
+    if (e->av)
+        fi_close(&e->av->fid);
+    if (e->domain)
+        fi_close(&e->domain->fid);
+    if (e->fabric)
+        fi_close(&e->fabric->fid);
+    if (e->info)
+        fi_freeinfo(e->info);
+    free(e->buf);
+    memset(e, 0, sizeof(*e));
 }
 
 /* The small messages live at the end of the registered buffer. */
@@ -221,13 +258,20 @@ static void *ofi_wait_one(ofi_t *e)
 }
 
 /* The target's wait: like the backend's thread, poll while events come,
- * sleep on the CQ's descriptor (when it has one) after a quiet spell. */
-static void *ofi_serve_one(ofi_t *e)
+ * sleep on the CQ's descriptor (when it has one) after a quiet spell.
+ * Writes carrying CQ data are counted into *counted (their context means
+ * nothing). */
+static void *ofi_serve_one(ofi_t *e, uint64_t *counted)
 {
     struct fi_cq_data_entry ce;
     uint64_t last = bench_now_ns();
     for (;;) {
         ssize_t n = fi_cq_read(e->cq, &ce, 1);
+        if (n == 1 && (ce.flags & FI_REMOTE_CQ_DATA) && !(ce.flags & FI_RECV)) {
+            (*counted)++;
+            last = bench_now_ns();
+            return NULL;
+        }
         if (n == 1)
             return ce.op_context;
         if (n == -FI_EAVAIL) {
@@ -251,12 +295,14 @@ static void *ofi_serve_one(ofi_t *e)
     }
 }
 
-static void ofi_send_byte(ofi_t *e, char c)
+/* A one-letter message, with a count for 'F'. */
+static void ofi_send_byte(ofi_t *e, char c, uint64_t count)
 {
     uint8_t *m = ofi_msgbuf(e, 1);
     m[0] = (uint8_t)c;
+    memcpy(m + 1, &count, sizeof(count));
     int ret;
-    while ((ret = (int)fi_send(e->ep, m, 1, e->desc, e->peer, &e->sctx)) == -FI_EAGAIN)
+    while ((ret = (int)fi_send(e->ep, m, 1 + sizeof(count), e->desc, e->peer, &e->sctx)) == -FI_EAGAIN)
         fi_cq_read(e->cq, NULL, 0);
     if (ret)
         ofi_die("fi_send", ret);
@@ -293,12 +339,12 @@ static void ofi_insert_peer(ofi_t *e, const char *hex)
 
 int bench_ofi_target_main(int argc, char **argv)
 {
-    if (argc != 5)
+    if (argc != 6)
         return 2;
     ofi_t e;
     memset(&e, 0, sizeof(e));
     prctl(PR_SET_PDEATHSIG, SIGKILL);
-    ofi_open(&e, argv[2], argv[3], (size_t)strtoull(argv[4], NULL, 10), 1);
+    ofi_open(&e, argv[2], argv[3], argv[4], (size_t)strtoull(argv[5], NULL, 10), 1);
     uint8_t addr[256];
     size_t alen = sizeof(addr);
     int ret = fi_getname(&e.ep->fid, addr, &alen);
@@ -319,16 +365,24 @@ int bench_ofi_target_main(int argc, char **argv)
         } else if (strncmp(line, "go", 2) == 0) {
             /* Serve until the initiator says stop: reading the CQ is what
              * moves manual-progress providers. */
+            uint64_t counted = 0, want = 0;
+            int fence = 0;
             for (;;) {
-                void *ctx = ofi_serve_one(&e);
-                if (ctx != &e.rctx)
-                    continue;
-                char c = (char)ofi_msgbuf(&e, 0)[0];
-                ofi_post_recv(&e);
-                if (c == 'F')
-                    ofi_send_byte(&e, 'A');
-                else if (c == 'S')
-                    break;
+                void *ctx = ofi_serve_one(&e, &counted);
+                if (ctx == &e.rctx) {
+                    char c = (char)ofi_msgbuf(&e, 0)[0];
+                    memcpy(&want, ofi_msgbuf(&e, 0) + 1, sizeof(want));
+                    ofi_post_recv(&e);
+                    if (c == 'S')
+                        break;
+                    fence = c == 'F';
+                }
+                /* Answered once the writes it counts have come in. */
+                if (fence && counted >= want) {
+                    counted -= want;
+                    fence = 0;
+                    ofi_send_byte(&e, 'A', 0);
+                }
             }
             printf("stopped\n");
             fflush(stdout);
@@ -336,6 +390,7 @@ int bench_ofi_target_main(int argc, char **argv)
             break;
         }
     }
+    ofi_close(&e);
     return 0;
 }
 
@@ -373,6 +428,7 @@ static void ofi_stop_target(void)
     int ws;
     waitpid(g_ofi.pid, &ws, 0);
     g_ofi.pid = 0;
+    ofi_close(&g_ofi.e);
 }
 
 /* The largest row of the sweep, as the initiator sizes its buffer. */
@@ -390,6 +446,7 @@ static void ofi_start(const bench_opts_t *o)
 {
     const char *prov = ofi_param(o, "provider", "NIXL_LIBFABRIC_PROVIDER", "auto");
     const char *iface = ofi_param(o, "iface", "NIXL_LIBFABRIC_IFACE", "");
+    const char *completion = ofi_param(o, "completion", "NIXL_LIBFABRIC_COMPLETION", "auto");
     uint64_t max = ofi_max_row(o);
     char bytes[32];
     snprintf(bytes, sizeof(bytes), "%" PRIu64, max);
@@ -407,7 +464,7 @@ static void ofi_start(const bench_opts_t *o)
         close(to[1]);
         close(from[0]);
         close(from[1]);
-        char *args[] = {"nixlbench", "--ofi-raw-target", (char *)prov, (char *)iface, bytes, NULL};
+        char *args[] = {"nixlbench", "--ofi-raw-target", (char *)prov, (char *)iface, (char *)completion, bytes, NULL};
         execv("/proc/self/exe", args);
         _exit(127);
     }
@@ -420,7 +477,7 @@ static void ofi_start(const bench_opts_t *o)
 
     /* The backend's CQs carry a file descriptor (its thread sleeps on it),
      * which costs a little per completion: so does the raw loop's. */
-    ofi_open(&g_ofi.e, prov, iface, max, 1);
+    ofi_open(&g_ofi.e, prov, iface, completion, max, 1);
     g_ofi.max = max;
     char line[1024], hex[600];
     if (!fgets(line, sizeof(line), g_ofi.from) ||
@@ -446,7 +503,11 @@ static void ofi_iter(ofi_t *e, const ofi_remote_t *rem, uint64_t block, uint64_t
 {
     uint64_t posted = 0, done = 0, inflight = 0;
     struct fi_cq_data_entry ce[64];
-    uint64_t base_flags = FI_COMPLETION | (op == NIXL_OP_WRITE && e->sync == OFI_SYNC_DC ? FI_DELIVERY_COMPLETE : 0);
+    uint64_t base_flags = FI_COMPLETION;
+    if (op == NIXL_OP_WRITE && e->sync == OFI_SYNC_DC)
+        base_flags |= FI_DELIVERY_COMPLETE;
+    if (op == NIXL_OP_WRITE && e->sync == OFI_SYNC_COUNT)
+        base_flags |= FI_REMOTE_CQ_DATA;
     while (done < batch) {
         while (posted < batch && inflight < e->window) {
             uint64_t flags = base_flags;
@@ -484,8 +545,8 @@ static void ofi_iter(ofi_t *e, const ofi_remote_t *rem, uint64_t block, uint64_t
             }
         }
     }
-    if (op == NIXL_OP_WRITE && e->sync == OFI_SYNC_FENCE) {
-        ofi_send_byte(e, 'F');
+    if (op == NIXL_OP_WRITE && e->sync != OFI_SYNC_DC) {
+        ofi_send_byte(e, 'F', e->sync == OFI_SYNC_COUNT ? batch : 0);
         while (ofi_wait_one(e) != &e->rctx)
             ;
         ofi_post_recv(e);
@@ -518,7 +579,7 @@ double bench_ofi_limit(const bench_opts_t *o, uint64_t block, uint64_t batch, co
         for (uint64_t i = 0; i < iters; i++)
             ofi_iter(e, &g_ofi.rem, block, batch, slot, op);
     uint64_t dt = bench_now_ns() - t0;
-    ofi_send_byte(e, 'S');
+    ofi_send_byte(e, 'S', 0);
     while (ofi_wait_one(e) != &e->sctx)
         ;
     char line[64];

@@ -19,7 +19,7 @@ int bench_ofi_wanted(const bench_opts_t *o);
  * way the backend finishes a request.  Exits on failure. */
 double bench_ofi_limit(const bench_opts_t *o, uint64_t block, uint64_t batch, const uint32_t *slot, nixl_op_t op);
 /* The hidden role of the raw target process: nixlbench --ofi-raw-target
- * PROVIDER IFACE BYTES, driven over stdin/stdout. */
+ * PROVIDER IFACE COMPLETION BYTES, driven over stdin/stdout. */
 int bench_ofi_target_main(int argc, char **argv);
 
 #endif

@@ -335,6 +335,18 @@ void lf_conn_rx_reset(lf_conn_t *c)
     c->ntags = 0;
 }
 
+static void lf_fence_ack(lf_be_t *be, lf_conn_t *c, uint64_t id)
+{
+    lf_cmsg_t *m = lf_cmsg_new(c, LF_MSG_FENCE_ACK, LF_FENCE_BODY);
+    if (!m) {
+        LF_ERROR(be, "libfabric: out of memory answering a fence of %s", c->name);
+        return;
+    }
+    memset(m->data + LF_HDR_SIZE, 0, LF_FENCE_BODY);
+    lf_put_u64(m->data + LF_HDR_SIZE, id);
+    lf_txq_push(be, m);
+}
+
 /* Release, in order, every notification whose writes were all counted. */
 static void lf_conn_release(lf_be_t *be, lf_conn_t *c)
 {
@@ -357,6 +369,8 @@ static void lf_conn_release(lf_be_t *be, lf_conn_t *c)
             *be->ready_tail = r;
             be->ready_tail = &r->next;
         }
+        if (n->ack)
+            lf_fence_ack(be, c, n->fence_id);
         c->pend = n->next;
         c->rx_next_seq++;
         free(n);
@@ -368,9 +382,9 @@ static void lf_on_notif(lf_be_t *be, lf_conn_t *c, const uint8_t *msg, size_t le
     if (len < LF_HDR_SIZE + LF_NOTIF_BODY)
         return;
     const uint8_t *b = msg + LF_HDR_SIZE;
-    uint64_t seq = lf_get_u64(msg + 32), expect = lf_get_u64(b);
-    uint32_t tag = lf_get_u32(b + 8), mlen = lf_get_u32(b + 12);
-    if (mlen > NIXL_NOTIF_MAX || len != LF_HDR_SIZE + LF_NOTIF_BODY + (size_t)mlen) {
+    uint64_t seq = lf_get_u64(msg + 32), expect = lf_get_u64(b), fence_id = lf_get_u64(b + 16);
+    uint32_t tag = lf_get_u32(b + 8), mlen = lf_get_u32(b + 12), flags = lf_get_u32(b + 24);
+    if (mlen > NIXL_NOTIF_MAX || len != LF_HDR_SIZE + LF_NOTIF_BODY + (size_t)mlen || (flags & ~LF_NOTIF_ACK)) {
         LF_WARN(be, "libfabric: malformed notification of %zu bytes from %s dropped", len, c->name);
         return;
     }
@@ -385,6 +399,8 @@ static void lf_on_notif(lf_be_t *be, lf_conn_t *c, const uint8_t *msg, size_t le
     }
     n->seq = seq;
     n->expect = expect;
+    n->fence_id = fence_id;
+    n->ack = (flags & LF_NOTIF_ACK) != 0;
     n->tag = tag;
     n->len = mlen;
     memcpy(n->msg, b + LF_NOTIF_BODY, mlen);
@@ -435,13 +451,41 @@ void lf_ctrl_on_write_data(lf_be_t *be, uint64_t data)
         return;
     }
     t->seen++;
-    if (t->cancel) {
-        if (t->seen >= t->expect)
+    if (t->cancel || t->fence) {
+        if (t->seen >= t->expect) {
+            if (t->fence)
+                lf_fence_ack(be, c, t->fence_id);
             lf_tag_remove(c, t);
+        }
         return;
     }
     if (c->pend && c->pend->tag == tag && t->seen >= c->pend->expect)
         lf_conn_release(be, c);
+}
+
+/* A plain FENCE is processed after every write before it on its rail
+ * (the provider orders sends after writes): answering says they landed.  A
+ * counted one is answered once its tag's writes were all counted. */
+static void lf_on_fence(lf_be_t *be, lf_conn_t *c, const uint8_t *b)
+{
+    uint64_t id = lf_get_u64(b), expect = lf_get_u64(b + 16);
+    uint32_t tag = lf_get_u32(b + 8), flags = lf_get_u32(b + 12);
+    if (!(flags & LF_FENCE_COUNTED)) {
+        lf_fence_ack(be, c, id);
+        return;
+    }
+    lf_tag_t *t = lf_tag_find(c, tag, 1);
+    if (!t) {
+        LF_ERROR(be, "libfabric: out of memory counting writes from %s", c->name);
+        return;
+    }
+    t->fence = 1;
+    t->fence_id = id;
+    t->expect = expect;
+    if (t->seen >= expect) {
+        lf_fence_ack(be, c, id);
+        lf_tag_remove(c, t);
+    }
 }
 
 void lf_ctrl_on_message(lf_be_t *be, const uint8_t *msg, size_t len)
@@ -493,15 +537,8 @@ void lf_ctrl_on_message(lf_be_t *be, const uint8_t *msg, size_t len)
         lf_conn_down(be, c, NIXL_ERR_PEER_GONE, "it closed");
         break;
     case LF_MSG_FENCE:
-        /* Processed after every write that came before it on its rail:
-         * answering says they landed. */
-        if (len == LF_HDR_SIZE + LF_FENCE_BODY && c->state == LF_CONN_UP) {
-            lf_cmsg_t *m = lf_cmsg_new(c, LF_MSG_FENCE_ACK, LF_FENCE_BODY);
-            if (m) {
-                memcpy(m->data + LF_HDR_SIZE, msg + LF_HDR_SIZE, LF_FENCE_BODY);
-                lf_txq_push(be, m);
-            }
-        }
+        if (len == LF_HDR_SIZE + LF_FENCE_BODY && c->state == LF_CONN_UP)
+            lf_on_fence(be, c, msg + LF_HDR_SIZE);
         break;
     case LF_MSG_FENCE_ACK:
         if (len == LF_HDR_SIZE + LF_FENCE_BODY)
@@ -515,7 +552,8 @@ void lf_ctrl_on_message(lf_be_t *be, const uint8_t *msg, size_t len)
 
 /* ---- sending notifications ---- */
 
-lf_cmsg_t *lf_notif_msg(lf_be_t *be, lf_conn_t *c, const void *msg, size_t len, uint32_t tag, uint64_t expect)
+lf_cmsg_t *lf_notif_msg(lf_be_t *be, lf_conn_t *c, const void *msg, size_t len, uint32_t tag, uint64_t expect,
+                        int ack, uint64_t fence_id)
 {
     lf_cmsg_t *m = lf_cmsg_new(c, LF_MSG_NOTIF, LF_NOTIF_BODY + len);
     if (!m)
@@ -524,6 +562,9 @@ lf_cmsg_t *lf_notif_msg(lf_be_t *be, lf_conn_t *c, const void *msg, size_t len, 
     lf_put_u64(b, expect);
     lf_put_u32(b + 8, tag);
     lf_put_u32(b + 12, (uint32_t)len);
+    lf_put_u64(b + 16, ack ? fence_id : 0);
+    lf_put_u32(b + 24, ack ? LF_NOTIF_ACK : 0);
+    lf_put_u32(b + 28, 0);
     if (len)
         memcpy(b + LF_NOTIF_BODY, msg, len);
     lf_txq_push(be, m);
@@ -531,9 +572,12 @@ lf_cmsg_t *lf_notif_msg(lf_be_t *be, lf_conn_t *c, const void *msg, size_t len, 
     return m;
 }
 
-unsigned lf_fence_queue(lf_be_t *be, lf_conn_t *c, uint32_t rails, uint64_t id)
+unsigned lf_fence_queue(lf_be_t *be, lf_conn_t *c, uint32_t rails, uint64_t id, int counted, uint32_t tag,
+                        uint64_t expect)
 {
     unsigned n = 0;
+    if (counted)
+        rails = 1; /* counting does not care which rail the writes took */
     for (unsigned r = 0; r < be->nrails; r++) {
         if (!(rails & (1u << r)))
             continue;
@@ -541,9 +585,11 @@ unsigned lf_fence_queue(lf_be_t *be, lf_conn_t *c, uint32_t rails, uint64_t id)
         if (!m)
             break;
         m->rail = (uint8_t)r;
-        lf_put_u64(m->data + LF_HDR_SIZE, id);
-        lf_put_u32(m->data + LF_HDR_SIZE + 8, r);
-        lf_put_u32(m->data + LF_HDR_SIZE + 12, 0);
+        uint8_t *b = m->data + LF_HDR_SIZE;
+        lf_put_u64(b, id);
+        lf_put_u32(b + 8, counted ? tag : 0);
+        lf_put_u32(b + 12, counted ? LF_FENCE_COUNTED : 0);
+        lf_put_u64(b + 16, counted ? expect : 0);
         lf_txq_push(be, m);
         n++;
     }
@@ -560,7 +606,7 @@ nixl_status_t lf_notif_send(void *bev, void *peer, const void *msg, size_t len)
         return NIXL_ERR_TOO_BIG;
     pthread_mutex_lock(&be->lock);
     nixl_status_t st = lf_conn_use(be, c);
-    if (st == NIXL_OK && !lf_notif_msg(be, c, msg, len, 0, 0))
+    if (st == NIXL_OK && !lf_notif_msg(be, c, msg, len, 0, 0, 0, 0))
         st = NIXL_ERR_NO_MEMORY;
     if (st == NIXL_OK)
         lf_progress_op_locked(be);

@@ -41,11 +41,13 @@
 #define LF_MSG_MAGIC 0x314d464cu /* "LFM1" */
 #define LF_MSG_VERSION 1
 #define LF_HDR_SIZE 40
-#define LF_NOTIF_BODY 16
+#define LF_NOTIF_BODY 32
 #define LF_CANCEL_BODY 16
 #define LF_HELLO_BODY 16
 #define LF_ACK_BODY 8
-#define LF_FENCE_BODY 16
+#define LF_FENCE_BODY 24
+#define LF_FENCE_COUNTED 1u /* FENCE: answer once this many writes of the tag were counted */
+#define LF_NOTIF_ACK 1u     /* NOTIF: answer (FENCE_ACK) once it is released */
 /* The conn info of the most rails we accept. */
 #define LF_CONN_FIXED 24
 #define LF_CONN_MAX (LF_CONN_FIXED + LF_PROV_MAX + LF_MAX_RAILS * (2 + LF_ADDR_MAX))
@@ -71,8 +73,8 @@ enum {
 /* How a WRITE request knows its data landed at the target. */
 enum {
     LF_SYNC_FENCE = 0, /* the provider orders sends after writes: one FENCE per rail, answered */
+    LF_SYNC_COUNT,     /* writes carry CQ data; one counted FENCE (or the NOTIF), answered once all landed */
     LF_SYNC_DELIVERY,  /* FI_DELIVERY_COMPLETE on every write */
-    LF_SYNC_NONE,      /* neither: completion means transmitted */
 };
 
 #define LF_STR2_(x) #x
@@ -226,6 +228,8 @@ typedef struct lf_tag {
     uint64_t seen;
     uint64_t expect; /* UINT64_MAX until the NOTIF or CANCEL says */
     int cancel;      /* forget the entry once seen reaches expect */
+    int fence;       /* a counted FENCE waits: answer it, then forget the entry */
+    uint64_t fence_id;
 } lf_tag_t;
 
 /* A received notification waiting for its writes and its turn. */
@@ -233,6 +237,8 @@ typedef struct lf_rnotif {
     struct lf_rnotif *next;
     uint64_t seq;
     uint64_t expect;
+    uint64_t fence_id; /* answered on release when ack is set */
+    int ack;
     uint32_t tag;
     size_t len;
     uint8_t msg[];
@@ -320,6 +326,7 @@ typedef struct lf_req {
     int has_notif;
     lf_cmsg_t *notif_msg; /* queued, not yet handed to the provider */
     int notif_wait;       /* the notification's send has not completed */
+    int notif_ack;        /* the NOTIF doubles as the fence (count mode) */
     unsigned fence_wait;  /* fences not answered yet */
     uint64_t fence_id;
     uint32_t rails_used;  /* rails that carried writes of this post */
@@ -363,9 +370,11 @@ typedef struct lf_be {
     uint32_t addr_format;
     int virt_addr, prov_key, mr_local, mr_endpoint, rx_cq_data;
     uint64_t dc_flag; /* FI_DELIVERY_COMPLETE when sync is LF_SYNC_DELIVERY */
+    int dc_ok;        /* the provider takes FI_DELIVERY_COMPLETE */
     int sync;
     char sync_param[16];
     unsigned tag_bits; /* remote CQ data: [conn index | tag] */
+    unsigned idx_bits;
     uint64_t max_msg;
     unsigned nrails;
     lf_rail_t rails[LF_MAX_RAILS];
@@ -466,8 +475,10 @@ void lf_tx_done(lf_be_t *be, lf_cmsg_t *m, int err);
 void lf_ctrl_on_message(lf_be_t *be, const uint8_t *msg, size_t len);
 /* A write with remote CQ data landed. */
 void lf_ctrl_on_write_data(lf_be_t *be, uint64_t data);
-/* Queue a NOTIF for c (seq assigned now). */
-lf_cmsg_t *lf_notif_msg(lf_be_t *be, lf_conn_t *c, const void *msg, size_t len, uint32_t tag, uint64_t expect);
+/* Queue a NOTIF for c (its sequence number is given when it leaves);
+ * ack: the peer answers fence_id once it released it. */
+lf_cmsg_t *lf_notif_msg(lf_be_t *be, lf_conn_t *c, const void *msg, size_t len, uint32_t tag, uint64_t expect,
+                        int ack, uint64_t fence_id);
 nixl_status_t lf_notif_send(void *be, void *peer, const void *msg, size_t len);
 /* Hand released notifications to the host (inside an op only). */
 void lf_deliver_ready(lf_be_t *be);
@@ -488,8 +499,10 @@ void lf_req_data_done(lf_be_t *be, lf_slot_t *s, int err);
 void lf_req_notif_done(lf_be_t *be, lf_req_t *r, uint32_t gen, int err);
 /* The peer answered fence id (conn c). */
 void lf_req_fence_done(lf_be_t *be, lf_conn_t *c, uint64_t id);
-/* Queue one FENCE per rail in rails (a bit mask) for fence id. */
-unsigned lf_fence_queue(lf_be_t *be, lf_conn_t *c, uint32_t rails, uint64_t id);
+/* Queue one FENCE per rail in rails (a bit mask) for fence id; with
+ * counted, one FENCE on rail 0 answered once expect writes of tag landed. */
+unsigned lf_fence_queue(lf_be_t *be, lf_conn_t *c, uint32_t rails, uint64_t id, int counted, uint32_t tag,
+                        uint64_t expect);
 /* Fail every active request on c. */
 void lf_reqs_fail_conn(lf_be_t *be, lf_conn_t *c, nixl_status_t st);
 

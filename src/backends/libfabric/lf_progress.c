@@ -29,9 +29,17 @@
 static void lf_completion(lf_be_t *be, lf_rail_t *rail, void *op_context, uint64_t flags, size_t len, uint64_t data,
                           int err)
 {
-    if ((flags & FI_REMOTE_CQ_DATA) && !(flags & FI_RECV) && !err)
-        lf_ctrl_on_write_data(be, data);
     lf_ctx_t *ctx = op_context;
+    if (((flags & FI_REMOTE_CQ_DATA) && !(flags & FI_RECV)) || (flags & FI_REMOTE_WRITE)) {
+        /* A peer's write, not an operation of ours: its context means
+         * nothing (shm puts garbage there), except a receive buffer the
+         * write consumed when the provider works that way. */
+        if (!err && (flags & FI_REMOTE_CQ_DATA))
+            lf_ctrl_on_write_data(be, data);
+        lf_rxbuf_t *rb = (lf_rxbuf_t *)ctx;
+        if (!be->rx_cq_data || rb < rail->rx || rb >= rail->rx + rail->nrx)
+            return;
+    }
     if (!ctx)
         return;
     switch (ctx->kind) {

@@ -11,10 +11,13 @@
  * messages: receive buffers stay posted there, and a small pool of
  * registered send buffers holds messages until their completion.
  */
+#include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "lf_int.h"
 
@@ -320,6 +323,17 @@ static nixl_status_t lf_rail_open(lf_be_t *be, lf_rail_t *r, unsigned index, con
     ret = fi_ep_bind(r->ep, &r->cq->fid, FI_TRANSMIT | FI_RECV);
     if (ret)
         goto err;
+    if (r->info->addr_format == FI_ADDR_STR) {
+        /* shm names endpoints after the pid by default: a killed process
+         * leaves its region behind, and the next process given that pid
+         * would collide with it (EBUSY).  Our instance id makes it unique. */
+        char name[64];
+        snprintf(name, sizeof(name), "nixl-%d-%016llx-%u", (int)getpid(), (unsigned long long)be->inst, index);
+        what = "fi_setname";
+        ret = fi_setname(&r->ep->fid, name, strlen(name) + 1);
+        if (ret)
+            goto err;
+    }
     what = "fi_enable";
     ret = fi_enable(r->ep);
     if (ret)
@@ -344,6 +358,34 @@ err:
     return NIXL_ERR_BACKEND;
 }
 
+/* shm regions live in /dev/shm under the endpoint's name; a process killed
+ * leaves its own behind.  Ours are named nixl-<pid>-<instance>-<rail>: those
+ * of processes that no longer exist are removed. */
+static void lf_shm_sweep(lf_be_t *be)
+{
+    DIR *d = opendir("/dev/shm");
+    if (!d)
+        return;
+    struct dirent *e;
+    unsigned removed = 0;
+    while ((e = readdir(d)) != NULL) {
+        int pid, n = 0;
+        unsigned long long inst;
+        unsigned rail;
+        if (sscanf(e->d_name, "nixl-%d-%16llx-%u%n", &pid, &inst, &rail, &n) != 3 || e->d_name[n] != 0 || pid <= 0)
+            continue;
+        if (kill(pid, 0) == 0 || errno != ESRCH)
+            continue;
+        char path[300];
+        snprintf(path, sizeof(path), "/dev/shm/%s", e->d_name);
+        if (unlink(path) == 0)
+            removed++;
+    }
+    closedir(d);
+    if (removed)
+        LF_INFO(be, "libfabric: removed %u shm region(s) left by processes that no longer exist", removed);
+}
+
 static void lf_set_modes(lf_be_t *be, const struct fi_info *info, int dc)
 {
     int mr_mode = info->domain_attr->mr_mode;
@@ -363,23 +405,28 @@ static void lf_set_modes(lf_be_t *be, const struct fi_info *info, int dc)
     be->mr_local = (mr_mode & FI_MR_LOCAL) != 0;
     be->mr_endpoint = (mr_mode & FI_MR_ENDPOINT) != 0;
     be->rx_cq_data = (info->mode & FI_RX_CQ_DATA) != 0;
-    /* A WRITE request is done once its data landed: a fence answered by
-     * the target when sends are ordered after writes (one round trip per
-     * request), else delivery-complete writes (an acknowledgment each). */
+    /* A WRITE request is done once its data landed.  Where sends are
+     * ordered after writes, one FENCE per rail the target answers; else the
+     * writes carry CQ data and the target answers once it counted them all
+     * (every provider used here has CQ data).  Delivery-complete writes are
+     * there when asked for. */
     int saw = (info->tx_attr->msg_order & FI_ORDER_SAW) != 0;
+    be->dc_ok = dc;
     if (strcmp(be->sync_param, "fence") == 0 && !saw)
         LF_WARN(be, "libfabric: completion=fence asked, but provider %s does not order sends after writes: "
-                    "using delivery-complete writes", be->prov_name);
-    if (strcmp(be->sync_param, "delivery") == 0 || !saw)
-        be->sync = dc ? LF_SYNC_DELIVERY : LF_SYNC_NONE;
+                    "counting writes instead", be->prov_name);
+    if (strcmp(be->sync_param, "delivery") == 0 && !dc)
+        LF_WARN(be, "libfabric: completion=delivery asked, but provider %s does not take FI_DELIVERY_COMPLETE",
+                be->prov_name);
+    if (strcmp(be->sync_param, "delivery") == 0 && dc)
+        be->sync = LF_SYNC_DELIVERY;
+    else if (strcmp(be->sync_param, "count") == 0 || !saw)
+        be->sync = LF_SYNC_COUNT;
     else
         be->sync = LF_SYNC_FENCE;
-    if (be->sync == LF_SYNC_NONE)
-        LF_WARN(be, "libfabric: provider %s neither orders sends after writes nor takes FI_DELIVERY_COMPLETE: a "
-                    "completed WRITE means transmitted, not landed (notifications still wait for every write)",
-                be->prov_name);
     be->dc_flag = be->sync == LF_SYNC_DELIVERY ? FI_DELIVERY_COMPLETE : 0;
     be->tag_bits = info->domain_attr->cq_data_size >= 8 ? 32 : 20;
+    be->idx_bits = info->domain_attr->cq_data_size >= 8 ? 32 : 12;
     /* Operations are cut at 1 GiB at most, whatever the provider allows:
      * the counts stay far from overflowing and large pieces pipeline. */
     be->max_msg = 1ull << 30;
@@ -431,6 +478,8 @@ nixl_status_t lf_rails_open(lf_be_t *be)
         return NIXL_ERR_NOT_SUPPORTED;
     }
     lf_set_modes(be, pick[0], dc);
+    if (pick[0]->addr_format == FI_ADDR_STR)
+        lf_shm_sweep(be);
     nixl_status_t st = NIXL_OK;
     for (unsigned i = 0; i < n; i++) {
         st = lf_rail_open(be, &be->rails[i], i, pick[i]);

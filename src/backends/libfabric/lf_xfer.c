@@ -10,13 +10,15 @@
  * never waits and -FI_EAGAIN only defers to the next progress.  Runs of
  * operations on one rail go out with FI_MORE but the last.
  *
- * A WRITE with a notification carries remote CQ data [our index at the
- * peer | tag] on every write; once every operation completed, the
- * notification goes out with the count, and the request is done when the
- * provider has sent it.  Without a notification no remote completion is
- * generated at all.  Release of a request in flight stops posting, waits
- * (bounded by the peer's liveness) until the posted operations completed,
- * never sends the notification, and tells the peer to forget the tag.
+ * Once every operation completed the request syncs: a WRITE is done only
+ * when its data landed, by a FENCE per rail the target answers (providers
+ * that order sends after writes), by counting (its writes carry remote CQ
+ * data [our index at the peer | tag] and one counted FENCE, or the NOTIF,
+ * says how many), or by delivery-complete writes.  A notification goes out
+ * then, with the count of writes the target must see before releasing it.
+ * Release of a request in flight stops posting, waits (bounded by the
+ * peer's liveness) until the posted operations completed and landed, never
+ * sends a notification still queued, and makes the peer forget the tag.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -67,14 +69,18 @@ static void lf_req_sync_check(lf_be_t *be, lf_req_t *r)
         lf_req_finish(be, r, r->canceling ? NIXL_ERR_CANCELED : NIXL_OK);
 }
 
-/* Fences for the writes of this post (fence mode only); 0 when none are
- * needed or they could not be queued. */
+/* Fences for the writes of this post: one per rail used (fence mode) or
+ * one counted on the tag (count mode); how many answers to wait for. */
 static unsigned lf_req_fence(lf_be_t *be, lf_req_t *r)
 {
-    if (r->op != NIXL_OP_WRITE || be->sync != LF_SYNC_FENCE || !r->rails_used || r->conn->state != LF_CONN_UP)
+    if (r->op != NIXL_OP_WRITE || !r->rails_used || r->conn->state != LF_CONN_UP)
+        return 0;
+    if (be->sync != LF_SYNC_FENCE && be->sync != LF_SYNC_COUNT)
         return 0;
     r->fence_id = r->conn->next_fence++;
-    return lf_fence_queue(be, r->conn, r->rails_used, r->fence_id);
+    int counted = be->sync == LF_SYNC_COUNT;
+    return lf_fence_queue(be, r->conn, r->rails_used, r->fence_id, counted, r->tag,
+                          r->use_data ? r->posted_data : 0);
 }
 
 /* Where a running request goes once nothing of it is left to post. */
@@ -102,9 +108,14 @@ static void lf_req_check(lf_be_t *be, lf_req_t *r)
         return;
     r->state = LF_REQ_SYNC;
     r->notif_wait = 0;
+    r->notif_ack = 0;
     if (r->has_notif) {
-        lf_cmsg_t *m =
-            lf_notif_msg(be, r->conn, r->notif, r->notif_len, r->tag, r->use_data ? r->posted_data : 0);
+        /* Counting: the NOTIF itself is the fence, answered on release. */
+        r->notif_ack = be->sync == LF_SYNC_COUNT && r->op == NIXL_OP_WRITE && r->rails_used;
+        if (r->notif_ack)
+            r->fence_id = r->conn->next_fence++;
+        lf_cmsg_t *m = lf_notif_msg(be, r->conn, r->notif, r->notif_len, r->tag, r->use_data ? r->posted_data : 0,
+                                    r->notif_ack, r->fence_id);
         if (!m) {
             LF_ERROR(be, "libfabric: out of memory for the notification of a request to %s", r->conn->name);
             lf_req_finish(be, r, NIXL_ERR_NO_MEMORY);
@@ -115,7 +126,7 @@ static void lf_req_check(lf_be_t *be, lf_req_t *r)
         r->notif_msg = m;
         r->notif_wait = 1;
     }
-    r->fence_wait = lf_req_fence(be, r);
+    r->fence_wait = r->notif_ack ? 1 : lf_req_fence(be, r);
     lf_req_sync_check(be, r);
 }
 
@@ -187,7 +198,8 @@ static void lf_req_pump(lf_be_t *be, lf_req_t *r)
         /* The peer's index for us fits the CQ data beside the tag, or the
          * notification goes without counting (delivery-complete writes
          * still land before it). */
-        r->use_data = r->has_notif && r->op == NIXL_OP_WRITE && ((uint64_t)c->ridx >> (64 - be->tag_bits)) == 0;
+        r->use_data = (r->has_notif || be->sync == LF_SYNC_COUNT) && r->op == NIXL_OP_WRITE &&
+                      ((uint64_t)c->ridx >> be->idx_bits) == 0;
         r->posted_data = 0;
     }
     if (r->use_data)
@@ -484,6 +496,11 @@ void lf_xfer_release(void *bev, nixl_be_req_t *req)
         if (r->notif_msg) {
             lf_req_detach(be, r);
             r->notif_wait = 0;
+            if (r->notif_ack) {
+                /* The NOTIF was to be the fence: a counted FENCE instead. */
+                r->notif_ack = 0;
+                r->fence_wait = lf_req_fence(be, r);
+            }
             lf_req_sync_check(be, r);
         }
         uint64_t limit = be->timeout_ns + 500000000ull, deadline = lf_now_ns() + limit;
@@ -501,7 +518,9 @@ void lf_xfer_release(void *bev, nixl_be_req_t *req)
         if ((r->state == LF_REQ_RUN || r->state == LF_REQ_SYNC) && r->conn->state != LF_CONN_DOWN)
             LF_ERROR(be, "libfabric: released a request to %s still in flight after %llu ms", r->conn->name,
                      (unsigned long long)(limit / 1000000));
-        if (r->use_data && r->posted_data && !notif_out && r->conn->state == LF_CONN_UP) {
+        /* Counted fences already made the peer forget the tag. */
+        if (r->use_data && r->posted_data && !notif_out && be->sync != LF_SYNC_COUNT &&
+            r->conn->state == LF_CONN_UP) {
             lf_cmsg_t *m = lf_cmsg_new(r->conn, LF_MSG_CANCEL, LF_CANCEL_BODY);
             if (m) {
                 lf_put_u32(m->data + LF_HDR_SIZE, r->tag);

@@ -36,8 +36,9 @@ static const nixl_param_info_t lf_params[] = {
     {"stripe_min", "1M", "pieces of at least this many bytes are split over every rail (K/M/G suffixes)"},
     {"max_inflight", "0", "operations in flight per rail; 0: the provider's transmit queue size"},
     {"completion", "auto",
-     "how a WRITE knows its data landed: auto = fence (one message the target answers, ordered after the writes) "
-     "where the provider orders sends after writes, else delivery-complete writes; or fence, delivery"},
+     "how a WRITE knows its data landed: auto = fence (one message per rail the target answers, ordered after the "
+     "writes) where the provider orders sends after writes, else count (the target answers once it counted every "
+     "write by its CQ data); or fence, count, delivery (FI_DELIVERY_COMPLETE on every write)"},
 };
 #define LF_NUM_PARAMS (sizeof(lf_params) / sizeof(lf_params[0]))
 
@@ -160,8 +161,8 @@ static nixl_status_t lf_parse_params(lf_be_t *be, const nixl_param_t *params, si
         return NIXL_ERR_INVALID_PARAM;
     }
     v = lf_param_value(params, n, 7);
-    if (strcmp(v, "auto") != 0 && strcmp(v, "fence") != 0 && strcmp(v, "delivery") != 0) {
-        LF_ERROR(be, "libfabric: completion=\"%s\" is not valid: expected auto, fence or delivery", v);
+    if (strcmp(v, "auto") != 0 && strcmp(v, "fence") != 0 && strcmp(v, "count") != 0 && strcmp(v, "delivery") != 0) {
+        LF_ERROR(be, "libfabric: completion=\"%s\" is not valid: expected auto, fence, count or delivery", v);
         return NIXL_ERR_INVALID_PARAM;
     }
     snprintf(be->sync_param, sizeof(be->sync_param), "%s", v);
@@ -229,9 +230,9 @@ static nixl_status_t lf_create(const nixl_host_services_t *host, const nixl_para
     }
     LF_INFO(be, "libfabric: %s created: provider %s, %u rail(s) (%s%s), %s, cq data %u tag bits, progress thread %s",
             be->agent_name, be->prov_name, be->nrails, be->rails[0].info->domain_attr->name,
-            be->nrails > 1 ? ",..." : "", be->sync == LF_SYNC_FENCE      ? "writes fenced per request"
-            : be->sync == LF_SYNC_DELIVERY ? "delivery-complete writes"
-                                           : "transmit-complete writes",
+            be->nrails > 1 ? ",..." : "", be->sync == LF_SYNC_FENCE   ? "writes fenced per request"
+            : be->sync == LF_SYNC_COUNT ? "writes counted at the target"
+                                        : "delivery-complete writes",
             be->tag_bits, be->use_thread ? "on" : "off");
     *be_out = be;
     return NIXL_OK;

@@ -342,7 +342,7 @@ int main(int argc, char **argv)
     if (argc < 2)
         FAIL("usage: lf_peer target|initiator [options] (see the file's header)");
     o.role = argv[1];
-    for (int i = 2; i < argc; i++) {
+    for (int i = 2; i < argc; i += 2) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v)
             FAIL("option %s needs a value", argv[i]);
@@ -358,7 +358,6 @@ int main(int argc, char **argv)
             o.requests = (unsigned)atoi(v);
         else
             FAIL("unknown option %s", argv[i]);
-        i++;
     }
     if (!o.iface || o.size < PIECE || o.requests == 0)
         FAIL("--iface is required; --size at least %u; --requests at least 1", PIECE);
