@@ -236,6 +236,17 @@ nixl_status_t samehost_conn_unpack(const samehost_notif_t *n, uint32_t magic, co
                                    size_t len, samehost_ident_t *id_out, const char **sock_name_out,
                                    size_t *sock_name_len_out);
 
+/* Everything a same-host backend does to load a peer: validate its conn
+ * info, check it can be reached from here, open a pidfd on it (checked
+ * against its start time) and a socket towards its notification socket.
+ * name_out (SAMEHOST_NAME_MAX + 1 bytes) must stay where it is: the
+ * notification end keeps a pointer to it.  All or nothing. */
+nixl_status_t samehost_peer_connect(const samehost_notif_t *n, const samehost_ident_t *self, int can_ptrace_any,
+                                    uint32_t magic, const char *peer_name, const void *conn, size_t len,
+                                    char *name_out, samehost_ident_t *id_out, samehost_proc_t *proc_out,
+                                    samehost_notif_peer_t *notif_out);
+void samehost_peer_disconnect(samehost_proc_t *proc, samehost_notif_peer_t *notif);
+
 /* Build and send one notification (at most NIXL_NOTIF_MAX bytes). */
 nixl_status_t samehost_notif_send(const samehost_notif_t *n, const samehost_notif_peer_t *peer, const void *msg,
                                   size_t len);

@@ -510,3 +510,37 @@ nixl_status_t samehost_conn_unpack(const samehost_notif_t *n, uint32_t magic, co
     *sock_name_len_out = name_len;
     return NIXL_OK;
 }
+
+nixl_status_t samehost_peer_connect(const samehost_notif_t *n, const samehost_ident_t *self, int can_ptrace_any,
+                                    uint32_t magic, const char *peer_name, const void *conn, size_t len,
+                                    char *name_out, samehost_ident_t *id_out, samehost_proc_t *proc_out,
+                                    samehost_notif_peer_t *notif_out)
+{
+    const char *sock_name;
+    size_t name_len;
+    samehost_ident_t id;
+    nixl_status_t st = samehost_conn_unpack(n, magic, peer_name, conn, len, &id, &sock_name, &name_len);
+    if (st != NIXL_OK)
+        return st;
+    st = samehost_ident_reachable(n->host, n->who, peer_name, self, &id, can_ptrace_any);
+    if (st != NIXL_OK)
+        return st;
+    snprintf(name_out, SAMEHOST_NAME_MAX + 1, "%s", peer_name);
+    notif_out->sock = -1;
+    st = samehost_proc_open(n->host, n->who, peer_name, (pid_t)id.pid, id.start_time, proc_out);
+    if (st != NIXL_OK)
+        return st;
+    st = samehost_notif_peer_open(n, notif_out, name_out, sock_name, name_len);
+    if (st != NIXL_OK) {
+        samehost_proc_close(proc_out);
+        return st;
+    }
+    *id_out = id;
+    return NIXL_OK;
+}
+
+void samehost_peer_disconnect(samehost_proc_t *proc, samehost_notif_peer_t *notif)
+{
+    samehost_notif_peer_close(notif);
+    samehost_proc_close(proc);
+}

@@ -296,37 +296,18 @@ static nixl_status_t cip_peer_load(void *bev, const char *peer_name, const void 
     const char *who = peer_name ? peer_name : "?";
     if (!peer_out)
         return NIXL_ERR_NULL;
-    samehost_ident_t id;
-    const char *sock_name;
-    size_t name_len;
-    nixl_status_t st = samehost_conn_unpack(&be->notif, CIP_CONN_MAGIC, who, conn, conn_len, &id, &sock_name, &name_len);
-    if (st != NIXL_OK)
-        return st;
-    st = samehost_ident_reachable(be->host, "cuda_ipc", who, &be->self, &id, be->can_ptrace_any);
-    if (st != NIXL_OK)
-        return st;
-
     cip_peer_t *peer = calloc(1, sizeof(*peer));
     if (!peer)
         return NIXL_ERR_NO_MEMORY;
-    snprintf(peer->name, sizeof(peer->name), "%s", who);
-    peer->id = id;
-    peer->same_process = id.pid == be->self.pid && id.start_time == be->self.start_time;
-    peer->notif.sock = -1;
-    st = samehost_proc_open(be->host, "cuda_ipc", who, (pid_t)id.pid, id.start_time, &peer->proc);
-    if (st != NIXL_OK)
-        goto err_free;
-    st = samehost_notif_peer_open(&be->notif, &peer->notif, peer->name, sock_name, name_len);
-    if (st != NIXL_OK)
-        goto err_proc;
+    nixl_status_t st = samehost_peer_connect(&be->notif, &be->self, be->can_ptrace_any, CIP_CONN_MAGIC, who, conn,
+                                             conn_len, peer->name, &peer->id, &peer->proc, &peer->notif);
+    if (st != NIXL_OK) {
+        free(peer);
+        return st;
+    }
+    peer->same_process = peer->id.pid == be->self.pid && peer->id.start_time == be->self.start_time;
     *peer_out = peer;
     return NIXL_OK;
-
-err_proc:
-    samehost_proc_close(&peer->proc);
-err_free:
-    free(peer);
-    return st;
 }
 
 static void cip_peer_unload(void *bev, void *peerv)
@@ -335,8 +316,7 @@ static void cip_peer_unload(void *bev, void *peerv)
     (void)bev;
     if (!peer)
         return;
-    samehost_notif_peer_close(&peer->notif);
-    samehost_proc_close(&peer->proc);
+    samehost_peer_disconnect(&peer->proc, &peer->notif);
     free(peer);
 }
 

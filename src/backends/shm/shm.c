@@ -253,36 +253,19 @@ static nixl_status_t shm_peer_load(void *bev, const char *peer_name, const void 
 
     if (!peer_out)
         return NIXL_ERR_NULL;
-    samehost_ident_t id;
-    const char *sock_name;
-    size_t name_len;
-    st = samehost_conn_unpack(&be->notif, SHM_CONN_MAGIC, who, conn, conn_len, &id, &sock_name, &name_len);
-    if (st != NIXL_OK)
-        return st;
-    st = samehost_ident_reachable(be->host, "shm", who, &be->self, &id, be->can_ptrace_any);
-    if (st != NIXL_OK)
-        return st;
-
     shm_peer_t *peer = calloc(1, sizeof(*peer));
     if (!peer)
         return NIXL_ERR_NO_MEMORY;
-    snprintf(peer->name, sizeof(peer->name), "%s", who);
+    samehost_ident_t id;
+    st = samehost_peer_connect(&be->notif, &be->self, be->can_ptrace_any, SHM_CONN_MAGIC, who, conn, conn_len,
+                               peer->name, &id, &peer->proc, &peer->notif);
+    if (st != NIXL_OK) {
+        free(peer);
+        return st;
+    }
     peer->pid = (pid_t)id.pid;
-    peer->notif.sock = -1;
-    st = samehost_proc_open(be->host, "shm", who, peer->pid, id.start_time, &peer->proc);
-    if (st != NIXL_OK)
-        goto err_free;
-    st = samehost_notif_peer_open(&be->notif, &peer->notif, peer->name, sock_name, name_len);
-    if (st != NIXL_OK)
-        goto err_proc;
     *peer_out = peer;
     return NIXL_OK;
-
-err_proc:
-    samehost_proc_close(&peer->proc);
-err_free:
-    free(peer);
-    return st;
 }
 
 static void shm_peer_unload(void *bev, void *peerv)
@@ -291,8 +274,7 @@ static void shm_peer_unload(void *bev, void *peerv)
     (void)bev;
     if (!peer)
         return;
-    samehost_notif_peer_close(&peer->notif);
-    samehost_proc_close(&peer->proc);
+    samehost_peer_disconnect(&peer->proc, &peer->notif);
     free(peer);
 }
 
