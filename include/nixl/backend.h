@@ -22,6 +22,7 @@
 #define NIXL_BACKEND_H
 
 #include <stdarg.h>
+#include <strings.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -211,6 +212,67 @@ static inline const char *nixl_param_find(const nixl_param_t *params, size_t n, 
             return params[i].value;
     }
     return NULL;
+}
+
+/* Helpers for backends (and the core, which shares them): a parameter value
+ * as a size, decimal with an optional K/M/G suffix (powers of 1024), the
+ * whole string, no sign or blank, overflow refused; as a boolean,
+ * 0/1/no/yes/false/true/off/on in any case.  0 on success, -1 otherwise. */
+static inline int nixl_param_parse_size(const char *s, uint64_t *out)
+{
+    uint64_t v = 0;
+    const char *p = s;
+    if (!s || *p < '0' || *p > '9')
+        return -1;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        uint64_t d = (uint64_t)(*p - '0');
+        if (v > (UINT64_MAX - d) / 10)
+            return -1;
+        v = v * 10 + d;
+    }
+    unsigned shift = 0;
+    switch (*p) {
+    case 'k':
+    case 'K':
+        shift = 10;
+        p++;
+        break;
+    case 'm':
+    case 'M':
+        shift = 20;
+        p++;
+        break;
+    case 'g':
+    case 'G':
+        shift = 30;
+        p++;
+        break;
+    default:
+        break;
+    }
+    if (*p != '\0' || v > (UINT64_MAX >> shift))
+        return -1;
+    *out = v << shift;
+    return 0;
+}
+
+static inline int nixl_param_parse_bool(const char *s, int *out)
+{
+    static const char *const yes[] = {"1", "yes", "true", "on"};
+    static const char *const no[] = {"0", "no", "false", "off"};
+    if (!s)
+        return -1;
+    for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) {
+        if (strcasecmp(s, yes[i]) == 0) {
+            *out = 1;
+            return 0;
+        }
+        if (strcasecmp(s, no[i]) == 0) {
+            *out = 0;
+            return 0;
+        }
+    }
+    return -1;
 }
 
 #ifdef __cplusplus

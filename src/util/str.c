@@ -6,6 +6,8 @@
  */
 #include "util/str.h"
 
+#include "nixl/backend.h" /* nixl_param_parse_size/bool: one parser for core and backends */
+
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -64,65 +66,10 @@ size_t nixl_edit_distance(const char *a, const char *b)
 
 int nixl_parse_size(const char *s, uint64_t *out)
 {
-    uint64_t v = 0;
-    const char *p = s;
-
-    if (s == NULL || *s < '0' || *s > '9')
-        return -1; /* no sign, no blank, no empty string */
-    for (; *p >= '0' && *p <= '9'; p++) {
-        unsigned digit = (unsigned)(*p - '0');
-        if (v > (UINT64_MAX - digit) / 10)
-            return -1;
-        v = v * 10 + digit;
-    }
-
-    unsigned shift = 0;
-    switch (*p) {
-    case '\0':
-        break;
-    case 'k':
-    case 'K':
-        shift = 10;
-        p++;
-        break;
-    case 'm':
-    case 'M':
-        shift = 20;
-        p++;
-        break;
-    case 'g':
-    case 'G':
-        shift = 30;
-        p++;
-        break;
-    default:
-        return -1;
-    }
-    if (*p != '\0')
-        return -1;
-    if (shift && v > (UINT64_MAX >> shift))
-        return -1;
-
-    *out = v << shift;
-    return 0;
+    return nixl_param_parse_size(s, out);
 }
 
 int nixl_parse_bool(const char *s, int *out)
 {
-    static const char *const yes[] = {"1", "yes", "true", "on"};
-    static const char *const no[] = {"0", "no", "false", "off"};
-
-    if (s == NULL)
-        return -1;
-    for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) {
-        if (strcasecmp(s, yes[i]) == 0) {
-            *out = 1;
-            return 0;
-        }
-        if (strcasecmp(s, no[i]) == 0) {
-            *out = 0;
-            return 0;
-        }
-    }
-    return -1;
+    return nixl_param_parse_bool(s, out);
 }

@@ -146,27 +146,6 @@ nixl_status_t cip_peer_alive(cip_be_t *be, cip_peer_t *peer)
 
 /* ---- tunables ---- */
 
-/* Decimal bytes with an optional K/M/G suffix; -1 when malformed. */
-static int cip_parse_size(const char *s, uint64_t *out)
-{
-    uint64_t v = 0;
-    const char *p = s;
-    if (!s || !isdigit((unsigned char)*p))
-        return -1;
-    for (; isdigit((unsigned char)*p); p++) {
-        if (v > (UINT64_MAX - 9) / 10)
-            return -1;
-        v = v * 10 + (uint64_t)(*p - '0');
-    }
-    unsigned shift = *p == 'K' || *p == 'k' ? 10 : *p == 'M' || *p == 'm' ? 20 : *p == 'G' || *p == 'g' ? 30 : 0;
-    if (shift)
-        p++;
-    if (*p || v > (UINT64_MAX >> shift))
-        return -1;
-    *out = v << shift;
-    return 0;
-}
-
 static nixl_status_t cip_read_tunables(cip_be_t *be)
 {
     const char *k = be->host->config_get("NIXL_CUDA_IPC_KERNEL");
@@ -182,11 +161,11 @@ static nixl_status_t cip_read_tunables(cip_be_t *be)
         }
         be->use_kernel = k[0] == '1';
     }
-    if (m && *m && (cip_parse_size(m, &be->ce_min) || be->ce_min == 0)) {
+    if (m && *m && (nixl_param_parse_size(m, &be->ce_min) || be->ce_min == 0)) {
         CIP_ERROR(be, "cuda_ipc: NIXL_CUDA_IPC_CE_MIN=\"%s\" is not valid: expected a byte count such as 4M", m);
         return NIXL_ERR_INVALID_PARAM;
     }
-    if (n && *n && (cip_parse_size(n, &be->kernel_min) || be->kernel_min == 0)) {
+    if (n && *n && (nixl_param_parse_size(n, &be->kernel_min) || be->kernel_min == 0)) {
         CIP_ERROR(be, "cuda_ipc: NIXL_CUDA_IPC_KERNEL_MIN=\"%s\" is not valid: expected a count of at least 1", n);
         return NIXL_ERR_INVALID_PARAM;
     }

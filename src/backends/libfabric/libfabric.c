@@ -42,66 +42,6 @@ static const nixl_param_info_t lf_params[] = {
 };
 #define LF_NUM_PARAMS (sizeof(lf_params) / sizeof(lf_params[0]))
 
-/* Decimal, optional K/M/G (powers of 1024), nothing else. */
-static int lf_parse_size(const char *s, uint64_t *out)
-{
-    uint64_t v = 0;
-    const char *p = s;
-    if (!s || !isdigit((unsigned char)*p))
-        return -1;
-    for (; isdigit((unsigned char)*p); p++) {
-        uint64_t d = (uint64_t)(*p - '0');
-        if (v > (UINT64_MAX - d) / 10)
-            return -1;
-        v = v * 10 + d;
-    }
-    unsigned shift = 0;
-    switch (*p) {
-    case '\0':
-        break;
-    case 'k':
-    case 'K':
-        shift = 10;
-        break;
-    case 'm':
-    case 'M':
-        shift = 20;
-        break;
-    case 'g':
-    case 'G':
-        shift = 30;
-        break;
-    default:
-        return -1;
-    }
-    if (shift) {
-        if (p[1] != '\0' || v > (UINT64_MAX >> shift))
-            return -1;
-        v <<= shift;
-    }
-    *out = v;
-    return 0;
-}
-
-static int lf_parse_bool(const char *s, int *out)
-{
-    static const char *const yes[] = {"1", "yes", "true", "on"};
-    static const char *const no[] = {"0", "no", "false", "off"};
-    if (!s)
-        return -1;
-    for (size_t i = 0; i < 4; i++) {
-        if (strcasecmp(s, yes[i]) == 0) {
-            *out = 1;
-            return 0;
-        }
-        if (strcasecmp(s, no[i]) == 0) {
-            *out = 0;
-            return 0;
-        }
-    }
-    return -1;
-}
-
 static const char *lf_param_value(const nixl_param_t *params, size_t n, size_t idx)
 {
     const char *v = params ? nixl_param_find(params, n, lf_params[idx].key) : NULL;
@@ -133,30 +73,30 @@ static nixl_status_t lf_parse_params(lf_be_t *be, const nixl_param_t *params, si
     }
     snprintf(be->iface_param, sizeof(be->iface_param), "%s", v);
     v = lf_param_value(params, n, 2);
-    if (lf_parse_bool(v, &be->use_thread) != 0) {
+    if (nixl_param_parse_bool(v, &be->use_thread) != 0) {
         LF_ERROR(be, "libfabric: progress_thread=\"%s\" is not valid: expected 0 or 1", v);
         return NIXL_ERR_INVALID_PARAM;
     }
     uint64_t hb, to, stripe, inflight;
     v = lf_param_value(params, n, 3);
-    if (lf_parse_size(v, &hb) != 0 || hb < 1 || hb > 60000) {
+    if (nixl_param_parse_size(v, &hb) != 0 || hb < 1 || hb > 60000) {
         LF_ERROR(be, "libfabric: heartbeat_ms=\"%s\" is not valid: expected 1 to 60000", v);
         return NIXL_ERR_INVALID_PARAM;
     }
     v = lf_param_value(params, n, 4);
-    if (lf_parse_size(v, &to) != 0 || to < 2 * hb || to > 3600000) {
+    if (nixl_param_parse_size(v, &to) != 0 || to < 2 * hb || to > 3600000) {
         LF_ERROR(be, "libfabric: peer_timeout_ms=\"%s\" is not valid: expected at least twice heartbeat_ms (%llu) "
                      "and at most 3600000",
                  v, (unsigned long long)(2 * hb));
         return NIXL_ERR_INVALID_PARAM;
     }
     v = lf_param_value(params, n, 5);
-    if (lf_parse_size(v, &stripe) != 0 || stripe < 4096) {
+    if (nixl_param_parse_size(v, &stripe) != 0 || stripe < 4096) {
         LF_ERROR(be, "libfabric: stripe_min=\"%s\" is not valid: expected a byte count of at least 4K", v);
         return NIXL_ERR_INVALID_PARAM;
     }
     v = lf_param_value(params, n, 6);
-    if (lf_parse_size(v, &inflight) != 0 || inflight > 65536) {
+    if (nixl_param_parse_size(v, &inflight) != 0 || inflight > 65536) {
         LF_ERROR(be, "libfabric: max_inflight=\"%s\" is not valid: expected 0 to 65536", v);
         return NIXL_ERR_INVALID_PARAM;
     }

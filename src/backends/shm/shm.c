@@ -37,66 +37,6 @@ static const nixl_param_info_t shm_params[] = {
 
 /* ---- parameters ---- */
 
-/* Decimal, optional K/M/G (powers of 1024), nothing else. */
-static int shm_parse_size(const char *s, uint64_t *out)
-{
-    uint64_t v = 0;
-    const char *p = s;
-    if (!s || !isdigit((unsigned char)*p))
-        return -1;
-    for (; isdigit((unsigned char)*p); p++) {
-        uint64_t d = (uint64_t)(*p - '0');
-        if (v > (UINT64_MAX - d) / 10)
-            return -1;
-        v = v * 10 + d;
-    }
-    unsigned shift = 0;
-    switch (*p) {
-    case '\0':
-        break;
-    case 'k':
-    case 'K':
-        shift = 10;
-        break;
-    case 'm':
-    case 'M':
-        shift = 20;
-        break;
-    case 'g':
-    case 'G':
-        shift = 30;
-        break;
-    default:
-        return -1;
-    }
-    if (shift) {
-        if (p[1] != '\0' || v > (UINT64_MAX >> shift))
-            return -1;
-        v <<= shift;
-    }
-    *out = v;
-    return 0;
-}
-
-static int shm_parse_bool(const char *s, int *out)
-{
-    static const char *const yes[] = {"1", "yes", "true", "on"};
-    static const char *const no[] = {"0", "no", "false", "off"};
-    if (!s)
-        return -1;
-    for (size_t i = 0; i < 4; i++) {
-        if (strcasecmp(s, yes[i]) == 0) {
-            *out = 1;
-            return 0;
-        }
-        if (strcasecmp(s, no[i]) == 0) {
-            *out = 0;
-            return 0;
-        }
-    }
-    return -1;
-}
-
 static const char *shm_param_value(const nixl_param_t *params, size_t n, size_t idx)
 {
     const char *v = params ? nixl_param_find(params, n, shm_params[idx].key) : NULL;
@@ -117,26 +57,26 @@ static nixl_status_t shm_parse_params(shm_be_t *be, const nixl_param_t *params, 
         }
     }
 
-    uint64_t threads, inline_max, chunk;
+    uint64_t threads = 0, inline_max, chunk;
     int map;
     const char *v = shm_param_value(params, n, 0);
     int threads_auto = strcmp(v, "auto") == 0;
-    if (!threads_auto && (shm_parse_size(v, &threads) != 0 || threads > SHM_THREADS_MAX)) {
+    if (!threads_auto && (nixl_param_parse_size(v, &threads) != 0 || threads > SHM_THREADS_MAX)) {
         SHM_ERROR(be, "shm: threads=\"%s\" is not valid: expected auto or 0 to %d", v, SHM_THREADS_MAX);
         return NIXL_ERR_INVALID_PARAM;
     }
     v = shm_param_value(params, n, 1);
-    if (shm_parse_size(v, &inline_max) != 0) {
+    if (nixl_param_parse_size(v, &inline_max) != 0) {
         SHM_ERROR(be, "shm: inline_max=\"%s\" is not valid: expected a byte count such as 65536 or 64K", v);
         return NIXL_ERR_INVALID_PARAM;
     }
     v = shm_param_value(params, n, 2);
-    if (shm_parse_size(v, &chunk) != 0 || chunk < 4096 || chunk > (1ull << 30)) {
+    if (nixl_param_parse_size(v, &chunk) != 0 || chunk < 4096 || chunk > (1ull << 30)) {
         SHM_ERROR(be, "shm: chunk=\"%s\" is not valid: expected a byte count from 4K to 1G", v);
         return NIXL_ERR_INVALID_PARAM;
     }
     v = shm_param_value(params, n, 3);
-    if (shm_parse_bool(v, &map) != 0) {
+    if (nixl_param_parse_bool(v, &map) != 0) {
         SHM_ERROR(be, "shm: map=\"%s\" is not valid: expected 0 or 1", v);
         return NIXL_ERR_INVALID_PARAM;
     }
