@@ -195,6 +195,14 @@ typedef struct nixl_backend_ops {
     /* OPTIONAL.  Advance: receive notifications (notif_deliver), complete
      * requests.  Must not block. */
     nixl_status_t (*progress)(void *be);
+
+    /* --- appended after version 1: read only when struct_size covers it --- */
+    /* OPTIONAL (0: none).  Memory types taken as the LOCAL side of a
+     * request only, on top of mem_types: the core registers such regions
+     * with this backend but never publishes them to peers, so it is never
+     * chosen to reach a peer's memory of these types (cuda_ipc: local DRAM
+     * <-> a peer's VRAM, while shm keeps DRAM <-> DRAM). */
+    uint32_t local_mem_types;
 } nixl_backend_ops_t;
 
 typedef const nixl_backend_ops_t *(*nixl_backend_entry_fn)(void);

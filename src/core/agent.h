@@ -43,6 +43,9 @@ struct nixl_backend {
     void *be;
     int index; /* in agent->backends */
     nixl_host_services_t host;
+    /* What the registry hands it: ops->mem_types plus the local-only
+     * ops->local_mem_types (never published to peers, see peer.c). */
+    uint32_t reg_mem_types;
 };
 
 /* ---- local registrations (registry.c) ---- */

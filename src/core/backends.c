@@ -347,6 +347,9 @@ NIXL_API nixl_status_t nixl_backend_create(nixl_agent_t *agent, const char *name
     b->agent = agent;
     b->ops = ops;
     b->index = agent->num_backends;
+    b->reg_mem_types = ops->mem_types;
+    if (ops->struct_size >= offsetof(nixl_backend_ops_t, local_mem_types) + sizeof(ops->local_mem_types))
+        b->reg_mem_types |= ops->local_mem_types;
     b->host.abi_version = NIXL_BACKEND_ABI_VERSION;
     b->host.struct_size = sizeof(b->host);
     b->host.ctx = b;

@@ -89,8 +89,10 @@ nixl_status_t nixl_md_get_local_locked(nixl_agent_t *a, void **blob_out, size_t 
             off += n;
             if (pass == 0) {
                 size_t cnt = 0;
+                /* Local-only memory types (ops->local_mem_types) are
+                 * registered with the backend but never published. */
                 for (int t = 0; t < NIXL_MEM_TYPE_COUNT; t++)
-                    for (size_t i = 0; i < a->regs[t].n; i++)
+                    for (size_t i = 0; i < a->regs[t].n && (be->ops->mem_types & NIXL_MEM_BIT(t)); i++)
                         cnt += (a->regs[t].v[i]->backend_mask >> b) & 1;
                 m->num_regions = (uint32_t)cnt;
                 m->regions = calloc(cnt ? cnt : 1, sizeof(*m->regions));
@@ -103,7 +105,7 @@ nixl_status_t nixl_md_get_local_locked(nixl_agent_t *a, void **blob_out, size_t 
             for (int t = 0; t < NIXL_MEM_TYPE_COUNT; t++) {
                 for (size_t i = 0; i < a->regs[t].n; i++) {
                     nixl_region_t *r = a->regs[t].v[i];
-                    if (!(r->backend_mask & (1u << b)))
+                    if (!(r->backend_mask & (1u << b)) || !(be->ops->mem_types & NIXL_MEM_BIT(t)))
                         continue;
                     nixl_md_region_t *mr = &m->regions[k++];
                     mr->mem_type = r->mem_type;

@@ -126,7 +126,7 @@ static nixl_status_t reg_targets(nixl_agent_t *agent, nixl_mem_t mem, const nixl
                 NIXL_ERROR("agent %s: backend %zu of the options does not belong to this agent", agent->name, i);
                 return NIXL_ERR_INVALID_PARAM;
             }
-            if (!(b->ops->mem_types & NIXL_MEM_BIT(mem))) {
+            if (!(b->reg_mem_types & NIXL_MEM_BIT(mem))) {
                 NIXL_ERROR("agent %s: backend %s does not take memory type %d", agent->name, b->ops->name, mem);
                 return NIXL_ERR_MEM_TYPE;
             }
@@ -134,7 +134,7 @@ static nixl_status_t reg_targets(nixl_agent_t *agent, nixl_mem_t mem, const nixl
         }
     } else {
         for (int b = 0; b < agent->num_backends; b++)
-            if (agent->backends[b]->ops->mem_types & NIXL_MEM_BIT(mem))
+            if (agent->backends[b]->reg_mem_types & NIXL_MEM_BIT(mem))
                 mask |= 1u << b;
     }
     if (!mask) {
@@ -401,7 +401,7 @@ out_free:
 nixl_status_t nixl_registry_add_backend(nixl_agent_t *agent, nixl_backend_t *b)
 {
     for (int m = 0; m < NIXL_MEM_TYPE_COUNT; m++) {
-        if (!(b->ops->mem_types & NIXL_MEM_BIT(m)))
+        if (!(b->reg_mem_types & NIXL_MEM_BIT(m)))
             continue;
         nixl_region_index_t *idx = &agent->regs[m];
         for (size_t i = 0; i < idx->n; i++) {

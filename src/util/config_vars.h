@@ -19,6 +19,7 @@
     X(NIXL_CUDA_IPC_KERNEL, "1", "cuda_ipc: 1 moves many small pieces with one gather/scatter kernel launch (cuda_ipc.kernel); 0 always uses the copy engines (cuda_ipc.ce)") \
     X(NIXL_CUDA_IPC_CE_MIN, "4M", "cuda_ipc: pieces of at least this many bytes (K/M/G suffixes) go to the copy engines") \
     X(NIXL_CUDA_IPC_KERNEL_MIN, "4", "cuda_ipc: fewer small pieces than this in a request go to the copy engines")                \
+    X(NIXL_CUDA_IPC_MAP, "1", "cuda_ipc: 0 never maps a peer's VRAM here, so every request between processes takes the staged fallback (cuda_ipc.staged); for tests and broken IPC") \
     /* etcd channel (src/core/md_etcd.c) */                                                      \
     X(NIXL_ETCD_ENDPOINTS, "", "etcd endpoints, comma-separated URLs (http://10.0.0.1:2379,...), tried in order: the next one when one fails") \
     X(NIXL_ETCD_NAMESPACE, "/nixl", "prefix of every etcd key nixl writes or reads")            \

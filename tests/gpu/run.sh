@@ -77,6 +77,21 @@ cat "$R/bench-kv.log"
 NIXL_CUDA_IPC_KERNEL=0 timeout 180 "$NB" --backend cuda_ipc --kv-replay --initiator-mem vram --initiator-dev $kv_i \
     --target-mem vram --target-dev $kv_t --iters 3 --warmup 1 --json "$R/bench-kv-ce.json" >"$R/bench-kv-ce.log" 2>&1
 cat "$R/bench-kv-ce.log"
+# Local host memory <-> the target's VRAM (cuda_ipc's copy engines), against
+# the driver's own host copy of the same bytes.
+for op in write read; do
+    timeout 120 "$NB" --backend cuda_ipc --op $op --initiator-mem dram --target-mem vram --target-dev $t_dev \
+        --alloc malloc --block 64M --batch 1 --iters 20 --json "$R/bench-host-$op.json" >"$R/bench-host-$op.log" 2>&1 ||
+        status=1
+    cat "$R/bench-host-$op.log"
+done
+# The staged fallback (NIXL_CUDA_IPC_MAP=0 forces it): its speed, for the record.
+NIXL_CUDA_IPC_MAP=0 timeout 120 "$NB" --backend cuda_ipc --initiator-mem vram --initiator-dev $i_dev --target-mem vram \
+    --target-dev $t_dev --block 256M --batch 1 --iters 5 --json "$R/bench-staged-256m.json" >"$R/bench-staged-256m.log" 2>&1
+cat "$R/bench-staged-256m.log"
+NIXL_CUDA_IPC_MAP=0 timeout 180 "$NB" --backend cuda_ipc --kv-replay --initiator-mem vram --initiator-dev $kv_i \
+    --target-mem vram --target-dev $kv_t --iters 3 --warmup 1 --json "$R/bench-kv-staged.json" >"$R/bench-kv-staged.log" 2>&1
+cat "$R/bench-kv-staged.log"
 
 say "== summary"
 python3 - "$R" "$ngpu" >"$R/table.txt" <<'PY' || status=1
@@ -101,15 +116,20 @@ except (OSError, IndexError):
     pass
 print()
 print("%-36s %10s %10s %7s  %s" % ("benchmark", "GB/s", "limit", "ratio", "path"))
-for x in rows("bench-256m.json") + rows("bench-small.json"):
+for x in rows("bench-256m.json") + rows("bench-small.json") + rows("bench-staged-256m.json"):
     print("%-36s %10.1f %10.1f %7.3f  %s" % ("write %d x %d B GPU%s" % (x["batch_size"], x["block_size"],
           "0->1" if ngpu > 1 else "0->0"), x["gbps"], x["limit_gbps"], x["ratio"], x["path"]))
+for op in ("write", "read"):
+    for x in rows("bench-host-%s.json" % op):
+        print("%-36s %10.1f %10.1f %7.3f  %s" % ("%s %d x %d B host<->GPU" % (op, x["batch_size"], x["block_size"]),
+              x["gbps"], x["limit_gbps"], x["ratio"], x["path"]))
 big = rows("bench-256m.json")
 if big:
     ok = big[0]["ratio"] >= 0.97
     bad += not ok
     print("goal 256M ratio >= 0.97: %s (%.3f)" % ("met" if ok else "MISSED", big[0]["ratio"]))
-for name, label in (("bench-kv.json", "KV replay"), ("bench-kv-ce.json", "KV replay, kernel off")):
+for name, label in (("bench-kv.json", "KV replay"), ("bench-kv-ce.json", "KV replay, kernel off"),
+                    ("bench-kv-staged.json", "KV replay, staged fallback")):
     for k in rows(name):
         print("%-36s %8.3f ms/request (best %.3f), %d descs, floor %.3f ms, path %s" % (
             label, k["ms_per_request"], k["best_ms"], k["descs_after_merge"], k["floor_ms"], k["path"]))
@@ -123,7 +143,7 @@ PY
 tee -a "$R/summary.txt" <"$R/table.txt"
 if [ -n "${OUT:-}" ]; then
     for f in summary.txt testlog.txt conformance-cross.log bench-256m.json bench-small.json bench-kv.json \
-        bench-kv-ce.json; do
+        bench-kv-ce.json bench-staged-256m.json bench-kv-staged.json bench-host-write.json bench-host-read.json; do
         [ -f "$R/$f" ] && cp "$R/$f" "$OUT/"
     done
 fi

@@ -2,7 +2,7 @@
  * test_gpu.c - GPU transfers between two processes over cuda_ipc, data
  * verified byte for byte.
  *
- *   test_gpu seed | same_gpu | cross_gpu | vmm
+ *   test_gpu seed | same_gpu | cross_gpu | vmm | staged | isolated | host_to_gpu
  *
  * The program re-executes itself as the target (hidden --target-role) and
  * drives it over a pipe; metadata goes through the target's listener.  Each
@@ -21,6 +21,16 @@
  * must bind GPU 1's context itself, go over IPC, and leave the thread's
  * context as it found it.
  *
+ * staged forces the host-staged fallback (NIXL_CUDA_IPC_MAP=0): every
+ * request must take cuda_ipc.staged, be counted as a fallback with its
+ * cause, deliver the same bytes, and be refused under NIXL_ALLOW_FALLBACK=0.
+ * host_to_gpu moves between the initiator's host memory (plain pageable
+ * DRAM) and the target's VRAM: cuda_ipc copies it with the copy engines.
+ * isolated gives each process one GPU of its own (CUDA_VISIBLE_DEVICES=0 and
+ * =1), as engines that pin a worker to a GPU do: the peer's GPU is invisible
+ * here, so its memory cannot be mapped.  Whatever path the driver allows,
+ * the bytes must arrive, and a staged path must be counted.
+ *
  * Exit 77 with the reason when there is no driver or too few GPUs.
  */
 #include <errno.h>
@@ -32,6 +42,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -47,7 +58,11 @@
 #define ODD_PIECES 64
 #define TIMEOUT_MS 20000
 
-enum { MEM_LEGACY = 0, MEM_VMM = 1 };
+enum { MEM_LEGACY = 0, MEM_VMM = 1, MEM_HOST = 2 };
+enum { MODE_DIRECT = 0, MODE_STAGED = 1, MODE_ISOLATED = 2 };
+
+/* CUDA_VISIBLE_DEVICES for the target process (isolated), or NULL. */
+static const char *child_visible;
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 static void die(const char *fmt, ...)
@@ -112,15 +127,44 @@ static void buf_alloc(side_buf_t *b, int dev, int kind, size_t len)
 {
     b->dev = dev;
     b->kind = kind;
+    if (kind == MEM_HOST) {
+        b->p = aligned_alloc(4096, len);
+        if (!b->p)
+            die("out of memory");
+        return;
+    }
     b->p = kind == MEM_VMM ? gpu_alloc_vmm(dev, len, 3, &b->vmm) : gpu_alloc(dev, len);
 }
 
 static void buf_free(side_buf_t *b)
 {
-    if (b->kind == MEM_VMM)
+    if (b->kind == MEM_HOST)
+        free(b->p);
+    else if (b->kind == MEM_VMM)
         gpu_free_vmm(&b->vmm);
     else
         gpu_free(b->dev, b->p);
+}
+
+static nixl_mem_t buf_mem(const side_buf_t *b)
+{
+    return b->kind == MEM_HOST ? NIXL_MEM_DRAM : NIXL_MEM_VRAM;
+}
+
+static void buf_put(side_buf_t *b, const void *src, size_t len)
+{
+    if (b->kind == MEM_HOST)
+        memcpy(b->p, src, len);
+    else
+        gpu_put(b->p, src, len);
+}
+
+static void buf_get(void *dst, const side_buf_t *b, size_t len)
+{
+    if (b->kind == MEM_HOST)
+        memcpy(dst, b->p, len);
+    else
+        gpu_get(dst, b->p, len);
 }
 
 static nixl_agent_t *agent_make(const char *name, int listen)
@@ -141,7 +185,7 @@ static nixl_dlist_t one_vram(nixl_desc_t *d, const side_buf_t *b, size_t len)
     d->addr = (uint64_t)(uintptr_t)b->p;
     d->len = len;
     d->dev_id = (uint32_t)b->dev;
-    return (nixl_dlist_t){.mem_type = NIXL_MEM_VRAM, .count = 1, .descs = d};
+    return (nixl_dlist_t){.mem_type = buf_mem(b), .count = 1, .descs = d};
 }
 
 /* ------------------------------------------------------------------------
@@ -275,6 +319,8 @@ static void peer_spawn(peer_proc_t *pp)
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         close(p2c[1]);
         close(c2p[0]);
+        if (child_visible)
+            setenv("CUDA_VISIBLE_DEVICES", child_visible, 1);
         execl(exe, exe, "--target-role", rb, wb, (char *)NULL);
         _exit(127);
     }
@@ -307,7 +353,9 @@ typedef struct xcase {
     int init_kind, tgt_kind;
     int post_ctx_dev; /* >= 0: a fresh thread with this device's context current makes every call */
     int need_gpus;
+    int mode; /* MODE_* */
 } xcase_t;
+
 
 typedef struct run {
     const xcase_t *c;
@@ -347,7 +395,7 @@ static nixl_xfer_t *make_xfer(run_t *r, nixl_op_t op, const piece_t *pc, size_t 
                               .dev_id = (uint32_t)r->buf.dev};
         rd[i] = (nixl_desc_t){.addr = r->tgt_addr + pc[i].roff, .len = pc[i].len, .dev_id = (uint32_t)r->c->tgt_dev};
     }
-    nixl_dlist_t ll = {.mem_type = NIXL_MEM_VRAM, .count = n, .descs = ld};
+    nixl_dlist_t ll = {.mem_type = buf_mem(&r->buf), .count = n, .descs = ld};
     nixl_dlist_t rl = {.mem_type = NIXL_MEM_VRAM, .count = n, .descs = rd};
     nixl_opt_args_t opt = {.field_mask = notif ? NIXL_OPT_NOTIF : 0, .notif = notif,
                            .notif_len = notif ? strlen(notif) : 0};
@@ -388,7 +436,7 @@ static void write_read(run_t *r, const piece_t *pc, size_t n, const char *want_p
     snprintf(notif, sizeof(notif), "w%d", r->nreq++);
     /* Fresh bytes each time, so a piece that did not move cannot pass. */
     pattern(r->local_img, BUF_LEN, 100 + (uint64_t)r->nreq);
-    gpu_put(r->buf.p, r->local_img, BUF_LEN);
+    buf_put(&r->buf, r->local_img, BUF_LEN);
     for (size_t i = 0; i < n; i++)
         memcpy(r->tgt_img + pc[i].roff, r->local_img + pc[i].loff, pc[i].len);
     nixl_xfer_t *x = make_xfer(r, NIXL_OP_WRITE, pc, n, notif);
@@ -405,7 +453,10 @@ static void write_read(run_t *r, const piece_t *pc, size_t n, const char *want_p
     nixl_xfer_release(x);
 
     /* READ back over a scrubbed buffer. */
-    gpu_set(r->buf.p, 0xa5, BUF_LEN);
+    if (r->buf.kind == MEM_HOST)
+        memset(r->buf.p, 0xa5, BUF_LEN);
+    else
+        gpu_set(r->buf.p, 0xa5, BUF_LEN);
     memset(r->local_img, 0xa5, BUF_LEN);
     for (size_t i = 0; i < n; i++)
         memcpy(r->local_img + pc[i].loff, r->tgt_img + pc[i].roff, pc[i].len);
@@ -418,7 +469,7 @@ static void write_read(run_t *r, const piece_t *pc, size_t n, const char *want_p
     uint8_t *got = malloc(BUF_LEN);
     if (!got)
         die("out of memory");
-    gpu_get(got, r->buf.p, BUF_LEN);
+    buf_get(got, &r->buf, BUF_LEN);
     for (size_t i = 0; i < BUF_LEN; i++)
         if (got[i] != r->local_img[i])
             die("%s READ: local byte %zu is 0x%02x, want 0x%02x", what, i, got[i], r->local_img[i]);
@@ -471,9 +522,31 @@ static void *run_case(void *arg)
                                   ? "cuda_ipc.ce"
                                   : getenv("TEST_GPU_EXPECT_KERNEL_PATH") ? getenv("TEST_GPU_EXPECT_KERNEL_PATH")
                                                                          : "cuda_ipc.kernel";
+    const char *big_path = "cuda_ipc.ce";
+    if (c->mode == MODE_STAGED)
+        kernel_path = big_path = "cuda_ipc.staged";
+    else if (c->init_kind == MEM_HOST)
+        kernel_path = "cuda_ipc.ce"; /* host memory: copy engines only */
+    else if (c->mode == MODE_ISOLATED)
+        kernel_path = big_path = NULL; /* whatever the driver allows; checked below */
+    if (c->mode == MODE_STAGED) {
+        /* The policy knob refuses the fallback at creation, with NO_PATH. */
+        nixl_desc_t ld = {.addr = (uint64_t)(uintptr_t)r->buf.p, .len = 4096, .dev_id = (uint32_t)r->buf.dev};
+        nixl_desc_t rd = {.addr = r->tgt_addr, .len = 4096, .dev_id = (uint32_t)c->tgt_dev};
+        nixl_dlist_t ll = {.mem_type = buf_mem(&r->buf), .count = 1, .descs = &ld};
+        nixl_dlist_t rl = {.mem_type = NIXL_MEM_VRAM, .count = 1, .descs = &rd};
+        nixl_xfer_t *x = NULL;
+        setenv("NIXL_ALLOW_FALLBACK", "0", 1);
+        nixl_status_t st = nixl_xfer_create(r->agent, NIXL_OP_WRITE, &ll, &rl, r->peer_name, NULL, &x);
+        unsetenv("NIXL_ALLOW_FALLBACK");
+        if (st != NIXL_ERR_NO_PATH)
+            die("NIXL_ALLOW_FALLBACK=0: creating a staged request gave %s, want NIXL_ERR_NO_PATH",
+                nixl_status_name(st));
+        printf("  NIXL_ALLOW_FALLBACK=0 refuses the staged path: %s\n", nixl_status_name(st));
+    }
     /* One large piece: copy engines. */
     piece_t big = {.loff = 0, .roff = 8 * MiB, .len = 8 * MiB};
-    write_read(r, &big, 1, "cuda_ipc.ce", "1 x 8 MiB");
+    write_read(r, &big, 1, big_path, "1 x 8 MiB");
 
     /* KV-shaped: shuffled slots on both sides, so no run merges. */
     piece_t *kv = calloc(KV_PIECES, sizeof(*kv));
@@ -494,22 +567,37 @@ static void *run_case(void *arg)
                            .len = 1 + (i * 37) % 900};
     write_read(r, odd, ODD_PIECES, kernel_path, "64 odd pieces");
 
-    /* Zero fallbacks, everything on cuda_ipc paths. */
+    /* Everything on cuda_ipc paths; fallbacks only on the staged path, and
+     * then every staged request counted with its cause. */
     nixl_path_stat_t rows[16];
     size_t nrows = 0;
+    uint64_t staged = 0;
     CHECK_OK(nixl_path_stats(r->agent, rows, 16, &nrows));
     for (size_t i = 0; i < nrows && i < 16; i++) {
-        if (strncmp(rows[i].path, "cuda_ipc.", 9) != 0 || rows[i].fallbacks || rows[i].errors)
+        int is_staged = strcmp(rows[i].path, "cuda_ipc.staged") == 0;
+        if (strncmp(rows[i].path, "cuda_ipc.", 9) != 0 || rows[i].errors ||
+            rows[i].fallbacks != (is_staged ? rows[i].requests : 0))
             die("path row %s: %llu requests, %llu fallbacks, %llu errors", rows[i].path,
                 (unsigned long long)rows[i].requests, (unsigned long long)rows[i].fallbacks,
                 (unsigned long long)rows[i].errors);
+        if (is_staged)
+            staged = rows[i].requests;
     }
+    if (c->mode == MODE_STAGED && staged != 6)
+        die("%llu staged requests counted, want 6", (unsigned long long)staged);
     nixl_fallback_stat_t fb[4];
     size_t nfb = 0;
     CHECK_OK(nixl_fallback_stats(r->agent, fb, 4, &nfb));
-    if (nfb)
+    if (!staged && nfb)
         die("%zu fallback rows, first: %s (%s) x %llu", nfb, fb[0].path, fb[0].cause,
             (unsigned long long)fb[0].count);
+    if (staged) {
+        if (nfb != 1 || strcmp(fb[0].path, "cuda_ipc.staged") != 0 || fb[0].count != staged || !fb[0].cause[0])
+            die("staged requests: %zu fallback rows (want one for cuda_ipc.staged counting %llu, with a cause)", nfb,
+                (unsigned long long)staged);
+        printf("  fallback counted: %s x %llu, cause: %s\n", fb[0].path, (unsigned long long)fb[0].count,
+               fb[0].cause);
+    }
 
     CHECK_OK(nixl_mem_deregister(r->agent, &l, NULL));
     check_ctx_untouched(r, "nixl_mem_deregister");
@@ -523,18 +611,35 @@ static void *run_case(void *arg)
 }
 
 static const xcase_t cases[] = {
-    {"seed", 1, 0, MEM_LEGACY, MEM_LEGACY, 0, 2},
-    {"same_gpu", 0, 0, MEM_LEGACY, MEM_LEGACY, -1, 1},
-    {"cross_gpu", 0, 1, MEM_LEGACY, MEM_LEGACY, -1, 2},
-    {"vmm", 0, 1, MEM_VMM, MEM_VMM, -1, 1},
+    {"seed", 1, 0, MEM_LEGACY, MEM_LEGACY, 0, 2, MODE_DIRECT},
+    {"same_gpu", 0, 0, MEM_LEGACY, MEM_LEGACY, -1, 1, MODE_DIRECT},
+    {"cross_gpu", 0, 1, MEM_LEGACY, MEM_LEGACY, -1, 2, MODE_DIRECT},
+    {"vmm", 0, 1, MEM_VMM, MEM_VMM, -1, 1, MODE_DIRECT},
+    {"staged", 0, 1, MEM_LEGACY, MEM_VMM, -1, 1, MODE_STAGED},
+    {"isolated", 0, 0, MEM_LEGACY, MEM_LEGACY, -1, 1, MODE_ISOLATED},
+    {"host_to_gpu", 0, 1, MEM_HOST, MEM_LEGACY, -1, 1, MODE_DIRECT},
+    {"host_staged", 0, 1, MEM_HOST, MEM_VMM, -1, 1, MODE_STAGED},
 };
+
+/* GPUs the driver has, whatever CUDA_VISIBLE_DEVICES says. */
+static int physical_gpus(void)
+{
+    DIR *d = opendir("/proc/driver/nvidia/gpus");
+    int n = 0;
+    if (!d)
+        return 0;
+    for (struct dirent *e; (e = readdir(d));)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
 
 int main(int argc, char **argv)
 {
     if (argc == 4 && strcmp(argv[1], "--target-role") == 0)
         return target_main(atoi(argv[2]), atoi(argv[3]));
     if (argc != 2) {
-        fprintf(stderr, "usage: %s seed|same_gpu|cross_gpu|vmm\n", argv[0]);
+        fprintf(stderr, "usage: %s seed|same_gpu|cross_gpu|vmm|staged|isolated|host_to_gpu|host_staged\n", argv[0]);
         return 2;
     }
     const xcase_t *c = NULL;
@@ -547,6 +652,17 @@ int main(int argc, char **argv)
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
     signal(SIGPIPE, SIG_IGN);
+    if (c->mode == MODE_STAGED)
+        setenv("NIXL_CUDA_IPC_MAP", "0", 1);
+    if (c->mode == MODE_ISOLATED) {
+        int phys = physical_gpus();
+        if (phys < 2) {
+            printf("SKIP %s: needs 2 GPUs in /proc/driver/nvidia/gpus, %d found\n", c->name, phys);
+            return 77;
+        }
+        setenv("CUDA_VISIBLE_DEVICES", "0", 1);
+        child_visible = "1";
+    }
     char why[256];
     int n = gpu_init(why, sizeof(why));
     if (n == 0) {
@@ -561,7 +677,9 @@ int main(int argc, char **argv)
     if (cc.tgt_dev >= n)
         cc.tgt_dev = n - 1; /* vmm on one GPU: same device */
     printf("%s: initiator GPU %d (%s, %s) -> target GPU %d (%s, %s)\n", cc.name, cc.init_dev,
-           gpu_bus_id(cc.init_dev), cc.init_kind == MEM_VMM ? "VMM" : "cudaMalloc", cc.tgt_dev,
+           gpu_bus_id(cc.init_dev),
+           cc.init_kind == MEM_VMM ? "VMM" : cc.init_kind == MEM_HOST ? "host memory, pageable" : "cudaMalloc",
+           cc.tgt_dev,
            gpu_bus_id(cc.tgt_dev), cc.tgt_kind == MEM_VMM ? "VMM, 3 mappings" : "cudaMalloc");
     run_t r;
     memset(&r, 0, sizeof(r));

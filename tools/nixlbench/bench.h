@@ -154,6 +154,10 @@ void bench_vram_set(int dev, void *dst, uint8_t v, size_t len);
  * (cuMemcpyPeer across GPUs, cuMemcpyDtoD on one), a mean like the rows. */
 double bench_vram_limit(int src_dev, int dst_dev, uint64_t bytes);
 const char *bench_vram_limit_name(int src_dev, int dst_dev);
+/* DRAM <-> VRAM rows: cuMemcpyHtoD / cuMemcpyDtoH of host memory allocated
+ * as the row's, to or from GPU dev. */
+double bench_host_limit(int dev, int to_device, uint64_t bytes, bench_alloc_t alloc);
+const char *bench_host_limit_name(int to_device);
 const char *bench_mem_name(bench_mem_t mem);
 
 /* ---- KV replay (bench_kv.c) ---- */

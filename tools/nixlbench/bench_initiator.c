@@ -254,7 +254,12 @@ static void run_row(initiator_t *in, row_t *r, uint64_t seed)
     r->per_desc_us = r->seconds * 1e6 / ((double)r->iters * (double)r->batch);
     r->post_us = (double)post_ns / 1e3 / (double)r->iters;
 
-    if (o->init_mem == BENCH_MEM_VRAM || o->tgt_mem == BENCH_MEM_VRAM) {
+    if (o->init_mem != o->tgt_mem) {
+        /* DRAM <-> VRAM: the driver's host copy of the same bytes. */
+        int dev = o->init_mem == BENCH_MEM_VRAM ? o->init_dev : o->tgt_dev;
+        int to_device = (o->op == NIXL_OP_WRITE) == (o->tgt_mem == BENCH_MEM_VRAM);
+        r->limit_gbps = bench_host_limit(dev, to_device, r->bytes, o->alloc) / 1e9;
+    } else if (o->init_mem == BENCH_MEM_VRAM) {
         int from = o->op == NIXL_OP_WRITE ? o->init_dev : o->tgt_dev, to = o->op == NIXL_OP_WRITE ? o->tgt_dev : o->init_dev;
         r->limit_gbps = bench_vram_limit(from, to, r->bytes) / 1e9;
 #ifdef BENCH_HAVE_OFI
@@ -448,9 +453,15 @@ int bench_run_initiator(const bench_opts_t *o, const char *ip, uint16_t port)
         if (o->init_mem == BENCH_MEM_VRAM || o->tgt_mem == BENCH_MEM_VRAM) {
             int from = o->op == NIXL_OP_WRITE ? o->init_dev : o->tgt_dev;
             int to = o->op == NIXL_OP_WRITE ? o->tgt_dev : o->init_dev;
-            printf("# initiator %s (GPU %d), target %s (GPU %d); limit: %s of block x batch bytes, GPU %d -> %d\n",
-                   bench_mem_name(o->init_mem), o->init_dev, bench_mem_name(o->tgt_mem), o->tgt_dev,
-                   bench_vram_limit_name(from, to), from, to);
+            int to_device = (o->op == NIXL_OP_WRITE) == (o->tgt_mem == BENCH_MEM_VRAM);
+            if (o->init_mem != o->tgt_mem)
+                printf("# initiator %s, target %s; limit: %s of block x batch bytes (host memory: alloc %s)\n",
+                       bench_mem_name(o->init_mem), bench_mem_name(o->tgt_mem), bench_host_limit_name(to_device),
+                       bench_alloc_name(o->alloc));
+            else
+                printf("# initiator %s (GPU %d), target %s (GPU %d); limit: %s of block x batch bytes, GPU %d -> %d\n",
+                       bench_mem_name(o->init_mem), o->init_dev, bench_mem_name(o->tgt_mem), o->tgt_dev,
+                       bench_vram_limit_name(from, to), from, to);
         }
         print_header();
     }

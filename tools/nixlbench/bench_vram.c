@@ -27,6 +27,8 @@
 static nixl_cuda_api_t cu;
 static CUresult (*cu_memcpy_peer)(CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, size_t);
 static CUresult (*cu_memcpy_dtod)(CUdeviceptr, CUdeviceptr, size_t);
+static CUresult (*cu_memcpy_htod)(CUdeviceptr, const void *, size_t);
+static CUresult (*cu_memcpy_dtoh)(void *, CUdeviceptr, size_t);
 static CUcontext ctxs[BENCH_MAX_GPUS];
 static int ngpus = -1;
 
@@ -59,8 +61,10 @@ int bench_vram_init(void)
 #undef BENCH_RESOLVE_
     *(void **)&cu_memcpy_peer = dlsym(h, "cuMemcpyPeer");
     *(void **)&cu_memcpy_dtod = dlsym(h, "cuMemcpyDtoD_v2");
-    if (!cu_memcpy_peer || !cu_memcpy_dtod)
-        bench_die("vram: the CUDA driver lacks cuMemcpyPeer or cuMemcpyDtoD_v2");
+    *(void **)&cu_memcpy_htod = dlsym(h, "cuMemcpyHtoD_v2");
+    *(void **)&cu_memcpy_dtoh = dlsym(h, "cuMemcpyDtoH_v2");
+    if (!cu_memcpy_peer || !cu_memcpy_dtod || !cu_memcpy_htod || !cu_memcpy_dtoh)
+        bench_die("vram: the CUDA driver lacks cuMemcpyPeer, cuMemcpyDtoD_v2, cuMemcpyHtoD_v2 or cuMemcpyDtoH_v2");
     vram_check(cu.cuInit(0), "cuInit");
     int n = 0;
     vram_check(cu.cuDeviceGetCount(&n), "cuDeviceGetCount");
@@ -172,6 +176,45 @@ double bench_vram_limit(int src_dev, int dst_dev, uint64_t bytes)
     return (double)bytes * (double)passes * REPS * 1e9 / (double)(dt ? dt : 1);
 }
 
+const char *bench_host_limit_name(int to_device)
+{
+    return to_device ? "cuMemcpyHtoD" : "cuMemcpyDtoH";
+}
+
+/* Between host memory allocated as the row's (pageable or not) and GPU dev:
+ * the driver's own copy of the same bytes, the limit of a DRAM<->VRAM row. */
+double bench_host_limit(int dev, int to_device, uint64_t bytes, bench_alloc_t alloc)
+{
+    enum { REPS = 5 };
+    const uint64_t min_rep_ns = 5000000;
+    void *host = bench_alloc(alloc, bytes);
+    void *vram = bench_vram_alloc(dev, bytes);
+    CUdeviceptr d = (CUdeviceptr)(uintptr_t)vram;
+    memset(host, 1, bytes);
+    vram_bind(dev);
+#define HOST_COPY() vram_check(to_device ? cu_memcpy_htod(d, host, bytes) : cu_memcpy_dtoh(host, d, bytes), \
+                               bench_host_limit_name(to_device))
+    HOST_COPY(); /* warm: first touch, driver staging buffers */
+    uint64_t passes = 1;
+    for (;;) {
+        uint64_t t0 = bench_now_ns();
+        for (uint64_t p = 0; p < passes; p++)
+            HOST_COPY();
+        if (bench_now_ns() - t0 >= min_rep_ns || passes >= (1ull << 30))
+            break;
+        passes *= 2;
+    }
+    uint64_t t0 = bench_now_ns();
+    for (int r = 0; r < REPS; r++)
+        for (uint64_t p = 0; p < passes; p++)
+            HOST_COPY();
+    uint64_t dt = bench_now_ns() - t0;
+#undef HOST_COPY
+    bench_vram_free(dev, vram);
+    bench_free(alloc, host, bytes);
+    return (double)bytes * (double)passes * REPS * 1e9 / (double)(dt ? dt : 1);
+}
+
 #else /* !NIXL_HAVE_CUDA_H */
 
 int bench_vram_init(void)
@@ -226,6 +269,22 @@ double bench_vram_limit(int src_dev, int dst_dev, uint64_t bytes)
     (void)src_dev;
     (void)dst_dev;
     (void)bytes;
+    bench_vram_init();
+    return 0;
+}
+
+const char *bench_host_limit_name(int to_device)
+{
+    (void)to_device;
+    return "none";
+}
+
+double bench_host_limit(int dev, int to_device, uint64_t bytes, bench_alloc_t alloc)
+{
+    (void)dev;
+    (void)to_device;
+    (void)bytes;
+    (void)alloc;
     bench_vram_init();
     return 0;
 }

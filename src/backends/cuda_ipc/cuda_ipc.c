@@ -137,6 +137,43 @@ cip_ctx_t *cip_ctx_get(cip_be_t *be, void *ctx, int device)
     return cx;
 }
 
+void *cip_host_ctx(cip_be_t *be, cip_rmd_t *rmd, int *device)
+{
+    if (rmd->host_ctx) {
+        *device = rmd->host_dev;
+        return rmd->host_ctx;
+    }
+    const nixl_cuda_api_t *cu = be->cu;
+    int dev = cip_device_of_bus(be, rmd->bus_id);
+    if (dev < 0)
+        dev = 0; /* the peer's GPU is not visible here: import through P2P, or stage */
+    if (dev >= cu->device_count || dev >= CIP_MAX_DEV) {
+        CIP_ERROR(be, "cuda_ipc: no GPU in this process to copy host memory to peer %s's GPU %s", rmd->peer->name,
+                  rmd->bus_id);
+        return NULL;
+    }
+    pthread_mutex_lock(&be->lock);
+    CUcontext ctx = be->prim[dev];
+    CUresult rc = CUDA_SUCCESS;
+    if (!ctx) {
+        CUdevice d;
+        rc = cu->cuDeviceGet(&d, dev);
+        if (rc == CUDA_SUCCESS)
+            rc = cu->cuDevicePrimaryCtxRetain(&ctx, d);
+        if (rc == CUDA_SUCCESS)
+            be->prim[dev] = ctx;
+    }
+    pthread_mutex_unlock(&be->lock);
+    if (rc != CUDA_SUCCESS) {
+        CIP_ERROR(be, "cuda_ipc: the primary context of GPU %d: %s", dev, cip_cu_err(be, rc));
+        return NULL;
+    }
+    rmd->host_ctx = ctx;
+    rmd->host_dev = dev;
+    *device = dev;
+    return ctx;
+}
+
 nixl_status_t cip_peer_alive(cip_be_t *be, cip_peer_t *peer)
 {
     /* Every time: our mapping of a dead peer's VRAM may outlive it, so a
@@ -151,7 +188,13 @@ static nixl_status_t cip_read_tunables(cip_be_t *be)
     const char *k = be->host->config_get("NIXL_CUDA_IPC_KERNEL");
     const char *m = be->host->config_get("NIXL_CUDA_IPC_CE_MIN");
     const char *n = be->host->config_get("NIXL_CUDA_IPC_KERNEL_MIN");
+    const char *map = be->host->config_get("NIXL_CUDA_IPC_MAP");
     be->use_kernel = 1;
+    be->map_peers = 1;
+    if (map && *map && nixl_param_parse_bool(map, &be->map_peers) != 0) {
+        CIP_ERROR(be, "cuda_ipc: NIXL_CUDA_IPC_MAP=\"%s\" is not valid: expected 0 or 1", map);
+        return NIXL_ERR_INVALID_PARAM;
+    }
     be->ce_min = CIP_DEFAULT_CE_MIN;
     be->kernel_min = CIP_DEFAULT_KERNEL_MIN;
     if (k && *k) {
@@ -207,27 +250,31 @@ static nixl_status_t cip_create(const nixl_host_services_t *host, const nixl_par
         st = NIXL_ERR_NO_MEMORY;
         goto err_free;
     }
-    if (pthread_mutex_init(&be->wlock, NULL) != 0) {
+    if (pthread_rwlock_init(&be->reg_rw, NULL) != 0) {
         st = NIXL_ERR_NO_MEMORY;
         goto err_lock;
     }
-    if (pthread_cond_init(&be->wcond, NULL) != 0) {
-        pthread_mutex_destroy(&be->wlock);
-        st = NIXL_ERR_NO_MEMORY;
-        goto err_lock;
-    }
+    st = cip_workers_init(be);
+    if (st != NIXL_OK)
+        goto err_rw;
     st = samehost_notif_open(&be->notif, host, "cuda_ipc", host->agent_name, be->self.uid);
     if (st != NIXL_OK)
-        goto err_wait;
+        goto err_workers;
+    st = cip_stage_server_start(be);
+    if (st != NIXL_OK)
+        goto err_notif;
     CIP_DEBUG(be, "cuda_ipc: created: kernel %s (%zu bytes of fatbin), ce_min %llu, kernel_min %llu, socket @%s",
               be->use_kernel ? "on" : "off", nixl_cuda_ipc_fatbin_len, (unsigned long long)be->ce_min,
               (unsigned long long)be->kernel_min, be->notif.sock_name);
     *be_out = be;
     return NIXL_OK;
 
-err_wait:
-    pthread_cond_destroy(&be->wcond);
-    pthread_mutex_destroy(&be->wlock);
+err_notif:
+    samehost_notif_close(&be->notif);
+err_workers:
+    cip_workers_fini(be);
+err_rw:
+    pthread_rwlock_destroy(&be->reg_rw);
 err_lock:
     pthread_mutex_destroy(&be->lock);
 err_free:
@@ -240,7 +287,8 @@ static void cip_destroy(void *bev)
     cip_be_t *be = bev;
     if (!be)
         return;
-    cip_waiter_stop(be);
+    cip_workers_fini(be);
+    cip_stage_server_stop(be);
     for (int i = 0; i < be->nctx; i++) {
         cip_ctx_t *cx = &be->ctxs[i];
         CUcontext saved = NULL;
@@ -253,9 +301,13 @@ static void cip_destroy(void *bev)
             be->cu->cuModuleUnload(cx->module);
         cip_ctx_leave(be, saved, changed);
     }
+    for (int d = 0; d < CIP_MAX_DEV; d++) {
+        CUdevice dev;
+        if (be->prim[d] && be->cu->cuDeviceGet(&dev, d) == CUDA_SUCCESS)
+            be->cu->cuDevicePrimaryCtxRelease(dev);
+    }
     samehost_notif_close(&be->notif);
-    pthread_cond_destroy(&be->wcond);
-    pthread_mutex_destroy(&be->wlock);
+    pthread_rwlock_destroy(&be->reg_rw);
     pthread_mutex_destroy(&be->lock);
     free(be);
 }
@@ -292,9 +344,9 @@ static nixl_status_t cip_peer_load(void *bev, const char *peer_name, const void 
 static void cip_peer_unload(void *bev, void *peerv)
 {
     cip_peer_t *peer = peerv;
-    (void)bev;
     if (!peer)
         return;
+    cip_stage_conn_close(bev, peer);
     samehost_peer_disconnect(&peer->proc, &peer->notif);
     free(peer);
 }
@@ -325,7 +377,8 @@ static const nixl_backend_ops_t cip_ops = {
     .name = "cuda_ipc",
     .description = "same host, VRAM: CUDA IPC (legacy handles, VMM file descriptors) opened once per peer; "
                    "copy engines for large pieces (cuda_ipc.ce), one gather/scatter kernel per batch of small "
-                   "ones (cuda_ipc.kernel)",
+                   "ones (cuda_ipc.kernel); local DRAM to and from a peer's VRAM; host staging only as a counted fallback "
+                   "(cuda_ipc.staged)",
     .mem_types = NIXL_MEM_BIT(NIXL_MEM_VRAM),
     .caps = NIXL_CAP_LOCAL | NIXL_CAP_SAME_HOST | NIXL_CAP_NOTIF | NIXL_CAP_PROGRESS,
     .params = NULL,
@@ -346,6 +399,7 @@ static const nixl_backend_ops_t cip_ops = {
     .xfer_release = cip_xfer_release,
     .notif_send = cip_notif_send,
     .progress = cip_progress,
+    .local_mem_types = NIXL_MEM_BIT(NIXL_MEM_DRAM),
 };
 
 const nixl_backend_ops_t *nixl_backend_cuda_ipc_ops(void)

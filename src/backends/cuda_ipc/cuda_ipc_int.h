@@ -32,8 +32,10 @@
 
 #define CIP_PATH_CE "cuda_ipc.ce"
 #define CIP_PATH_KERNEL "cuda_ipc.kernel"
+#define CIP_PATH_STAGED "cuda_ipc.staged" /* a fallback: cuda_ipc_stage.c */
 
 #define CIP_MAX_CTX 32  /* CUDA contexts one instance copies with */
+#define CIP_MAX_DEV 64  /* GPUs whose primary context we retain (host memory copies) */
 #define CIP_MAX_SEGS 64 /* VMM mappings one registration may span */
 
 /* Kernel pieces are cut at this size: one warp moves one piece, so a
@@ -68,6 +70,25 @@ typedef struct cip_ctx {
     CUfunction copy_fn;
 } cip_ctx_t;
 
+struct cip_req;
+struct cip_be;
+
+/* A thread with a queue of requests, started on first use: the completion
+ * thread (waits for events, then sends the notification) and the staging
+ * thread (runs staged requests) are two of these. */
+typedef struct cip_worker {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    struct cip_req *head, *tail;
+    pthread_t thread;
+    int started, stop;
+    const char *name;
+    nixl_status_t (*run)(struct cip_be *be, struct cip_req *r);
+    struct cip_be *be;
+} cip_worker_t;
+
+typedef struct cip_reg cip_reg_t;
+
 typedef struct cip_be {
     const nixl_host_services_t *host;
     const nixl_cuda_api_t *cu; /* loaded on first VRAM use */
@@ -79,21 +100,33 @@ typedef struct cip_be {
     int use_kernel;
     uint64_t ce_min;       /* pieces of at least this many bytes go to the copy engines */
     uint64_t kernel_min;   /* fewer small pieces than this: copy engines */
+    int map_peers;         /* NIXL_CUDA_IPC_MAP: 0 stages every cross-process request */
     /* reg/dereg may come from several threads; ctx table too */
     pthread_mutex_t lock;
     cip_ctx_t ctxs[CIP_MAX_CTX];
     int nctx;
     uint64_t export_seq;
     int kernel_warned;
+    /* Primary contexts retained to copy host memory to and from a peer's
+     * GPU (local DRAM), released at destroy; under lock. */
+    CUcontext prim[CIP_MAX_DEV];
+    /* Our VRAM registrations, for the staging server's checks (reg_rw). */
+    pthread_rwlock_t reg_rw;
+    cip_reg_t *regs;
     /* The completion thread: requests with a notification are watched
      * there, so the notification leaves as soon as the GPU is done, even
      * when the application does not poll (cuda_ipc_xfer.c). */
-    pthread_mutex_t wlock;
-    pthread_cond_t wcond;
-    struct cip_req *whead, *wtail;
-    pthread_t wthread;
-    int wstarted, wstop;
+    cip_worker_t waiter;
+    /* The staging thread: staged requests, one at a time. */
+    cip_worker_t stager;
+    /* The staging server (cuda_ipc_stage.c). */
+    int stage_lfd;
+    int stage_stop[2];
+    pthread_t stage_thread;
+    int stage_running;
 } cip_be_t;
+
+typedef struct cip_stage_conn cip_stage_conn_t;
 
 typedef struct cip_peer {
     char name[SAMEHOST_NAME_MAX + 1];
@@ -101,6 +134,7 @@ typedef struct cip_peer {
     int same_process; /* an agent of this process: its pointers are ours */
     samehost_proc_t proc;
     samehost_notif_peer_t notif;
+    cip_stage_conn_t *stage; /* staging connection, made by the staging thread on first use */
 } cip_peer_t;
 
 /* One VMM mapping of a registration. */
@@ -111,8 +145,10 @@ typedef struct cip_seg {
 } cip_seg_t;
 
 /* reg() output: an export of our VRAM. */
-typedef struct cip_reg {
+struct cip_reg {
+    cip_reg_t *next, *prev; /* be->regs */
     uint64_t addr, len;
+    int host;        /* local DRAM (local_mem_types): nothing exported, never published */
     void *ctx;       /* the owning context the core recorded */
     int device;
     char bus_id[16];
@@ -122,7 +158,7 @@ typedef struct cip_reg {
     uint64_t alloc_base, alloc_size;
     size_t nseg;
     cip_seg_t *seg; /* VMM */
-} cip_reg_t;
+};
 
 /* A peer's allocation mapped into one of our contexts (process-wide cache,
  * refcounted by remote keys). */
@@ -143,6 +179,10 @@ typedef struct cip_rmd {
     /* imports made for this key, one per context it was used from */
     cip_import_t *imp[CIP_MAX_CTX];
     int nimp;
+    /* Local DRAM requests copy in the primary context of the owner's GPU
+     * (or of GPU 0 when it is not visible here): found once. */
+    void *host_ctx;
+    int host_dev;
 } cip_rmd_t;
 
 /* Where a remote key is reached from one of our contexts. */
@@ -151,6 +191,8 @@ typedef struct cip_view {
     int kernel_ok;    /* a kernel in this context may touch it */
 } cip_view_t;
 
+/* A copy-engine piece.  Staged requests keep dst = the remote address and
+ * src = the local one whatever the direction. */
 typedef struct cip_copy {
     uint64_t dst, src, len;
 } cip_copy_t;
@@ -179,9 +221,14 @@ typedef struct cip_req {
     size_t ngroups;
     cip_group_t groups[CIP_MAX_CTX];
     int in_flight;
+    int staged; /* runs on the staging thread (cuda_ipc_stage.c) */
+    int host_local; /* the local side is DRAM */
+    int write;
+    char cause[192]; /* staged: why the peer's memory could not be mapped */
     nixl_status_t status;
     /* handed to the completion thread (under be->wlock) */
     struct cip_req *wnext;
+    cip_worker_t *worker; /* the one holding it while watched */
     int watched, queued, busy;
     _Atomic int wstatus; /* what the thread concluded; NIXL_IN_PROG until then */
     _Atomic int cancel;
@@ -198,6 +245,12 @@ cip_ctx_t *cip_ctx_get(cip_be_t *be, void *ctx, int device);
 nixl_status_t cip_ctx_enter(cip_be_t *be, CUcontext ctx, CUcontext *saved, int *changed);
 void cip_ctx_leave(cip_be_t *be, CUcontext saved, int changed);
 nixl_status_t cip_peer_alive(cip_be_t *be, cip_peer_t *peer);
+/* The context that copies between local DRAM and rmd's GPU: the primary
+ * context of that GPU here, or of GPU 0 when it is not visible (the import
+ * then needs P2P).  NULL (logged) when there is none. */
+void *cip_host_ctx(cip_be_t *be, cip_rmd_t *rmd, int *device);
+/* Ordinal in this process of the GPU with this PCI bus id, or -1. */
+int cip_device_of_bus(cip_be_t *be, const char *bus_id);
 /* "CUDA_ERROR_X (n): text" */
 const char *cip_cu_err(cip_be_t *be, CUresult rc);
 
@@ -209,15 +262,27 @@ nixl_status_t cip_rkey_load(void *be, void *peer, const nixl_be_region_t *region
                             void **rmd_out);
 void cip_rkey_unload(void *be, void *rmd);
 /* Where the key is reached from context cx (imports it on first use):
- * NIXL_ERR_NO_PATH (logged with the cause) when it cannot be. */
-nixl_status_t cip_rmd_view(cip_be_t *be, cip_rmd_t *rmd, cip_ctx_t *cx, cip_view_t *out);
+ * NIXL_ERR_NO_PATH when it cannot be, with the reason in cause (not
+ * logged: the caller stages or fails). */
+nixl_status_t cip_rmd_view(cip_be_t *be, cip_rmd_t *rmd, cip_ctx_t *cx, cip_view_t *out, char *cause,
+                           size_t cause_cap);
 
 /* cuda_ipc_xfer.c */
 nixl_status_t cip_xfer_prepare(void *be, const nixl_be_xfer_t *xfer, nixl_be_req_t **req_out);
 nixl_status_t cip_xfer_post(void *be, nixl_be_req_t *req, const void *notif, size_t notif_len);
 nixl_status_t cip_xfer_status(void *be, nixl_be_req_t *req);
 void cip_xfer_release(void *be, nixl_be_req_t *req);
-/* Stop and join the completion thread (destroy). */
-void cip_waiter_stop(cip_be_t *be);
+/* The completion and staging workers: init at create, stopped (joined)
+ * at destroy.  Their threads start on first use. */
+nixl_status_t cip_workers_init(cip_be_t *be);
+void cip_workers_fini(cip_be_t *be);
+
+/* cuda_ipc_stage.c */
+nixl_status_t cip_stage_server_start(cip_be_t *be);
+void cip_stage_server_stop(cip_be_t *be);
+/* Run a staged request to its end (the staging thread), notification included. */
+nixl_status_t cip_stage_run(cip_be_t *be, struct cip_req *r);
+/* Close the peer's staging connection (peer unload, or after an error). */
+void cip_stage_conn_close(cip_be_t *be, cip_peer_t *peer);
 
 #endif

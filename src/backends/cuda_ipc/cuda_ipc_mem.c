@@ -129,8 +129,20 @@ nixl_status_t cip_reg(void *bev, const nixl_be_region_t *r, void **md_out)
     cip_be_t *be = bev;
     if (!r || !md_out)
         return NIXL_ERR_NULL;
+    if (r->mem_type == NIXL_MEM_DRAM) {
+        /* Local side only (never published): nothing to export, no driver
+         * call, so an agent that never moves VRAM never calls cuInit. */
+        cip_reg_t *h = calloc(1, sizeof(*h));
+        if (!h)
+            return NIXL_ERR_NO_MEMORY;
+        h->addr = r->addr;
+        h->len = r->len;
+        h->host = 1;
+        *md_out = h;
+        return NIXL_OK;
+    }
     if (r->mem_type != NIXL_MEM_VRAM) {
-        CIP_ERROR(be, "cuda_ipc: registers VRAM only (got memory type %d)", (int)r->mem_type);
+        CIP_ERROR(be, "cuda_ipc: registers VRAM (and local DRAM) only (got memory type %d)", (int)r->mem_type);
         return NIXL_ERR_MEM_TYPE;
     }
     if (!cip_api(be))
@@ -182,6 +194,12 @@ nixl_status_t cip_reg(void *bev, const nixl_be_region_t *r, void **md_out)
                  (unsigned long long)m->addr, (unsigned long long)m->len, m->device, m->bus_id, why,
                  rc != CUDA_SUCCESS ? ": " : "", rc != CUDA_SUCCESS ? cip_cu_err(be, rc) : "");
     }
+    pthread_rwlock_wrlock(&be->reg_rw);
+    m->next = be->regs;
+    if (be->regs)
+        be->regs->prev = m;
+    be->regs = m;
+    pthread_rwlock_unlock(&be->reg_rw);
     *md_out = m;
     return NIXL_OK;
 }
@@ -192,6 +210,19 @@ void cip_dereg(void *bev, void *md)
     cip_reg_t *m = md;
     if (!m)
         return;
+    if (m->host) {
+        free(m);
+        return;
+    }
+    /* Waits for a staged copy into it to end (the server reads under reg_rw). */
+    pthread_rwlock_wrlock(&be->reg_rw);
+    if (m->prev)
+        m->prev->next = m->next;
+    else
+        be->regs = m->next;
+    if (m->next)
+        m->next->prev = m->prev;
+    pthread_rwlock_unlock(&be->reg_rw);
     if (m->kind == CIP_KIND_VMM)
         cip_reg_free_segs(be, m);
     free(m);
@@ -209,6 +240,10 @@ nixl_status_t cip_rkey_pack(void *bev, void *md, void *buf, size_t *len)
     const cip_reg_t *m = md;
     if (!m || !len)
         return NIXL_ERR_NULL;
+    if (m->host) {
+        *len = 0; /* never published (local_mem_types); nothing to say */
+        return NIXL_OK;
+    }
     size_t need = m->kind == CIP_KIND_LEGACY ? CIP_RKEY_LEGACY_LEN
                   : m->kind == CIP_KIND_VMM  ? CIP_RKEY_FIXED + m->nseg * CIP_RKEY_SEG
                                              : CIP_RKEY_FIXED;
@@ -418,8 +453,7 @@ static int cip_import_matches(const cip_import_t *im, const cip_rmd_t *r, CUcont
            im->export_id == r->export_id;
 }
 
-/* Ordinal in this process of the GPU with this bus id, or -1. */
-static int cip_device_of_bus(cip_be_t *be, const char *bus_id)
+int cip_device_of_bus(cip_be_t *be, const char *bus_id)
 {
     const nixl_cuda_api_t *cu = be->cu;
     for (int d = 0; d < cu->device_count; d++) {
@@ -432,17 +466,24 @@ static int cip_device_of_bus(cip_be_t *be, const char *bus_id)
     return -1;
 }
 
-static nixl_status_t cip_no_path(cip_be_t *be, const cip_rmd_t *r, const cip_ctx_t *cx, const char *what,
-                                 CUresult rc, int err)
+/* Why a peer's memory cannot be mapped; the caller stages or fails. */
+typedef struct cip_why {
+    char *buf;
+    size_t cap;
+} cip_why_t;
+
+static nixl_status_t cip_no_path(cip_be_t *be, const cip_rmd_t *r, const cip_ctx_t *cx, cip_why_t *why,
+                                 const char *what, CUresult rc, int err)
 {
-    CIP_ERROR(be, "cuda_ipc: cannot reach VRAM of peer %s (GPU %s) from GPU %d (%s): %s%s%s", r->peer->name,
-              r->bus_id, cx->device, cx->bus_id, what,
-              rc != CUDA_SUCCESS || err ? ": " : "",
-              rc != CUDA_SUCCESS ? cip_cu_err(be, rc) : err ? strerror(err) : "");
+    if (why->cap)
+        snprintf(why->buf, why->cap, "VRAM of peer %s (GPU %s) cannot be mapped into GPU %d (%s): %s%s%s",
+                 r->peer->name, r->bus_id, cx->device, cx->bus_id, what, rc != CUDA_SUCCESS || err ? ": " : "",
+                 rc != CUDA_SUCCESS ? cip_cu_err(be, rc) : err ? strerror(err) : "");
     return NIXL_ERR_NO_PATH;
 }
 
-static nixl_status_t cip_import_legacy(cip_be_t *be, const cip_rmd_t *r, const cip_ctx_t *cx, cip_import_t *im)
+static nixl_status_t cip_import_legacy(cip_be_t *be, const cip_rmd_t *r, const cip_ctx_t *cx, cip_import_t *im,
+                                       cip_why_t *why)
 {
     CUdeviceptr p = 0;
     CUresult rc = be->cu->cuIpcOpenMemHandle(&p, r->handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
@@ -450,7 +491,7 @@ static nixl_status_t cip_import_legacy(cip_be_t *be, const cip_rmd_t *r, const c
         const char *what = "cuIpcOpenMemHandle failed";
         if (cip_device_of_bus(be, r->bus_id) < 0)
             what = "cuIpcOpenMemHandle failed (the peer's GPU is not visible in this process: CUDA_VISIBLE_DEVICES?)";
-        return cip_no_path(be, r, cx, what, rc, 0);
+        return cip_no_path(be, r, cx, why, what, rc, 0);
     }
     im->base = (uint64_t)p;
     im->size = r->alloc_size;
@@ -458,19 +499,20 @@ static nixl_status_t cip_import_legacy(cip_be_t *be, const cip_rmd_t *r, const c
     return NIXL_OK;
 }
 
-static nixl_status_t cip_import_vmm(cip_be_t *be, const cip_rmd_t *r, const cip_ctx_t *cx, cip_import_t *im)
+static nixl_status_t cip_import_vmm(cip_be_t *be, const cip_rmd_t *r, const cip_ctx_t *cx, cip_import_t *im,
+                                    cip_why_t *why)
 {
     const nixl_cuda_api_t *cu = be->cu;
     if (!cu->cuMemImportFromShareableHandle || !cu->cuMemAddressReserve || !cu->cuMemMap || !cu->cuMemSetAccess)
-        return cip_no_path(be, r, cx, "the CUDA driver lacks the VMM import calls", CUDA_SUCCESS, 0);
+        return cip_no_path(be, r, cx, why, "the CUDA driver lacks the VMM import calls", CUDA_SUCCESS, 0);
     if (r->peer->proc.pidfd < 0)
-        return cip_no_path(be, r, cx, "the kernel has no pidfd (Linux 5.6+ needed to fetch VMM handles)",
+        return cip_no_path(be, r, cx, why, "the kernel has no pidfd (Linux 5.6+ needed to fetch VMM handles)",
                            CUDA_SUCCESS, 0);
     for (size_t i = 0; i < r->nseg; i++) {
         int fd = (int)syscall(SYS_pidfd_getfd, r->peer->proc.pidfd, r->seg[i].fd, 0);
         if (fd < 0) {
             int e = errno;
-            return cip_no_path(be, r, cx,
+            return cip_no_path(be, r, cx, why,
                                e == EPERM || e == EACCES
                                    ? "pidfd_getfd refused (same uid and ptrace rights over the peer needed; "
                                      "kernel.yama.ptrace_scope 0 or 1, or CAP_SYS_PTRACE)"
@@ -481,13 +523,13 @@ static nixl_status_t cip_import_vmm(cip_be_t *be, const cip_rmd_t *r, const cip_
                                                          CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
         close(fd);
         if (rc != CUDA_SUCCESS)
-            return cip_no_path(be, r, cx, "cuMemImportFromShareableHandle failed", rc, 0);
+            return cip_no_path(be, r, cx, why, "cuMemImportFromShareableHandle failed", rc, 0);
         im->nseg++;
     }
     CUdeviceptr va = 0;
     CUresult rc = cu->cuMemAddressReserve(&va, r->alloc_size, 0, 0, 0);
     if (rc != CUDA_SUCCESS)
-        return cip_no_path(be, r, cx, "cuMemAddressReserve failed", rc, 0);
+        return cip_no_path(be, r, cx, why, "cuMemAddressReserve failed", rc, 0);
     im->base = (uint64_t)va;
     im->size = r->alloc_size;
     /* cip_import_free undoes what was done of the rest. */
@@ -496,7 +538,7 @@ static nixl_status_t cip_import_vmm(cip_be_t *be, const cip_rmd_t *r, const cip_
         im->seg_size[i] = r->seg[i].size;
         rc = cu->cuMemMap(va + im->seg_off[i], im->seg_size[i], 0, im->h[i], 0);
         if (rc != CUDA_SUCCESS)
-            return cip_no_path(be, r, cx, "cuMemMap failed", rc, 0);
+            return cip_no_path(be, r, cx, why, "cuMemMap failed", rc, 0);
         im->nmapped++;
     }
     CUmemAccessDesc ad;
@@ -506,7 +548,7 @@ static nixl_status_t cip_import_vmm(cip_be_t *be, const cip_rmd_t *r, const cip_
     ad.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
     rc = cu->cuMemSetAccess(va, r->alloc_size, &ad, 1);
     if (rc != CUDA_SUCCESS)
-        return cip_no_path(be, r, cx, "cuMemSetAccess failed", rc, 0);
+        return cip_no_path(be, r, cx, why, "cuMemSetAccess failed", rc, 0);
     im->kernel_ok = 1;
     return NIXL_OK;
 }
@@ -526,8 +568,10 @@ static nixl_status_t cip_import_self(cip_be_t *be, const cip_rmd_t *r, const cip
     return NIXL_OK;
 }
 
-nixl_status_t cip_rmd_view(cip_be_t *be, cip_rmd_t *r, cip_ctx_t *cx, cip_view_t *out)
+nixl_status_t cip_rmd_view(cip_be_t *be, cip_rmd_t *r, cip_ctx_t *cx, cip_view_t *out, char *cause,
+                           size_t cause_cap)
 {
+    cip_why_t whybuf = {cause, cause_cap}, *why = &whybuf;
     for (int i = 0; i < r->nimp; i++) {
         if (r->imp[i]->ctx == cx->ctx) {
             out->base = r->imp[i]->base;
@@ -536,9 +580,9 @@ nixl_status_t cip_rmd_view(cip_be_t *be, cip_rmd_t *r, cip_ctx_t *cx, cip_view_t
         }
     }
     if (r->nimp == CIP_MAX_CTX)
-        return cip_no_path(be, r, cx, "used from too many contexts", CUDA_SUCCESS, 0);
+        return cip_no_path(be, r, cx, why, "used from too many contexts", CUDA_SUCCESS, 0);
     if (!r->peer->same_process && r->kind == CIP_KIND_NONE)
-        return cip_no_path(be, r, cx, "the peer could not export it (no IPC handle; see the peer's log)", CUDA_SUCCESS,
+        return cip_no_path(be, r, cx, why, "the peer could not export it (no IPC handle; see the peer's log)", CUDA_SUCCESS,
                            0);
 
     cip_import_t *im = NULL;
@@ -566,7 +610,7 @@ nixl_status_t cip_rmd_view(cip_be_t *be, cip_rmd_t *r, cip_ctx_t *cx, cip_view_t
             im->owner_pid = r->peer->id.pid;
             im->owner_start = r->peer->id.start_time;
             im->export_id = r->export_id;
-            st = r->kind == CIP_KIND_LEGACY ? cip_import_legacy(be, r, cx, im) : cip_import_vmm(be, r, cx, im);
+            st = r->kind == CIP_KIND_LEGACY ? cip_import_legacy(be, r, cx, im, why) : cip_import_vmm(be, r, cx, im, why);
         }
         if (st != NIXL_OK) {
             cip_import_free(be, im);

@@ -159,33 +159,49 @@ static void cip_req_free(cip_be_t *be, cip_req_t *r)
     free(r);
 }
 
-static cip_group_t *cip_group_of(cip_req_t *r, const cip_reg_t *l)
+/* The context a piece is copied in: its local memory's (the context rule),
+ * or, for local DRAM, the one chosen for the peer's GPU.  NULL on failure. */
+static void *cip_piece_ctx(cip_be_t *be, const cip_req_t *r, const nixl_be_iov_t *v, int *device)
+{
+    const cip_reg_t *l = v->lmd;
+    if (!r->host_local) {
+        *device = l->device;
+        return l->ctx;
+    }
+    return cip_host_ctx(be, v->rmd, device);
+}
+
+static cip_group_t *cip_group_of(cip_req_t *r, void *ctx, int device)
 {
     for (size_t i = 0; i < r->ngroups; i++)
-        if (r->groups[i].ctx == l->ctx)
+        if (r->groups[i].ctx == ctx)
             return &r->groups[i];
     if (r->ngroups == CIP_MAX_CTX)
         return NULL;
     cip_group_t *g = &r->groups[r->ngroups++];
-    g->ctx = l->ctx;
-    g->device = l->device;
+    g->ctx = ctx;
+    g->device = device;
     return g;
 }
 
 /* Every piece of one group: import its remote key here, choose its way. */
 static nixl_status_t cip_group_build(cip_be_t *be, cip_req_t *r, cip_group_t *g, const nixl_be_xfer_t *x)
 {
+    if (!be->map_peers && !r->peer->same_process) {
+        snprintf(r->cause, sizeof(r->cause), "NIXL_CUDA_IPC_MAP=0: peers' memory is never mapped here");
+        return NIXL_ERR_NO_PATH;
+    }
     cip_rmd_t *last_rmd = NULL;
     cip_view_t view = {0};
     int write = x->op == NIXL_OP_WRITE;
     for (size_t i = 0; i < x->count; i++) {
         const nixl_be_iov_t *v = &x->iov[i];
-        const cip_reg_t *l = v->lmd;
-        if (l->ctx != g->ctx)
+        int dev;
+        if (cip_piece_ctx(be, r, v, &dev) != g->ctx)
             continue;
         cip_rmd_t *rmd = v->rmd;
         if (rmd != last_rmd) {
-            nixl_status_t st = cip_rmd_view(be, rmd, g->cx, &view);
+            nixl_status_t st = cip_rmd_view(be, rmd, g->cx, &view, r->cause, sizeof(r->cause));
             if (st != NIXL_OK)
                 return st;
             last_rmd = rmd;
@@ -193,19 +209,83 @@ static nixl_status_t cip_group_build(cip_be_t *be, cip_req_t *r, cip_group_t *g,
         uint64_t remote = view.base + (v->raddr - rmd->alloc_base);
         uint64_t dst = write ? remote : v->laddr, src = write ? v->laddr : remote;
         nixl_status_t st;
-        if (v->len >= be->ce_min || !view.kernel_ok || !g->cx->copy_fn)
+        /* Host memory: copy engines only, with the unified-address copy
+         * (pageable memory works; pinned memory runs at full speed). */
+        if (v->len >= be->ce_min || !view.kernel_ok || !g->cx->copy_fn || r->host_local)
             st = cip_add_ce(g, dst, src, v->len);
         else
             st = cip_add_kernel(g, dst, src, v->len);
         if (st != NIXL_OK)
             return st;
-        if (r->peer->same_process)
+        if (r->peer->same_process || r->host_local)
             g->ce_uva = 1;
     }
     nixl_status_t st = cip_group_finish_kernel(be, g);
     if (st == NIXL_OK)
         st = cip_group_upload(be, g);
     return st;
+}
+
+/* The pieces of one group for the staging thread: dst = remote, src = local. */
+static nixl_status_t cip_group_build_staged(cip_be_t *be, cip_req_t *r, cip_group_t *g, const nixl_be_xfer_t *x)
+{
+    for (size_t i = 0; i < x->count; i++) {
+        const nixl_be_iov_t *v = &x->iov[i];
+        int dev;
+        if (cip_piece_ctx(be, r, v, &dev) == g->ctx && cip_add_ce(g, v->raddr, v->laddr, v->len) != NIXL_OK)
+            return NIXL_ERR_NO_MEMORY;
+    }
+    return NIXL_OK;
+}
+
+/* Drop what a direct build made (tables, events, pieces), keep the groups. */
+static void cip_req_reset_groups(cip_be_t *be, cip_req_t *r)
+{
+    for (size_t i = 0; i < r->ngroups; i++) {
+        cip_group_t *g = &r->groups[i];
+        CUcontext saved = NULL;
+        int changed = 0;
+        if ((g->table || g->done) && cip_ctx_enter(be, (CUcontext)g->ctx, &saved, &changed) == NIXL_OK) {
+            if (g->table)
+                be->cu->cuMemFree(g->table);
+            if (g->done)
+                be->cu->cuEventDestroy(g->done);
+            cip_ctx_leave(be, saved, changed);
+        }
+        free(g->ce);
+        free(g->kt);
+        cip_ctx_t *cx = g->cx;
+        void *ctx = g->ctx;
+        int device = g->device;
+        memset(g, 0, sizeof(*g));
+        g->cx = cx;
+        g->ctx = ctx;
+        g->device = device;
+    }
+}
+
+/* The peer's memory cannot be mapped here: stage through host memory, a
+ * fallback the user sees (path, count, warning) and may refuse. */
+static nixl_status_t cip_prepare_staged(cip_be_t *be, cip_req_t *r, const nixl_be_xfer_t *x)
+{
+    const char *allow = be->host->config_get("NIXL_ALLOW_FALLBACK");
+    int ok = 1;
+    if (allow && *allow && nixl_param_parse_bool(allow, &ok) == 0 && !ok) {
+        CIP_ERROR(be, "cuda_ipc: VRAM of peer %s cannot be reached directly (%s) and NIXL_ALLOW_FALLBACK=0 refuses "
+                      "the staged path",
+                  r->peer->name, r->cause);
+        return NIXL_ERR_NO_PATH;
+    }
+    cip_req_reset_groups(be, r);
+    for (size_t i = 0; i < r->ngroups; i++) {
+        nixl_status_t st = cip_group_build_staged(be, r, &r->groups[i], x);
+        if (st != NIXL_OK)
+            return st;
+    }
+    r->staged = 1;
+    CIP_INFO(be, "cuda_ipc: requests to peer %s go through host memory (%s): %s", r->peer->name, CIP_PATH_STAGED,
+             r->cause);
+    return NIXL_OK;
 }
 
 nixl_status_t cip_xfer_prepare(void *bev, const nixl_be_xfer_t *x, nixl_be_req_t **req_out)
@@ -217,8 +297,9 @@ nixl_status_t cip_xfer_prepare(void *bev, const nixl_be_xfer_t *x, nixl_be_req_t
         CIP_ERROR(be, "cuda_ipc: unknown transfer op %d", (int)x->op);
         return NIXL_ERR_INVALID_PARAM;
     }
-    if (x->local_mem != NIXL_MEM_VRAM || x->remote_mem != NIXL_MEM_VRAM) {
-        CIP_ERROR(be, "cuda_ipc: transfers between VRAM only (got %d -> %d)", (int)x->local_mem, (int)x->remote_mem);
+    if ((x->local_mem != NIXL_MEM_VRAM && x->local_mem != NIXL_MEM_DRAM) || x->remote_mem != NIXL_MEM_VRAM) {
+        CIP_ERROR(be, "cuda_ipc: transfers from local VRAM or DRAM to a peer's VRAM only (got %d -> %d)",
+                  (int)x->local_mem, (int)x->remote_mem);
         return NIXL_ERR_MEM_TYPE;
     }
     if (!x->peer || !x->iov || x->count == 0)
@@ -230,24 +311,34 @@ nixl_status_t cip_xfer_prepare(void *bev, const nixl_be_xfer_t *x, nixl_be_req_t
         return NIXL_ERR_NO_MEMORY;
     r->be = be;
     r->peer = x->peer;
+    r->write = x->op == NIXL_OP_WRITE;
+    r->host_local = x->local_mem == NIXL_MEM_DRAM;
     nixl_status_t st = NIXL_OK;
     for (size_t i = 0; i < x->count; i++) {
         const nixl_be_iov_t *v = &x->iov[i];
         const cip_reg_t *l = v->lmd;
         const cip_rmd_t *rm = v->rmd;
-        if (!l || !rm || rm->peer != x->peer || !cip_inside(v->laddr, v->len, l->addr, l->len) ||
-            !cip_inside(v->raddr, v->len, rm->addr, rm->len) || v->len == 0) {
+        if (!l || !rm || rm->peer != x->peer || l->host != r->host_local ||
+            !cip_inside(v->laddr, v->len, l->addr, l->len) || !cip_inside(v->raddr, v->len, rm->addr, rm->len) ||
+            v->len == 0) {
             CIP_ERROR(be, "cuda_ipc: piece %zu of a transfer lies outside its registered regions", i);
             st = NIXL_ERR_INVALID_PARAM;
             goto err;
         }
-        if (!cip_group_of(r, l)) {
+        int dev = 0;
+        void *ctx = cip_piece_ctx(be, r, v, &dev);
+        if (!ctx) {
+            st = NIXL_ERR_NO_CUDA;
+            goto err;
+        }
+        if (!cip_group_of(r, ctx, dev)) {
             CIP_ERROR(be, "cuda_ipc: a request may span at most %d CUDA contexts", CIP_MAX_CTX);
             st = NIXL_ERR_TOO_BIG;
             goto err;
         }
     }
     int kernel = 0;
+    /* Every group's copy state first: a staged request needs them all. */
     for (size_t i = 0; i < r->ngroups && st == NIXL_OK; i++) {
         cip_group_t *g = &r->groups[i];
         CUcontext saved = NULL;
@@ -256,14 +347,27 @@ nixl_status_t cip_xfer_prepare(void *bev, const nixl_be_xfer_t *x, nixl_be_req_t
         if (st != NIXL_OK)
             break;
         g->cx = cip_ctx_get(be, g->ctx, g->device);
-        st = g->cx ? cip_group_build(be, r, g, x) : NIXL_ERR_BACKEND;
+        cip_ctx_leave(be, saved, changed);
+        if (!g->cx)
+            st = NIXL_ERR_BACKEND;
+    }
+    for (size_t i = 0; i < r->ngroups && st == NIXL_OK; i++) {
+        cip_group_t *g = &r->groups[i];
+        CUcontext saved = NULL;
+        int changed = 0;
+        st = cip_ctx_enter(be, (CUcontext)g->ctx, &saved, &changed);
+        if (st != NIXL_OK)
+            break;
+        st = cip_group_build(be, r, g, x);
         cip_ctx_leave(be, saved, changed);
         kernel |= g->nk > 0;
     }
+    if (st == NIXL_ERR_NO_PATH)
+        st = cip_prepare_staged(be, r, x);
     if (st != NIXL_OK)
         goto err;
-    r->hdr.path = kernel ? CIP_PATH_KERNEL : CIP_PATH_CE;
-    r->hdr.fallback = 0;
+    r->hdr.path = r->staged ? CIP_PATH_STAGED : kernel ? CIP_PATH_KERNEL : CIP_PATH_CE;
+    r->hdr.fallback = (uint32_t)r->staged;
     r->status = NIXL_OK;
     *req_out = &r->hdr;
     return NIXL_OK;
@@ -317,9 +421,10 @@ static void cip_req_drain(cip_be_t *be, cip_req_t *r)
     r->in_flight = 0;
 }
 
-/* ---- the completion thread ---- */
+/* ---- the worker threads (completion, staging) ---- */
 
-/* Its own thread: it may leave any context current. */
+/* The completion thread's job: wait for the events, then notify.  Its own
+ * thread: it may leave any context current. */
 static nixl_status_t cip_waiter_finish(cip_be_t *be, cip_req_t *r)
 {
     nixl_status_t st = NIXL_OK;
@@ -344,98 +449,147 @@ static nixl_status_t cip_waiter_finish(cip_be_t *be, cip_req_t *r)
     return st;
 }
 
-static void *cip_waiter_main(void *arg)
+static void *cip_worker_main(void *arg)
 {
-    cip_be_t *be = arg;
-    pthread_mutex_lock(&be->wlock);
+    cip_worker_t *w = arg;
+    pthread_mutex_lock(&w->lock);
     for (;;) {
-        while (!be->whead && !be->wstop)
-            pthread_cond_wait(&be->wcond, &be->wlock);
-        if (!be->whead)
+        while (!w->head && !w->stop)
+            pthread_cond_wait(&w->cond, &w->lock);
+        if (!w->head)
             break;
-        cip_req_t *r = be->whead;
-        be->whead = r->wnext;
-        if (!be->whead)
-            be->wtail = NULL;
+        cip_req_t *r = w->head;
+        w->head = r->wnext;
+        if (!w->head)
+            w->tail = NULL;
         r->queued = 0;
         r->busy = 1;
-        pthread_mutex_unlock(&be->wlock);
-        nixl_status_t st = cip_waiter_finish(be, r);
-        pthread_mutex_lock(&be->wlock);
+        pthread_mutex_unlock(&w->lock);
+        nixl_status_t st = w->run(w->be, r);
+        pthread_mutex_lock(&w->lock);
         r->busy = 0;
         atomic_store_explicit(&r->wstatus, st, memory_order_release);
-        pthread_cond_broadcast(&be->wcond);
+        pthread_cond_broadcast(&w->cond);
     }
-    pthread_mutex_unlock(&be->wlock);
+    pthread_mutex_unlock(&w->lock);
     return NULL;
 }
 
-static nixl_status_t cip_waiter_push(cip_be_t *be, cip_req_t *r)
+static nixl_status_t cip_worker_init(cip_worker_t *w, cip_be_t *be, const char *name,
+                                     nixl_status_t (*run)(cip_be_t *be, cip_req_t *r))
 {
-    pthread_mutex_lock(&be->wlock);
-    if (!be->wstarted) {
-        if (pthread_create(&be->wthread, NULL, cip_waiter_main, be) != 0) {
-            pthread_mutex_unlock(&be->wlock);
-            CIP_ERROR(be, "cuda_ipc: cannot start the completion thread");
-            return NIXL_ERR_BACKEND;
-        }
-        be->wstarted = 1;
+    memset(w, 0, sizeof(*w));
+    if (pthread_mutex_init(&w->lock, NULL) != 0)
+        return NIXL_ERR_NO_MEMORY;
+    if (pthread_cond_init(&w->cond, NULL) != 0) {
+        pthread_mutex_destroy(&w->lock);
+        return NIXL_ERR_NO_MEMORY;
     }
-    atomic_store(&r->wstatus, NIXL_IN_PROG);
-    r->watched = 1;
-    r->queued = 1;
-    r->wnext = NULL;
-    if (be->wtail)
-        be->wtail->wnext = r;
-    else
-        be->whead = r;
-    be->wtail = r;
-    pthread_cond_broadcast(&be->wcond);
-    pthread_mutex_unlock(&be->wlock);
+    w->be = be;
+    w->name = name;
+    w->run = run;
     return NIXL_OK;
 }
 
-/* Take r back from the thread: out of its queue, or wait until it is done
- * with r.  Returns 1 when the thread had not looked at r (its events may
- * still be pending). */
-static int cip_waiter_reclaim(cip_be_t *be, cip_req_t *r)
+static nixl_status_t cip_worker_push(cip_worker_t *w, cip_req_t *r)
 {
-    int unseen = 0;
-    pthread_mutex_lock(&be->wlock);
+    cip_be_t *be = w->be;
+    pthread_mutex_lock(&w->lock);
+    if (!w->started) {
+        if (pthread_create(&w->thread, NULL, cip_worker_main, w) != 0) {
+            pthread_mutex_unlock(&w->lock);
+            CIP_ERROR(be, "cuda_ipc: cannot start the %s thread", w->name);
+            return NIXL_ERR_BACKEND;
+        }
+        w->started = 1;
+    }
+    atomic_store(&r->wstatus, NIXL_IN_PROG);
+    r->worker = w;
+    r->watched = 1;
+    r->queued = 1;
+    r->wnext = NULL;
+    if (w->tail)
+        w->tail->wnext = r;
+    else
+        w->head = r;
+    w->tail = r;
+    pthread_cond_broadcast(&w->cond);
+    pthread_mutex_unlock(&w->lock);
+    return NIXL_OK;
+}
+
+/* Take r back from its worker: out of the queue, or wait until the worker
+ * is done with it. */
+static void cip_worker_reclaim(cip_req_t *r)
+{
+    cip_worker_t *w = r->worker;
+    pthread_mutex_lock(&w->lock);
     if (r->queued) {
-        cip_req_t **pp = &be->whead, *prev = NULL;
+        cip_req_t **pp = &w->head, *prev = NULL;
         while (*pp && *pp != r) {
             prev = *pp;
             pp = &(*pp)->wnext;
         }
         if (*pp) {
             *pp = r->wnext;
-            if (be->wtail == r)
-                be->wtail = prev;
+            if (w->tail == r)
+                w->tail = prev;
         }
         r->queued = 0;
-        unseen = 1;
     }
     while (r->busy)
-        pthread_cond_wait(&be->wcond, &be->wlock);
+        pthread_cond_wait(&w->cond, &w->lock);
     r->watched = 0;
-    pthread_mutex_unlock(&be->wlock);
-    return unseen;
+    pthread_mutex_unlock(&w->lock);
 }
 
-void cip_waiter_stop(cip_be_t *be)
+static void cip_worker_fini(cip_worker_t *w)
 {
-    pthread_mutex_lock(&be->wlock);
-    int started = be->wstarted;
-    be->wstop = 1;
-    pthread_cond_broadcast(&be->wcond);
-    pthread_mutex_unlock(&be->wlock);
+    if (!w->run)
+        return;
+    pthread_mutex_lock(&w->lock);
+    int started = w->started;
+    w->stop = 1;
+    pthread_cond_broadcast(&w->cond);
+    pthread_mutex_unlock(&w->lock);
     if (started)
-        pthread_join(be->wthread, NULL);
-    be->wstarted = 0;
+        pthread_join(w->thread, NULL);
+    w->started = 0;
+    pthread_cond_destroy(&w->cond);
+    pthread_mutex_destroy(&w->lock);
+    w->run = NULL;
+}
+
+nixl_status_t cip_workers_init(cip_be_t *be)
+{
+    nixl_status_t st = cip_worker_init(&be->waiter, be, "completion", cip_waiter_finish);
+    if (st == NIXL_OK && (st = cip_worker_init(&be->stager, be, "staging", cip_stage_run)) != NIXL_OK)
+        cip_worker_fini(&be->waiter);
+    return st;
+}
+
+void cip_workers_fini(cip_be_t *be)
+{
+    cip_worker_fini(&be->waiter);
+    cip_worker_fini(&be->stager);
 }
 
 /* ---- post, status, release ---- */
+
+/* A staged request: the staging thread does it all. */
+static nixl_status_t cip_post_staged(cip_be_t *be, cip_req_t *r)
+{
+    be->host->fallback(be->host->ctx, CIP_PATH_STAGED, r->cause);
+    atomic_store(&r->cancel, 0);
+    nixl_status_t st = cip_worker_push(&be->stager, r);
+    if (st != NIXL_OK) {
+        r->status = st;
+        return st;
+    }
+    r->in_flight = 1;
+    r->status = NIXL_IN_PROG;
+    return NIXL_IN_PROG;
+}
 
 nixl_status_t cip_xfer_post(void *bev, nixl_be_req_t *hdr, const void *notif, size_t notif_len)
 {
@@ -452,6 +606,8 @@ nixl_status_t cip_xfer_post(void *bev, nixl_be_req_t *hdr, const void *notif, si
         r->status = st;
         return st;
     }
+    if (r->staged)
+        return cip_post_staged(be, r);
     atomic_store(&r->cancel, 0);
     for (size_t i = 0; i < r->ngroups; i++) {
         cip_group_t *g = &r->groups[i];
@@ -491,7 +647,7 @@ nixl_status_t cip_xfer_post(void *bev, nixl_be_req_t *hdr, const void *notif, si
     r->in_flight = 1;
     r->status = NIXL_IN_PROG;
     if (r->notif.has) {
-        st = cip_waiter_push(be, r);
+        st = cip_worker_push(&be->waiter, r);
         if (st != NIXL_OK) {
             cip_req_drain(be, r);
             r->status = st;
@@ -512,7 +668,7 @@ nixl_status_t cip_xfer_status(void *bev, nixl_be_req_t *hdr)
         nixl_status_t st = (nixl_status_t)atomic_load_explicit(&r->wstatus, memory_order_acquire);
         if (st == NIXL_IN_PROG)
             return st;
-        cip_waiter_reclaim(be, r);
+        cip_worker_reclaim(r);
         r->in_flight = 0;
         r->status = st;
         return st;
@@ -550,9 +706,9 @@ void cip_xfer_release(void *bev, nixl_be_req_t *hdr)
     if (!r)
         return;
     if (r->watched) {
-        /* Canceled: the thread must not send the notification. */
+        /* Canceled: the worker must not send the notification. */
         atomic_store(&r->cancel, 1);
-        cip_waiter_reclaim(be, r);
+        cip_worker_reclaim(r);
     }
     if (r->in_flight)
         cip_req_drain(be, r);

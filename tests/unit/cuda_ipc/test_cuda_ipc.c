@@ -11,13 +11,21 @@
  *              shared with shm) need no GPU
  * conn_corrupt peer_load refuses truncated, altered or extended conn info
  * rkey_corrupt rkey_load refuses malformed keys (the blob is untrusted)
+ * stage_server the staging server (cuda_ipc.staged) takes requests from any
+ *              process of our uid: malformed messages close the connection,
+ *              pieces outside the staging buffer or outside registered VRAM
+ *              are refused by code, and the connection stays usable
  *
  * Built only with CUDA's headers; without them a stub prints why and skips.
  */
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "backends/cuda_ipc/cuda_ipc.h"
@@ -311,10 +319,156 @@ static int test_rkey_corrupt(void)
     return 0;
 }
 
+/* ---- the staging server ---- */
+
+enum { STG_HELLO = 1, STG_WRITE = 2, STG_READ = 3, STG_REPLY = 4 };
+#define STG_HDR 24
+
+static void stg_put_hdr(uint8_t *p, uint32_t magic, uint16_t type, uint64_t seq, uint32_t count)
+{
+    put_u32(p, magic);
+    put_u16(p + 4, 1);
+    put_u16(p + 6, type);
+    put_u64(p + 8, seq);
+    put_u32(p + 16, count);
+    put_u32(p + 20, 0);
+}
+
+/* A connection to the server whose notification socket is named in conn. */
+static int stg_dial(const uint8_t *conn, size_t len)
+{
+    size_t name_len = (size_t)conn[6] | ((size_t)conn[7] << 8);
+    CHECK(name_len > 0 && 8 + 48 + name_len == len);
+    struct sockaddr_un a;
+    memset(&a, 0, sizeof(a));
+    a.sun_family = AF_UNIX;
+    memcpy(a.sun_path + 1, conn + 56, name_len);
+    memcpy(a.sun_path + 1 + name_len, ".stg", 4);
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    CHECK(fd >= 0);
+    CHECK(connect(fd, (struct sockaddr *)&a, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 5 + name_len)) ==
+          0);
+    return fd;
+}
+
+/* 1 when the server closed the connection within 5 s. */
+static int stg_closed(int fd)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    CHECK(poll(&p, 1, 5000) == 1);
+    uint8_t b[64];
+    return recv(fd, b, sizeof(b), 0) == 0;
+}
+
+/* The status of the reply to seq. */
+static int32_t stg_reply(int fd, uint64_t seq)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    CHECK(poll(&p, 1, 5000) == 1);
+    uint8_t b[STG_HDR];
+    CHECK(recv(fd, b, sizeof(b), 0) == STG_HDR);
+    CHECK(b[6] == STG_REPLY);
+    uint64_t got = 0;
+    for (int i = 7; i >= 0; i--)
+        got = (got << 8) | b[8 + i];
+    CHECK(got == seq);
+    return (int32_t)((uint32_t)b[20] | ((uint32_t)b[21] << 8) | ((uint32_t)b[22] << 16) | ((uint32_t)b[23] << 24));
+}
+
+static void stg_hello(int fd, size_t size, int with_fd)
+{
+    uint8_t b[STG_HDR + 8];
+    stg_put_hdr(b, 0x47545343u, STG_HELLO, 0, 0);
+    put_u64(b + STG_HDR, size);
+    int mfd = memfd_create("test-stage", MFD_CLOEXEC);
+    CHECK(mfd >= 0 && ftruncate(mfd, (off_t)size) == 0);
+    char ctl[CMSG_SPACE(sizeof(int))];
+    memset(ctl, 0, sizeof(ctl));
+    struct iovec io = {b, sizeof(b)};
+    struct msghdr mh = {.msg_iov = &io, .msg_iovlen = 1};
+    if (with_fd) {
+        mh.msg_control = ctl;
+        mh.msg_controllen = sizeof(ctl);
+        struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+        cm->cmsg_level = SOL_SOCKET;
+        cm->cmsg_type = SCM_RIGHTS;
+        cm->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(cm), &mfd, sizeof(int));
+    }
+    CHECK(sendmsg(fd, &mh, MSG_NOSIGNAL) == (ssize_t)sizeof(b));
+    close(mfd);
+}
+
+static void stg_request(int fd, uint16_t type, uint64_t seq, uint64_t addr, uint64_t len, uint64_t off)
+{
+    uint8_t b[STG_HDR + 24];
+    stg_put_hdr(b, 0x47545343u, type, seq, 1);
+    put_u64(b + STG_HDR, addr);
+    put_u64(b + STG_HDR + 8, len);
+    put_u64(b + STG_HDR + 16, off);
+    CHECK(send(fd, b, sizeof(b), MSG_NOSIGNAL) == (ssize_t)sizeof(b));
+}
+
+static int test_stage_server(void)
+{
+    const nixl_backend_ops_t *ops = nixl_backend_cuda_ipc_ops();
+    nixl_host_services_t h = test_host("cip_stage");
+    void *be;
+    CHECK_ST(ops->create(&h, NULL, 0, &be), NIXL_OK);
+    uint8_t conn[256];
+    size_t len = sizeof(conn);
+    CHECK_ST(ops->conn_pack(be, conn, &len), NIXL_OK);
+    uint8_t junk[STG_HDR];
+    int closed = 0;
+
+    int fd = stg_dial(conn, len); /* bad magic */
+    stg_put_hdr(junk, 0x12345678u, STG_HELLO, 0, 0);
+    CHECK(send(fd, junk, sizeof(junk), 0) == (ssize_t)sizeof(junk));
+    closed += stg_closed(fd);
+    close(fd);
+    fd = stg_dial(conn, len); /* a request before the hello */
+    stg_request(fd, STG_WRITE, 1, 0x1000, 16, 0);
+    closed += stg_closed(fd);
+    close(fd);
+    fd = stg_dial(conn, len); /* a hello without its memfd */
+    stg_hello(fd, 4096, 0);
+    closed += stg_closed(fd);
+    close(fd);
+    fd = stg_dial(conn, len); /* a buffer larger than any initiator makes */
+    stg_hello(fd, 1ull << 40, 1);
+    closed += stg_closed(fd);
+    close(fd);
+    fd = stg_dial(conn, len); /* too short for its pieces */
+    stg_hello(fd, 4096, 1);
+    CHECK(stg_reply(fd, 0) == NIXL_OK);
+    stg_put_hdr(junk, 0x47545343u, STG_WRITE, 1, 2);
+    CHECK(send(fd, junk, sizeof(junk), 0) == (ssize_t)sizeof(junk));
+    closed += stg_closed(fd);
+    close(fd);
+    CHECK(closed == 5);
+
+    /* A good connection: bad pieces get a status, the connection lives on. */
+    fd = stg_dial(conn, len);
+    stg_hello(fd, 4096, 1);
+    CHECK(stg_reply(fd, 0) == NIXL_OK);
+    stg_request(fd, STG_WRITE, 1, 0x1000, 16, 4090); /* past the buffer's end */
+    CHECK(stg_reply(fd, 1) == NIXL_ERR_INVALID_PARAM);
+    stg_request(fd, STG_READ, 2, 0x1000, 0, 0); /* empty piece */
+    CHECK(stg_reply(fd, 2) == NIXL_ERR_INVALID_PARAM);
+    stg_request(fd, STG_WRITE, 3, (uint64_t)(uintptr_t)conn, 16, 0); /* not registered VRAM */
+    CHECK(stg_reply(fd, 3) == NIXL_ERR_NOT_REGISTERED);
+    stg_request(fd, STG_READ, 4, ~0ull - 8, 16, 0); /* wraps around */
+    CHECK(stg_reply(fd, 4) == NIXL_ERR_NOT_REGISTERED);
+    close(fd);
+    ops->destroy(be);
+    printf("staging server: 5 malformed connections closed, 4 bad pieces refused by code\n");
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
-        fprintf(stderr, "usage: %s loads|no_driver|notif|conn_corrupt|rkey_corrupt\n", argv[0]);
+        fprintf(stderr, "usage: %s loads|no_driver|notif|conn_corrupt|rkey_corrupt|stage_server\n", argv[0]);
         return 2;
     }
     const char *t = argv[1];
@@ -328,6 +482,8 @@ int main(int argc, char **argv)
         return test_conn_corrupt();
     if (!strcmp(t, "rkey_corrupt"))
         return test_rkey_corrupt();
+    if (!strcmp(t, "stage_server"))
+        return test_stage_server();
     fprintf(stderr, "unknown test %s\n", t);
     return 2;
 }
