@@ -98,20 +98,26 @@ static socklen_t stg_addr(struct sockaddr_un *a, const char *name, size_t len)
  * Server (the target's side)
  * ------------------------------------------------------------------------ */
 
-static void stg_client_close(cip_be_t *be, stg_client_t *c)
+/* Unpin (in the context that pinned), unmap, close: either side's end. */
+static void stg_buf_release(cip_be_t *be, int fd, uint8_t *map, size_t size, CUcontext pin_ctx)
 {
-    if (c->pin_ctx) {
+    if (pin_ctx) {
         CUcontext saved = NULL;
         int changed = 0;
-        if (cip_ctx_enter(be, c->pin_ctx, &saved, &changed) == NIXL_OK) {
-            be->cu->cuMemHostUnregister(c->map);
+        if (cip_ctx_enter(be, pin_ctx, &saved, &changed) == NIXL_OK) {
+            be->cu->cuMemHostUnregister(map);
             cip_ctx_leave(be, saved, changed);
         }
     }
-    if (c->map)
-        munmap(c->map, c->size);
-    if (c->fd >= 0)
-        close(c->fd);
+    if (map)
+        munmap(map, size);
+    if (fd >= 0)
+        close(fd);
+}
+
+static void stg_client_close(cip_be_t *be, stg_client_t *c)
+{
+    stg_buf_release(be, c->fd, c->map, c->size, c->pin_ctx);
     memset(c, 0, sizeof(*c));
     c->fd = -1;
 }
@@ -389,18 +395,7 @@ void cip_stage_conn_close(cip_be_t *be, cip_peer_t *peer)
     cip_stage_conn_t *c = peer->stage;
     if (!c)
         return;
-    if (c->pin_ctx) {
-        CUcontext saved = NULL;
-        int changed = 0;
-        if (cip_ctx_enter(be, c->pin_ctx, &saved, &changed) == NIXL_OK) {
-            be->cu->cuMemHostUnregister(c->map);
-            cip_ctx_leave(be, saved, changed);
-        }
-    }
-    if (c->map)
-        munmap(c->map, c->size);
-    if (c->fd >= 0)
-        close(c->fd);
+    stg_buf_release(be, c->fd, c->map, c->size, c->pin_ctx);
     free(c);
     peer->stage = NULL;
 }

@@ -137,24 +137,34 @@ static nixl_status_t cip_group_upload(cip_be_t *be, cip_group_t *g)
     return NIXL_OK;
 }
 
+/* Free what a group holds (its table and event in its own context); the
+ * group keeps its context and copy state. */
+static void cip_group_clear(cip_be_t *be, cip_group_t *g)
+{
+    CUcontext saved = NULL;
+    int changed = 0;
+    if ((g->table || g->done) && cip_ctx_enter(be, (CUcontext)g->ctx, &saved, &changed) == NIXL_OK) {
+        if (g->table)
+            be->cu->cuMemFree(g->table);
+        if (g->done)
+            be->cu->cuEventDestroy(g->done);
+        cip_ctx_leave(be, saved, changed);
+    }
+    free(g->ce);
+    free(g->kt);
+    cip_ctx_t *cx = g->cx;
+    void *ctx = g->ctx;
+    int device = g->device;
+    memset(g, 0, sizeof(*g));
+    g->cx = cx;
+    g->ctx = ctx;
+    g->device = device;
+}
+
 static void cip_req_free(cip_be_t *be, cip_req_t *r)
 {
-    for (size_t i = 0; i < r->ngroups; i++) {
-        cip_group_t *g = &r->groups[i];
-        if (g->table || g->done) {
-            CUcontext saved = NULL;
-            int changed = 0;
-            if (cip_ctx_enter(be, (CUcontext)g->ctx, &saved, &changed) == NIXL_OK) {
-                if (g->table)
-                    be->cu->cuMemFree(g->table);
-                if (g->done)
-                    be->cu->cuEventDestroy(g->done);
-                cip_ctx_leave(be, saved, changed);
-            }
-        }
-        free(g->ce);
-        free(g->kt);
-    }
+    for (size_t i = 0; i < r->ngroups; i++)
+        cip_group_clear(be, &r->groups[i]);
     samehost_notif_msg_free(&r->notif);
     free(r);
 }
@@ -238,32 +248,6 @@ static nixl_status_t cip_group_build_staged(cip_be_t *be, cip_req_t *r, cip_grou
     return NIXL_OK;
 }
 
-/* Drop what a direct build made (tables, events, pieces), keep the groups. */
-static void cip_req_reset_groups(cip_be_t *be, cip_req_t *r)
-{
-    for (size_t i = 0; i < r->ngroups; i++) {
-        cip_group_t *g = &r->groups[i];
-        CUcontext saved = NULL;
-        int changed = 0;
-        if ((g->table || g->done) && cip_ctx_enter(be, (CUcontext)g->ctx, &saved, &changed) == NIXL_OK) {
-            if (g->table)
-                be->cu->cuMemFree(g->table);
-            if (g->done)
-                be->cu->cuEventDestroy(g->done);
-            cip_ctx_leave(be, saved, changed);
-        }
-        free(g->ce);
-        free(g->kt);
-        cip_ctx_t *cx = g->cx;
-        void *ctx = g->ctx;
-        int device = g->device;
-        memset(g, 0, sizeof(*g));
-        g->cx = cx;
-        g->ctx = ctx;
-        g->device = device;
-    }
-}
-
 /* The peer's memory cannot be mapped here: stage through host memory, a
  * fallback the user sees (path, count, warning) and may refuse. */
 static nixl_status_t cip_prepare_staged(cip_be_t *be, cip_req_t *r, const nixl_be_xfer_t *x)
@@ -276,7 +260,8 @@ static nixl_status_t cip_prepare_staged(cip_be_t *be, cip_req_t *r, const nixl_b
                   r->peer->name, r->cause);
         return NIXL_ERR_NO_PATH;
     }
-    cip_req_reset_groups(be, r);
+    for (size_t i = 0; i < r->ngroups; i++)
+        cip_group_clear(be, &r->groups[i]); /* what the direct build made */
     for (size_t i = 0; i < r->ngroups; i++) {
         nixl_status_t st = cip_group_build_staged(be, r, &r->groups[i], x);
         if (st != NIXL_OK)
