@@ -19,6 +19,16 @@
  *    when a progress thread or listener is on) every call on one agent may
  *    come from any thread.  With NIXL_THREAD_NONE the caller serializes calls
  *    on one agent; distinct agents are always independent.
+ *  - Thread contract (tests/unit/threads checks it).  Each section below
+ *    says "Threads:" and one of
+ *      any    - any thread, any time, whatever the mode; no agent involved.
+ *      agent  - SERIALIZED: any thread, any time (the agent lock orders the
+ *               call with every other call on the agent, its backends,
+ *               requests and prepared lists).  NONE: only while no other
+ *               call on the same agent (or its handles) runs.
+ *    In both modes a handle must not be used by one thread while another
+ *    releases or destroys it, nor after: releasing is the caller's last
+ *    word on a handle (nixl_agent_destroy: on the agent and all it made).
  */
 #ifndef NIXL_H
 #define NIXL_H
@@ -87,6 +97,7 @@ typedef enum {
 #undef NIXL_STATUS_ENUM_
 } nixl_status_t;
 
+/* Threads: any (the strings are static). */
 /* Human message for a status ("invalid parameter"); never NULL. */
 NIXL_API const char *nixl_strerror(nixl_status_t status);
 /* Symbolic name for a status ("NIXL_ERR_INVALID_PARAM"); never NULL. */
@@ -160,6 +171,10 @@ typedef struct nixl_agent_config {
 
 #define NIXL_NAME_MAX 63
 
+/* Threads: nixl_agent_create any; nixl_agent_name and nixl_agent_listen_port
+ * any while the agent lives (fixed at creation); nixl_agent_destroy once, when
+ * no other call on the agent runs or will run (it stops the agent's own
+ * progress, listener and etcd threads first). */
 NIXL_API nixl_status_t nixl_agent_create(const nixl_agent_config_t *config, nixl_agent_t **agent_out);
 /* Cancels and frees every request, deregisters memory, closes backends. */
 NIXL_API void nixl_agent_destroy(nixl_agent_t *agent);
@@ -188,6 +203,9 @@ enum {
     NIXL_CAP_CROSS_HOST = 1u << 2, /* between hosts */
     NIXL_CAP_NOTIF = 1u << 3,      /* notifications */
     NIXL_CAP_PROGRESS = 1u << 4,   /* needs progress calls to advance */
+    /* reg/dereg may run concurrently from several threads on one instance
+     * (the core's registration pool); without it they run one at a time. */
+    NIXL_CAP_REG_MT = 1u << 5,
 };
 
 typedef struct nixl_backend_info {
@@ -200,6 +218,8 @@ typedef struct nixl_backend_info {
     const char *origin; /* "built-in" or the module path */
 } nixl_backend_info_t;
 
+/* Threads: nixl_backends_available and nixl_backend_name any; create and
+ * describe agent. */
 /* Backends available to this process (built in, or modules found in the
  * install dir or NIXL_PLUGIN_DIR).  The array stays valid until exit. */
 NIXL_API nixl_status_t nixl_backends_available(const nixl_backend_info_t **infos_out, size_t *count_out);
@@ -208,6 +228,14 @@ NIXL_API nixl_status_t nixl_backends_available(const nixl_backend_info_t **infos
 NIXL_API nixl_status_t nixl_backend_create(nixl_agent_t *agent, const char *name, const nixl_param_t *params,
                                            size_t num_params, nixl_backend_t **backend_out);
 NIXL_API const char *nixl_backend_name(const nixl_backend_t *backend);
+
+/* Human-readable facts about a backend instance (libfabric: provider, rails
+ * with PCI address and NUMA node, each GPU's local rails; what nixl-info -t
+ * prints).  Writes at most *len bytes, NUL-terminated; *len gets the size
+ * needed including the NUL (call with buf NULL to ask; a buffer too small
+ * gives NIXL_ERR_TOO_BIG).  NIXL_ERR_NOT_SUPPORTED when the backend has no
+ * such text.  Takes the agent lock; may load the machine topology. */
+NIXL_API nixl_status_t nixl_backend_describe(nixl_backend_t *backend, char *buf, size_t *len);
 
 /* ------------------------------------------------------------------------
  * Optional arguments shared by several calls.
@@ -234,6 +262,8 @@ typedef struct nixl_opt_args {
  * be empty nor overlap each other or an existing registration.
  * Deregistration must name exactly the ranges that were registered.
  * ------------------------------------------------------------------------ */
+/* Threads: register/deregister agent (requests posting meanwhile see the
+ * change at their next post); nixl_mem_alloc/nixl_mem_free any. */
 NIXL_API nixl_status_t nixl_mem_register(nixl_agent_t *agent, const nixl_dlist_t *dlist, const nixl_opt_args_t *opt);
 NIXL_API nixl_status_t nixl_mem_deregister(nixl_agent_t *agent, const nixl_dlist_t *dlist,
                                            const nixl_opt_args_t *opt);
@@ -246,6 +276,9 @@ NIXL_API void nixl_mem_free(void *ptr, size_t len);
 /* ------------------------------------------------------------------------
  * Metadata
  * ------------------------------------------------------------------------ */
+/* Threads: agent; nixl_free any.  A reload (invalidation) while other
+ * threads post makes their older requests fail at post with NIXL_ERR_STALE
+ * (NIXL_ERR_PEER_INVALIDATED) without moving a byte. */
 /* Serialize this agent (name, host, backends, registered regions).  *blob_out
  * is malloc'd; free it with nixl_free. */
 NIXL_API nixl_status_t nixl_md_get_local(nixl_agent_t *agent, void **blob_out, size_t *len_out);
@@ -258,6 +291,8 @@ NIXL_API nixl_status_t nixl_md_invalidate_remote(nixl_agent_t *agent, const char
 /* NIXL_OK when the peer's metadata is loaded, NIXL_ERR_UNKNOWN_PEER if not. */
 NIXL_API nixl_status_t nixl_md_check_remote(nixl_agent_t *agent, const char *peer);
 
+/* Threads: agent; the socket I/O runs without the agent lock, so other
+ * threads' calls go on while one waits. */
 /* Metadata over a socket (peer's listener).  These block for at most
  * NIXL_MD_TIMEOUT_MS. */
 NIXL_API nixl_status_t nixl_md_send_local(nixl_agent_t *agent, const char *ip, uint16_t port);
@@ -301,6 +336,7 @@ typedef struct nixl_etcd_args {
     void *cb_arg;
 } nixl_etcd_args_t;
 
+/* Threads: agent; cb runs on the etcd thread (see above). */
 /* Publish my metadata as it is now: all of it (dlist NULL), or only the
  * registered regions holding the descriptors of dlist under args->label
  * (required then).  Replaces what was published under the same label.
@@ -323,6 +359,9 @@ typedef enum {
     NIXL_OP_WRITE = 1, /* local -> remote */
 } nixl_op_t;
 
+/* Threads: agent for every call here.  Several threads may post, poll and
+ * release requests of one agent at once, and one request may be polled from
+ * several threads; releasing it ends every thread's use of it. */
 /* One-shot: both lists of equal length; descriptor i of local pairs with
  * descriptor i of remote.  Runs contiguous on both sides are merged. */
 NIXL_API nixl_status_t nixl_xfer_create(nixl_agent_t *agent, nixl_op_t op, const nixl_dlist_t *local,
@@ -366,6 +405,9 @@ NIXL_API nixl_status_t nixl_xfer_info(const nixl_xfer_t *xfer, nixl_xfer_info_t 
 /* ------------------------------------------------------------------------
  * Notifications
  * ------------------------------------------------------------------------ */
+/* Threads: agent.  Callbacks run on the thread in nixl_notifs_get without
+ * the lock; threads calling it at once share the notifications out (each
+ * one handed out once), so per-sender order holds within one call. */
 NIXL_API nixl_status_t nixl_notif_send(nixl_agent_t *agent, const char *peer, const void *msg, size_t len,
                                        const nixl_opt_args_t *opt);
 
@@ -395,6 +437,7 @@ typedef struct nixl_fallback_stat {
     uint64_t count;
 } nixl_fallback_stat_t;
 
+/* Threads: agent. */
 /* Copy up to cap rows into out; *count_out gets the number of rows there are. */
 NIXL_API nixl_status_t nixl_path_stats(nixl_agent_t *agent, nixl_path_stat_t *out, size_t cap, size_t *count_out);
 NIXL_API nixl_status_t nixl_fallback_stats(nixl_agent_t *agent, nixl_fallback_stat_t *out, size_t cap,
@@ -410,6 +453,7 @@ typedef struct nixl_config_info {
     const char *value;         /* current value (env or default) */
 } nixl_config_info_t;
 
+/* Threads: any. */
 NIXL_API size_t nixl_config_count(void);
 NIXL_API nixl_status_t nixl_config_get(size_t index, nixl_config_info_t *info_out);
 

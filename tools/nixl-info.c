@@ -1,7 +1,8 @@
 /*
  * nixl-info - what this libnixl offers: its version, the backends it finds
  * (built in or modules) with their memory types, capabilities and
- * parameters, and the table of NIXL_* variables.
+ * parameters, the table of NIXL_* variables, and (-t) the libfabric rails
+ * with the GPU -> NIC map, from an agent that creates that backend.
  *
  * Uses only the public API.  `nixl-info -c --markdown` prints the exact
  * fragment docs/env.md embeds, so a test can diff the two.
@@ -10,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "nixl.h"
 
@@ -25,10 +27,13 @@ static const struct {
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: nixl-info [-c [--markdown]] [-h]\n"
+    fprintf(f, "usage: nixl-info [-c [--markdown] | -t] [-h]\n"
                "  (no option)      version and every available backend\n"
                "  -c, --config     every NIXL_* variable: name, current value, default, description\n"
                "      --markdown   with -c: the same as a markdown table (as in docs/env.md)\n"
+               "  -t, --topology   the libfabric backend as an agent creates it (NIXL_LIBFABRIC_* apply):\n"
+               "                   provider, rails (domain, PCI address, NUMA node) and, for each GPU\n"
+               "                   (PCI bus id, CUDA ordinal), the rails its memory is registered on\n"
                "  -h, --help       this text\n");
 }
 
@@ -271,9 +276,54 @@ out_free:
     return rc;
 }
 
+/* ---- topology (-t) ---------------------------------------------------- */
+
+static int show_topology(void)
+{
+    char name[64];
+    snprintf(name, sizeof(name), "nixl-info-%d", (int)getpid());
+    nixl_agent_config_t cfg = {.field_mask = NIXL_AGENT_CONFIG_NAME, .name = name};
+    nixl_agent_t *agent = NULL;
+    nixl_backend_t *b = NULL;
+    char *buf = NULL;
+    size_t len = 0;
+    int rc = 1;
+
+    nixl_status_t st = nixl_agent_create(&cfg, &agent);
+    if (st != NIXL_OK) {
+        fprintf(stderr, "nixl-info: cannot create an agent: %s\n", nixl_strerror(st));
+        return 1;
+    }
+    st = nixl_backend_create(agent, "libfabric", NULL, 0, &b);
+    if (st == NIXL_ERR_UNKNOWN_BACKEND) {
+        fprintf(stderr, "nixl-info: this libnixl has no libfabric backend\n");
+        goto out;
+    }
+    if (st != NIXL_OK) {
+        fprintf(stderr, "nixl-info: the libfabric backend could not be created: %s (NIXL_LOG_LEVEL=info says more)\n",
+                nixl_strerror(st));
+        goto out;
+    }
+    st = nixl_backend_describe(b, NULL, &len);
+    if (st == NIXL_OK) {
+        buf = malloc(len);
+        st = buf != NULL ? nixl_backend_describe(b, buf, &len) : NIXL_ERR_NO_MEMORY;
+    }
+    if (st != NIXL_OK) {
+        fprintf(stderr, "nixl-info: cannot describe the libfabric backend: %s\n", nixl_strerror(st));
+        goto out;
+    }
+    fputs(buf, stdout);
+    rc = 0;
+out:
+    free(buf);
+    nixl_agent_destroy(agent);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
-    int config = 0, markdown = 0;
+    int config = 0, markdown = 0, topology = 0;
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -281,6 +331,8 @@ int main(int argc, char **argv)
             config = 1;
         } else if (strcmp(a, "--markdown") == 0) {
             markdown = 1;
+        } else if (strcmp(a, "-t") == 0 || strcmp(a, "--topology") == 0) {
+            topology = 1;
         } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             usage(stdout);
             return 0;
@@ -296,7 +348,13 @@ int main(int argc, char **argv)
         return 2;
     }
 
-    int rc = config ? show_config(markdown) : show_backends();
+    if (topology && config) {
+        fprintf(stderr, "nixl-info: -t and -c go separately\n");
+        usage(stderr);
+        return 2;
+    }
+
+    int rc = topology ? show_topology() : config ? show_config(markdown) : show_backends();
     if (fflush(stdout) != 0) {
         perror("nixl-info: stdout");
         return 1;

@@ -17,6 +17,14 @@
  * with the agent lock held, so ops of one backend instance never run
  * concurrently.  Threads a backend starts itself must not call back into the
  * host except through log() and fallback().
+ *
+ * Registration exception: reg() and dereg() of a batch run on the core's
+ * registration pool threads (the agent lock held by the thread waiting for
+ * them, so no other op of the agent runs meanwhile).  A backend declaring
+ * NIXL_CAP_REG_MT gets several reg()/dereg() calls at once on one instance;
+ * without it they come one at a time, from whichever worker, while other
+ * instances register in parallel.  The recorded CUDA context is current
+ * around each call.
  */
 #ifndef NIXL_BACKEND_H
 #define NIXL_BACKEND_H
@@ -197,6 +205,12 @@ typedef struct nixl_backend_ops {
     nixl_status_t (*progress)(void *be);
 
     /* --- appended after version 1: read only when struct_size covers it --- */
+    /* OPTIONAL (topology, for nixl-info -t).  Human-readable text about the
+     * instance: e.g. its rails and which are local to each GPU.  Same
+     * convention as conn_pack: writes at most *len bytes (NUL-terminated
+     * when it fits), sets *len to the size needed including the NUL.  May
+     * block briefly (it may load the machine topology). */
+    nixl_status_t (*describe)(void *be, char *buf, size_t *len);
     /* OPTIONAL (0: none).  Memory types taken as the LOCAL side of a
      * request only, on top of mem_types: the core registers such regions
      * with this backend but never publishes them to peers, so it is never

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "core/agent.h"
+#include "core/fault.h"
 #include "cuda/cuda.h"
 #include "util/config.h"
 #include "util/log.h"
@@ -309,7 +310,8 @@ NIXL_API nixl_status_t nixl_backend_create(nixl_agent_t *agent, const char *name
     nixl_status_t st = NIXL_OK;
     nixl_agent_lock(agent);
     for (int i = 0; i < agent->num_backends; i++) {
-        if (agent->backends[i]->ops == ops) {
+        /* By name: under NIXL_FAULT b->ops is a wrapper's table (fault.c). */
+        if (strcmp(agent->backends[i]->ops->name, ops->name) == 0) {
             NIXL_ERROR("agent %s: backend %s already created", agent->name, name);
             st = NIXL_ERR_EXISTS;
             goto out;
@@ -366,11 +368,19 @@ NIXL_API nixl_status_t nixl_backend_create(nixl_agent_t *agent, const char *name
         free(b);
         goto out;
     }
+    /* NIXL_FAULT: a bad spec fails here; a rule naming this backend puts
+     * the fault-injection wrapper between the core and it (fault.c). */
+    st = nixl_fault_install(b);
+    if (st != NIXL_OK) {
+        ops->destroy(b->be);
+        free(b);
+        goto out;
+    }
     agent->backends[agent->num_backends++] = b;
     st = nixl_registry_add_backend(agent, b);
     if (st != NIXL_OK) {
         agent->backends[--agent->num_backends] = NULL;
-        ops->destroy(b->be);
+        b->ops->destroy(b->be);
         free(b);
         goto out;
     }
@@ -383,4 +393,25 @@ out:
 NIXL_API const char *nixl_backend_name(const nixl_backend_t *backend)
 {
     return backend ? backend->ops->name : "";
+}
+
+/* nixl_backend_describe: describe was appended to the ops after version 1,
+ * so a module built before it has a shorter struct and no such member. */
+NIXL_API nixl_status_t nixl_backend_describe(nixl_backend_t *backend, char *buf, size_t *len)
+{
+    if (!backend || !len)
+        return NIXL_ERR_NULL;
+    const nixl_backend_ops_t *ops = backend->ops;
+    size_t need = offsetof(nixl_backend_ops_t, describe) + sizeof(ops->describe);
+    if (ops->struct_size < need || !ops->describe)
+        return NIXL_ERR_NOT_SUPPORTED;
+    size_t n = buf ? *len : 0;
+    nixl_agent_lock(backend->agent);
+    nixl_status_t st = ops->describe(backend->be, buf, &n);
+    nixl_agent_unlock(backend->agent);
+    if (st == NIXL_OK && buf && n > *len)
+        st = NIXL_ERR_TOO_BIG;
+    if (st == NIXL_OK || st == NIXL_ERR_TOO_BIG)
+        *len = n;
+    return st;
 }

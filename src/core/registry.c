@@ -5,7 +5,12 @@
  * descriptor resolves with one binary search.  A batch registers all or
  * nothing: it is validated first (no empty range, no overflow, no overlap
  * inside the batch or with what is registered), then handed to every
- * backend that takes the memory type; any failure rolls back what was done.
+ * backend that takes the memory type as (region, backend) jobs on the
+ * registration pool (reg_pool.c): every job is attempted, and when any
+ * fails, what did register is deregistered and the first error in the
+ * caller's descriptor order is returned.  Workers only call backends; the
+ * region records (md, backend_mask) are written on the calling thread once
+ * the pool has joined.
  * Deregistration must name exactly the ranges that were registered, and is
  * refused while an in-flight request uses them.  It bumps reg_epoch so
  * requests made earlier re-resolve their descriptors before the next post.
@@ -14,6 +19,8 @@
 #include <string.h>
 
 #include "core/agent.h"
+#include "core/reg_peers.h"
+#include "core/reg_pool.h"
 #include "cuda/cuda.h"
 #include "util/log.h"
 
@@ -145,33 +152,185 @@ static nixl_status_t reg_targets(nixl_agent_t *agent, nixl_mem_t mem, const nixl
     return NIXL_OK;
 }
 
-static nixl_status_t region_reg(nixl_agent_t *agent, nixl_region_t *r, uint32_t mask)
+/* One (region, backend) registration of a batch.  md is the job's own
+ * output: the region's record is updated by the caller after the join. */
+typedef struct reg_job {
+    nixl_region_t *r;
+    nixl_backend_t *b;
+    void *md;
+} reg_job_t;
+
+typedef struct reg_run {
+    const char *agent_name;
+    reg_job_t *jobs;
+} reg_run_t;
+
+/* On a pool worker: the context rule holds there too, so the region's
+ * recorded context is bound around the call, per job. */
+static nixl_status_t reg_job_run(void *ctx, size_t j)
 {
+    reg_run_t *run = ctx;
+    reg_job_t *job = &run->jobs[j];
+    const nixl_region_t *r = job->r;
     nixl_be_region_t br = {.mem_type = r->mem_type, .dev_id = r->dev_id, .addr = r->addr, .len = r->len,
                            .cuda = r->cuda};
     void *saved = region_bind(r);
+    nixl_status_t st = job->b->ops->reg(job->b->be, &br, &job->md);
+    region_unbind(r, saved);
+    if (st != NIXL_OK)
+        NIXL_ERROR("agent %s: backend %s could not register [0x%llx, +%llu): %s", run->agent_name,
+                   job->b->ops->name, (unsigned long long)r->addr, (unsigned long long)r->len, nixl_strerror(st));
+    return st;
+}
+
+static nixl_status_t dereg_job_run(void *ctx, size_t j)
+{
+    reg_run_t *run = ctx;
+    reg_job_t *job = &run->jobs[j];
+    void *saved = region_bind(job->r);
+    job->b->ops->dereg(job->b->be, job->md);
+    region_unbind(job->r, saved);
+    return NIXL_OK;
+}
+
+static unsigned reg_cap_now(void *peers)
+{
+    return nixl_reg_cap_auto(nixl_reg_peers_count(peers));
+}
+
+/* Run every job on the pool, sized by NIXL_REG_CONCURRENCY for a batch of
+ * nbufs buffers.  lane[j] is the job's backend index; backends without
+ * NIXL_CAP_REG_MT get one job at a time. */
+static void reg_jobs_run(nixl_agent_t *agent, reg_job_t *jobs, const uint8_t *lane, size_t njobs, size_t nbufs,
+                         nixl_reg_job_fn fn, nixl_status_t *status)
+{
+    reg_run_t run = {.agent_name = agent->name, .jobs = jobs};
+    nixl_reg_batch_t batch = {.njobs = njobs, .workers = 1, .run = fn, .ctx = &run, .lane = lane, .status = status};
+    for (int b = 0; b < agent->num_backends; b++)
+        if (!(agent->backends[b]->ops->caps & NIXL_CAP_REG_MT))
+            batch.serial_lanes |= 1u << b;
+    nixl_reg_peers_t peers = {.fd = -1, .slot = -1};
+    if (njobs > 1) {
+        unsigned n = 1;
+        nixl_reg_cap_mode_t mode = nixl_reg_cap_mode(&n);
+        /* Join even with a fixed cap: agents on auto must count us. */
+        nixl_reg_peers_join(&peers);
+        if (mode == NIXL_REG_CAP_FIXED) {
+            batch.workers = n;
+        } else if (mode == NIXL_REG_CAP_PER_BUFFER) {
+            batch.workers = nbufs > 1000000 ? 1000000u : (unsigned)nbufs;
+        } else {
+            batch.workers = reg_cap_now(&peers);
+            batch.cap_now = reg_cap_now;
+            batch.cap_ctx = &peers;
+        }
+    }
+    NIXL_DEBUG("agent %s: %zu registration jobs, at most %u at once", agent->name, njobs, batch.workers);
+    nixl_reg_pool_run(&batch);
+    nixl_reg_peers_leave(&peers);
+}
+
+/* Register regions[0..n) (in the caller's order) with the backends of mask.
+ * All or nothing; see the top of the file. */
+static nixl_status_t regions_reg(nixl_agent_t *agent, nixl_region_t *const *regions, size_t n, uint32_t mask)
+{
+    nixl_backend_t *bk[NIXL_AGENT_MAX_BACKENDS];
+    size_t nb = 0;
+    for (int b = 0; b < agent->num_backends; b++)
+        if (mask & (1u << b))
+            bk[nb++] = agent->backends[b];
+    if (n == 0 || nb == 0)
+        return NIXL_OK;
+    size_t njobs = n * nb;
+    reg_job_t *jobs = calloc(njobs, sizeof(*jobs));
+    nixl_status_t *status = calloc(njobs, sizeof(*status));
+    uint8_t *lane = malloc(njobs);
     nixl_status_t st = NIXL_OK;
-    for (int b = 0; b < agent->num_backends && st == NIXL_OK; b++) {
-        if (!(mask & (1u << b)))
+    if (!jobs || !status || !lane) {
+        st = NIXL_ERR_NO_MEMORY;
+        goto out_free;
+    }
+    for (size_t i = 0; i < n; i++) {
+        for (size_t k = 0; k < nb; k++) {
+            jobs[i * nb + k] = (reg_job_t){.r = regions[i], .b = bk[k]};
+            lane[i * nb + k] = (uint8_t)bk[k]->index;
+        }
+    }
+    reg_jobs_run(agent, jobs, lane, njobs, n, reg_job_run, status);
+
+    size_t failed = 0, kept = 0;
+    for (size_t j = 0; j < njobs; j++) {
+        if (status[j] == NIXL_OK)
             continue;
-        st = agent->backends[b]->ops->reg(agent->backends[b]->be, &br, &r->md[b]);
-        if (st != NIXL_OK) {
-            NIXL_ERROR("agent %s: backend %s could not register [0x%llx, +%llu): %s", agent->name,
-                       agent->backends[b]->ops->name, (unsigned long long)r->addr, (unsigned long long)r->len,
-                       nixl_strerror(st));
-            /* Undo only what this call did. */
-            for (int u = 0; u < b; u++) {
-                if ((mask & (1u << u)) && (r->backend_mask & (1u << u))) {
-                    agent->backends[u]->ops->dereg(agent->backends[u]->be, r->md[u]);
-                    r->backend_mask &= ~(1u << u);
+        if (st == NIXL_OK)
+            st = status[j];
+        failed++;
+    }
+    if (st == NIXL_OK) {
+        for (size_t j = 0; j < njobs; j++) {
+            jobs[j].r->md[jobs[j].b->index] = jobs[j].md;
+            jobs[j].r->backend_mask |= 1u << jobs[j].b->index;
+        }
+        goto out_free;
+    }
+    /* Roll back: deregister what did register, on the pool as well. */
+    for (size_t j = 0; j < njobs; j++) {
+        if (status[j] == NIXL_OK) {
+            lane[kept] = lane[j];
+            jobs[kept++] = jobs[j];
+        }
+    }
+    if (kept)
+        reg_jobs_run(agent, jobs, lane, kept, n, dereg_job_run, status);
+    NIXL_ERROR("agent %s: %zu of %zu registrations failed; the %zu that succeeded were undone", agent->name, failed,
+               njobs, kept);
+out_free:
+    free(jobs);
+    free(status);
+    free(lane);
+    return st;
+}
+
+/* Deregister regions[0..n) from the backends of mask they are registered
+ * with, on the pool; clears their bits. */
+static void regions_dereg(nixl_agent_t *agent, nixl_region_t *const *regions, size_t n, uint32_t mask)
+{
+    size_t njobs = 0;
+    for (size_t i = 0; i < n; i++)
+        njobs += (size_t)__builtin_popcount(regions[i]->backend_mask & mask);
+    if (njobs == 0)
+        return;
+    reg_job_t *jobs = calloc(njobs, sizeof(*jobs));
+    nixl_status_t *status = calloc(njobs, sizeof(*status));
+    uint8_t *lane = malloc(njobs);
+    if (!jobs || !status || !lane) {
+        /* Out of memory: one at a time on this thread still works. */
+        for (size_t i = 0; i < n; i++) {
+            for (int b = 0; b < agent->num_backends; b++) {
+                if (regions[i]->backend_mask & mask & (1u << b)) {
+                    agent->backends[b]->ops->dereg(agent->backends[b]->be, regions[i]->md[b]);
+                    regions[i]->backend_mask &= ~(1u << b);
                 }
             }
-            break;
         }
-        r->backend_mask |= 1u << b;
+        goto out_free;
     }
-    region_unbind(r, saved);
-    return st;
+    size_t j = 0;
+    for (size_t i = 0; i < n; i++) {
+        for (int b = 0; b < agent->num_backends; b++) {
+            if (regions[i]->backend_mask & mask & (1u << b)) {
+                jobs[j] = (reg_job_t){.r = regions[i], .b = agent->backends[b], .md = regions[i]->md[b]};
+                lane[j++] = (uint8_t)b;
+            }
+        }
+    }
+    reg_jobs_run(agent, jobs, lane, njobs, n, dereg_job_run, status);
+    for (size_t i = 0; i < n; i++)
+        regions[i]->backend_mask &= ~mask;
+out_free:
+    free(jobs);
+    free(status);
+    free(lane);
 }
 
 /* Record what the driver says about a VRAM region: its device (which
@@ -207,7 +366,7 @@ NIXL_API nixl_status_t nixl_mem_register(nixl_agent_t *agent, const nixl_dlist_t
     if (st != NIXL_OK)
         return st;
 
-    nixl_region_t **batch = calloc(dl->count, sizeof(*batch));
+    nixl_region_t **batch = calloc(dl->count, sizeof(*batch)), **order = NULL;
     if (!batch)
         return NIXL_ERR_NO_MEMORY;
     size_t made = 0;
@@ -256,6 +415,14 @@ NIXL_API nixl_status_t nixl_mem_register(nixl_agent_t *agent, const nixl_dlist_t
             r->meta_len = d->meta_len;
         }
     }
+    /* The pool works (and reports the first error) in the caller's order;
+     * the index wants address order. */
+    order = malloc(dl->count * sizeof(*order));
+    if (!order) {
+        st = NIXL_ERR_NO_MEMORY;
+        goto err_free;
+    }
+    memcpy(order, batch, dl->count * sizeof(*order));
     qsort(batch, dl->count, sizeof(*batch), region_cmp);
     for (size_t i = 1; i < dl->count; i++) {
         if (batch[i - 1]->addr + batch[i - 1]->len > batch[i]->addr) {
@@ -292,12 +459,9 @@ NIXL_API nixl_status_t nixl_mem_register(nixl_agent_t *agent, const nixl_dlist_t
         idx->v = v;
         idx->cap = cap;
     }
-    size_t done = 0;
-    for (; done < dl->count; done++) {
-        st = region_reg(agent, batch[done], mask);
-        if (st != NIXL_OK)
-            goto err_unreg;
-    }
+    st = regions_reg(agent, order, dl->count, mask);
+    if (st != NIXL_OK)
+        goto err_unlock;
     /* Merge the sorted batch into the sorted index, from the back. */
     size_t i = idx->n, j = dl->count, k = idx->n + dl->count;
     while (j > 0) {
@@ -308,18 +472,17 @@ NIXL_API nixl_status_t nixl_mem_register(nixl_agent_t *agent, const nixl_dlist_t
     }
     idx->n += dl->count;
     nixl_agent_unlock(agent);
+    free(order);
     free(batch);
     return NIXL_OK;
 
-err_unreg:
-    while (done > 0)
-        region_unreg(agent, batch[--done]);
 err_unlock:
     nixl_agent_unlock(agent);
 err_free:
     for (size_t i2 = 0; i2 < made; i2++)
         if (batch[i2])
             region_free(batch[i2]);
+    free(order);
     free(batch);
     return st;
 }
@@ -397,22 +560,19 @@ out_free:
     return st;
 }
 
-/* Register what the agent already holds with a backend created later. */
+/* Register what the agent already holds with a backend created later:
+ * every memory type it takes, all or nothing. */
 nixl_status_t nixl_registry_add_backend(nixl_agent_t *agent, nixl_backend_t *b)
 {
+    uint32_t bit = 1u << b->index;
     for (int m = 0; m < NIXL_MEM_TYPE_COUNT; m++) {
         if (!(b->reg_mem_types & NIXL_MEM_BIT(m)))
             continue;
-        nixl_region_index_t *idx = &agent->regs[m];
-        for (size_t i = 0; i < idx->n; i++) {
-            nixl_status_t st = region_reg(agent, idx->v[i], 1u << b->index);
-            if (st != NIXL_OK) {
-                for (size_t j = 0; j < i; j++) {
-                    b->ops->dereg(b->be, idx->v[j]->md[b->index]);
-                    idx->v[j]->backend_mask &= ~(1u << b->index);
-                }
-                return st;
-            }
+        nixl_status_t st = regions_reg(agent, agent->regs[m].v, agent->regs[m].n, bit);
+        if (st != NIXL_OK) {
+            for (int u = 0; u < m; u++)
+                regions_dereg(agent, agent->regs[u].v, agent->regs[u].n, bit);
+            return st;
         }
     }
     return NIXL_OK;

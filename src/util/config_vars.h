@@ -15,11 +15,16 @@
     X(NIXL_LISTEN_ADDR, "0.0.0.0", "address the metadata listener binds to")                   \
     X(NIXL_LIB, "", "Python package: the libnixl.so (or its directory) to load instead of searching") \
     X(NIXL_PROGRESS_INTERVAL_US, "100", "progress thread period in microseconds")                \
+    /* registration pool (src/core/reg_pool.c, reg_peers.c) */                                   \
+    X(NIXL_REG_CONCURRENCY, "auto", "registrations of one nixl_mem_register batch running at once: auto = online cores / agents of this host registering at that moment (1..64), N = at most N, 0 = one thread per buffer (unbounded)") \
+    X(NIXL_REG_PEERS_FILE, "", "file through which agents of this host count each other for NIXL_REG_CONCURRENCY=auto (empty: /dev/shm/nixl-reg-<uid>)") \
     /* cuda_ipc: core rows, so the table is the same whether or not CUDA headers were found */ \
     X(NIXL_CUDA_IPC_KERNEL, "1", "cuda_ipc: 1 moves many small pieces with one gather/scatter kernel launch (cuda_ipc.kernel); 0 always uses the copy engines (cuda_ipc.ce)") \
     X(NIXL_CUDA_IPC_CE_MIN, "4M", "cuda_ipc: pieces of at least this many bytes (K/M/G suffixes) go to the copy engines") \
     X(NIXL_CUDA_IPC_KERNEL_MIN, "4", "cuda_ipc: fewer small pieces than this in a request go to the copy engines")                \
     X(NIXL_CUDA_IPC_MAP, "1", "cuda_ipc: 0 never maps a peer's VRAM here, so every request between processes takes the staged fallback (cuda_ipc.staged); for tests and broken IPC") \
+    /* fault injection (src/core/fault.c, docs/faults.md) */                                     \
+    X(NIXL_FAULT, "", "fault injection for tests: comma-separated BACKEND:OP:NTH:ACTION rules, e.g. shm:xfer_post:3:fail,*:reg:*:delay=5ms (OP: reg, peer_load, rkey_load, xfer_prepare, xfer_post, xfer_status, notif_send, progress; NTH: N, N+ or *; ACTION: fail, fail=NIXL_ERR_..., delay=DURATION); empty = off") \
     /* etcd channel (src/core/md_etcd.c) */                                                      \
     X(NIXL_ETCD_ENDPOINTS, "", "etcd endpoints, comma-separated URLs (http://10.0.0.1:2379,...), tried in order: the next one when one fails") \
     X(NIXL_ETCD_NAMESPACE, "/nixl", "prefix of every etcd key nixl writes or reads")            \

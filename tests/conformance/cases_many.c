@@ -98,9 +98,9 @@ static void wait_notif_image(conf_ctx_t *ctx, const char *msg, const uint8_t *im
 
 static void run_and_wait(nixl_xfer_t *x)
 {
-    nixl_status_t s = nixl_xfer_post(x);
+    nixl_status_t s = conf_xfer_post(x);
     if (s != NIXL_OK && s != NIXL_IN_PROG)
-        conf_fail(__FILE__, __LINE__, "nixl_xfer_post: %s", nixl_status_name(s));
+        conf_fail_st(s, __FILE__, __LINE__, "nixl_xfer_post: %s", nixl_status_name(s));
     CHECK_OK(conf_wait(x, MANY_TIMEOUT_MS));
 }
 
@@ -133,7 +133,7 @@ static void case_many_two_step(conf_ctx_t *ctx)
 
     nixl_opt_args_t o = notif_opt("many-2step");
     nixl_xfer_t *x = NULL;
-    CHECK_OK(nixl_xfer_make(ctx->agent, NIXL_OP_WRITE, lp, lidx, rp, m.perm, MANY, &o, &x));
+    CHECK_OK(conf_xfer_make(ctx->agent, NIXL_OP_WRITE, lp, lidx, rp, m.perm, MANY, &o, &x));
     uint64_t t2 = conf_now_ms();
     uint8_t *img = many_image(ctx, &m);
     run_and_wait(x);
@@ -146,7 +146,7 @@ static void case_many_two_step(conf_ctx_t *ctx)
     conf_note("prepare both sides %llu ms, make %llu ms", (unsigned long long)(t1 - t0),
               (unsigned long long)(t2 - t1));
     note_info(x, "two-step WRITE");
-    nixl_xfer_release(x);
+    conf_xfer_release(x);
 
     /* READ the same pairs back into a scrambled local buffer. */
     uint8_t *orig = malloc(m.llen);
@@ -160,17 +160,17 @@ static void case_many_two_step(conf_ctx_t *ctx)
     conf_pattern_fill(want, m.llen, 203, 0);
     for (uint32_t i = 0; i < MANY; i++)
         memcpy(want + LBASE + (size_t)i * LSTRIDE, orig + LBASE + (size_t)i * LSTRIDE, PIECE);
-    CHECK_OK(nixl_xfer_make(ctx->agent, NIXL_OP_READ, lp, lidx, rp, m.perm, MANY, NULL, &x));
+    CHECK_OK(conf_xfer_make(ctx->agent, NIXL_OP_READ, lp, lidx, rp, m.perm, MANY, NULL, &x));
     run_and_wait(x);
     conf_buf_pull(m.local, 0, m.llen);
     CHECK_BYTES("local buffer after 100,000-descriptor READ", conf_buf_host(m.local), want, m.llen);
     note_info(x, "two-step READ");
-    nixl_xfer_release(x);
+    conf_xfer_release(x);
 
     /* Index out of range: refused. */
     lidx[5] = MANY;
     nixl_xfer_t *bad = NULL;
-    CHECK_ERR(nixl_xfer_make(ctx->agent, NIXL_OP_WRITE, lp, lidx, rp, m.perm, MANY, NULL, &bad));
+    CHECK_ERR(conf_xfer_make(ctx->agent, NIXL_OP_WRITE, lp, lidx, rp, m.perm, MANY, NULL, &bad));
     CHECK(bad == NULL);
 
     free(want);
@@ -196,7 +196,7 @@ static void case_many_one_shot(conf_ctx_t *ctx)
     nixl_opt_args_t o = notif_opt("many-1shot");
     nixl_xfer_t *x = NULL;
     uint64_t t0 = conf_now_ms();
-    CHECK_OK(nixl_xfer_create(ctx->agent, NIXL_OP_WRITE, &ll, &rl, CONF_TARGET_NAME, &o, &x));
+    CHECK_OK(conf_xfer_create(ctx->agent, NIXL_OP_WRITE, &ll, &rl, CONF_TARGET_NAME, &o, &x));
     uint64_t t1 = conf_now_ms();
     uint8_t *img = many_image(ctx, &m);
     run_and_wait(x);
@@ -208,7 +208,7 @@ static void case_many_one_shot(conf_ctx_t *ctx)
     CHECK_EQ_U64(info.bytes, (uint64_t)MANY * PIECE);
     conf_note("create %llu ms", (unsigned long long)(t1 - t0));
     note_info(x, "one-shot WRITE");
-    nixl_xfer_release(x);
+    conf_xfer_release(x);
     free(img);
     free(rd);
     many_teardown(ctx, &m);
@@ -279,7 +279,7 @@ static void case_merge_runs(conf_ctx_t *ctx)
 
     /* Identity pairing: everything is one run. */
     nixl_xfer_t *x = NULL;
-    CHECK_OK(nixl_xfer_make(ctx->agent, NIXL_OP_WRITE, lp, lidx, rp, lidx, n, NULL, &x));
+    CHECK_OK(conf_xfer_make(ctx->agent, NIXL_OP_WRITE, lp, lidx, rp, lidx, n, NULL, &x));
     run_and_wait(x);
     nixl_xfer_info_t info;
     CHECK_OK(nixl_xfer_info(x, &info));
@@ -287,28 +287,28 @@ static void case_merge_runs(conf_ctx_t *ctx)
     CHECK_EQ_U64(info.descs, 1);
     CHECK_EQ_U64(info.bytes, len);
     conf_target_expect(ctx, 0, local_img, len);
-    nixl_xfer_release(x);
+    conf_xfer_release(x);
 
     /* Runs. */
     conf_target_fill(ctx, 0, len, 301);
-    CHECK_OK(nixl_xfer_make(ctx->agent, NIXL_OP_WRITE, lp, lidx, rp, ridx, n, NULL, &x));
+    CHECK_OK(conf_xfer_make(ctx->agent, NIXL_OP_WRITE, lp, lidx, rp, ridx, n, NULL, &x));
     run_and_wait(x);
     CHECK_OK(nixl_xfer_info(x, &info));
     CHECK_EQ_U64(info.descs_in, n);
     CHECK_EQ_U64(info.descs, expect);
     conf_target_expect(ctx, 0, img, len);
     note_info(x, "two-step, runs of 1..64");
-    nixl_xfer_release(x);
+    conf_xfer_release(x);
 
     /* The same pairing one-shot. */
     conf_target_fill(ctx, 0, len, 301);
     nixl_dlist_t pl = {.mem_type = conf_mem_type(), .count = n, .descs = rpair};
-    CHECK_OK(nixl_xfer_create(ctx->agent, NIXL_OP_WRITE, &ll, &pl, CONF_TARGET_NAME, NULL, &x));
+    CHECK_OK(conf_xfer_create(ctx->agent, NIXL_OP_WRITE, &ll, &pl, CONF_TARGET_NAME, NULL, &x));
     run_and_wait(x);
     CHECK_OK(nixl_xfer_info(x, &info));
     CHECK_EQ_U64(info.descs, expect);
     conf_target_expect(ctx, 0, img, len);
-    nixl_xfer_release(x);
+    conf_xfer_release(x);
 
     nixl_prep_release(rp);
     nixl_prep_release(lp);

@@ -138,7 +138,7 @@ static void case_reg_null(conf_ctx_t *ctx)
     CHECK_ST(nixl_md_get_local(ctx->agent, &blob, NULL), NIXL_ERR_NULL);
     CHECK_ST(nixl_md_load_remote(ctx->agent, NULL, 16, NULL), NIXL_ERR_NULL);
     nixl_xfer_t *x = NULL;
-    CHECK_ST(nixl_xfer_create(ctx->agent, NIXL_OP_WRITE, NULL, NULL, "x", NULL, &x), NIXL_ERR_NULL);
+    CHECK_ST(conf_xfer_create(ctx->agent, NIXL_OP_WRITE, NULL, NULL, "x", NULL, &x), NIXL_ERR_NULL);
     CHECK(x == NULL);
 }
 
@@ -285,13 +285,13 @@ static void case_unknown_peer(conf_ctx_t *ctx)
     nixl_desc_t l = desc_of(buf, 0, 64), r = {.addr = 0x10000, .len = 64};
     nixl_dlist_t ll = dl_of(&l, 1), rl = dl_of(&r, 1);
     nixl_xfer_t *x = NULL;
-    CHECK_ST(nixl_xfer_create(ctx->agent, NIXL_OP_WRITE, &ll, &rl, "conf_nobody", NULL, &x),
+    CHECK_ST(conf_xfer_create(ctx->agent, NIXL_OP_WRITE, &ll, &rl, "conf_nobody", NULL, &x),
              NIXL_ERR_UNKNOWN_PEER);
     CHECK(x == NULL);
     nixl_prep_t *p = NULL;
     CHECK_ST(nixl_prep_create(ctx->agent, "conf_nobody", &rl, NULL, &p), NIXL_ERR_UNKNOWN_PEER);
     CHECK(p == NULL);
-    CHECK_ST(nixl_notif_send(ctx->agent, "conf_nobody", "hi", 2, NULL), NIXL_ERR_UNKNOWN_PEER);
+    CHECK_ST(conf_notif_send(ctx->agent, "conf_nobody", "hi", 2, NULL), NIXL_ERR_UNKNOWN_PEER);
     CHECK_ST(nixl_md_check_remote(ctx->agent, "conf_nobody"), NIXL_ERR_UNKNOWN_PEER);
     CHECK_ST(nixl_md_invalidate_remote(ctx->agent, "conf_nobody"), NIXL_ERR_UNKNOWN_PEER);
     CHECK_OK(conf_deregister(ctx->agent, buf, len));

@@ -93,7 +93,7 @@ static nixl_xfer_t *xfer_make_pieces(conf_ctx_t *ctx, nixl_op_t op, const local_
         opt.notif_len = strlen(notif);
     }
     nixl_xfer_t *x = NULL;
-    CHECK_OK(nixl_xfer_create(ctx->agent, op, &s.ll, &s.rl, CONF_TARGET_NAME, notif ? &opt : NULL, &x));
+    CHECK_OK(conf_xfer_create(ctx->agent, op, &s.ll, &s.rl, CONF_TARGET_NAME, notif ? &opt : NULL, &x));
     CHECK(x != NULL);
     lists_free(&s);
     return x;
@@ -101,9 +101,9 @@ static nixl_xfer_t *xfer_make_pieces(conf_ctx_t *ctx, nixl_op_t op, const local_
 
 static void xfer_run(nixl_xfer_t *x)
 {
-    nixl_status_t s = nixl_xfer_post(x);
+    nixl_status_t s = conf_xfer_post(x);
     if (s != NIXL_OK && s != NIXL_IN_PROG)
-        conf_fail(__FILE__, __LINE__, "nixl_xfer_post: %s", nixl_status_name(s));
+        conf_fail_st(s, __FILE__, __LINE__, "nixl_xfer_post: %s", nixl_status_name(s));
     CHECK_OK(conf_wait(x, XFER_TIMEOUT_MS));
 }
 
@@ -185,7 +185,7 @@ static void case_write(conf_ctx_t *ctx)
     CHECK_EQ_U64(info.descs, n);
     CHECK_EQ_U64(info.posts, 1);
     conf_note("path %s", info.path);
-    nixl_xfer_release(x);
+    conf_xfer_release(x);
     free(img);
     local_drop(ctx, &lb);
 }
@@ -219,7 +219,7 @@ static void case_read(conf_ctx_t *ctx)
     CHECK(path_has_backend_prefix(info.path));
     CHECK_EQ_U64(info.bytes, 4096 + 50000 + 1 + 3);
     conf_note("path %s", info.path);
-    nixl_xfer_release(x);
+    conf_xfer_release(x);
     free(want);
     local_drop(ctx, &lb);
 }
@@ -241,13 +241,13 @@ static void case_write_notif(conf_ctx_t *ctx)
     local_buf_t lb = local_make(ctx, len, 12);
     nixl_xfer_t *x = xfer_make_pieces(ctx, NIXL_OP_WRITE, &lb, pc, np, "kv-ready:1");
     uint8_t *img = image_after_write(ctx, 11, &lb, pc, np);
-    nixl_status_t s = nixl_xfer_post(x);
+    nixl_status_t s = conf_xfer_post(x);
     if (s != NIXL_OK && s != NIXL_IN_PROG)
-        conf_fail(__FILE__, __LINE__, "nixl_xfer_post: %s", nixl_status_name(s));
+        conf_fail_st(s, __FILE__, __LINE__, "nixl_xfer_post: %s", nixl_status_name(s));
     expect_notif(ctx, "kv-ready:1", img);
     CHECK_OK(conf_wait(x, XFER_TIMEOUT_MS));
     CHECK_EQ_U64(conf_target_count_notifs(ctx, 100), 0); /* exactly one notification */
-    nixl_xfer_release(x);
+    conf_xfer_release(x);
     free(img);
     free(pc);
     local_drop(ctx, &lb);
@@ -263,7 +263,7 @@ static void case_notif_standalone(conf_ctx_t *ctx)
     for (size_t i = 0; i < nmsg; i++) {
         conf_pattern_fill(msg, sizes[i], 100 + i, 0);
         msg[0] = (uint8_t)i; /* order marker; the rest includes zero bytes */
-        CHECK_OK(nixl_notif_send(ctx->agent, CONF_TARGET_NAME, msg, sizes[i], NULL));
+        CHECK_OK(conf_notif_send(ctx->agent, CONF_TARGET_NAME, msg, sizes[i], NULL));
     }
     for (size_t i = 0; i < nmsg; i++) {
         conf_notif_t n;
@@ -278,7 +278,7 @@ static void case_notif_standalone(conf_ctx_t *ctx)
         CHECK_BYTES("notification", n.msg, msg, n.len);
         free(n.msg);
     }
-    CHECK_ST(nixl_notif_send(ctx->agent, CONF_TARGET_NAME, msg, NIXL_NOTIF_MAX + 1, NULL), NIXL_ERR_TOO_BIG);
+    CHECK_ST(conf_notif_send(ctx->agent, CONF_TARGET_NAME, msg, NIXL_NOTIF_MAX + 1, NULL), NIXL_ERR_TOO_BIG);
     CHECK_EQ_U64(conf_target_count_notifs(ctx, 100), 0);
     free(msg);
 
@@ -319,7 +319,7 @@ static void case_repost(conf_ctx_t *ctx)
     CHECK_EQ_U64(info.posts, 3);
     CHECK_EQ_U64(info.bytes, 3000 + 777);
     CHECK_EQ_U64(conf_target_count_notifs(ctx, 50), 0);
-    nixl_xfer_release(x);
+    conf_xfer_release(x);
     local_drop(ctx, &lb);
 }
 
@@ -343,16 +343,16 @@ static void case_post_in_flight(conf_ctx_t *ctx)
     conf_target_start(ctx, BIG_LEN, 41);
     local_buf_t lb = local_make(ctx, BIG_LEN, 42);
     nixl_xfer_t *x = big_write(ctx, &lb, NULL);
-    nixl_status_t s = nixl_xfer_post(x);
+    nixl_status_t s = conf_xfer_post(x);
     if (s == NIXL_OK) {
-        nixl_xfer_release(x);
+        conf_xfer_release(x);
         local_drop(ctx, &lb);
         conf_skip("a %u MiB WRITE completed inside nixl_xfer_post: no request in flight to post again",
                   BIG_LEN >> 20);
     }
     CHECK_ST(s, NIXL_IN_PROG);
     /* The caller has not seen it complete, so it is still in flight. */
-    CHECK_ST(nixl_xfer_post(x), NIXL_ERR_IN_FLIGHT);
+    CHECK_ST(conf_xfer_post(x), NIXL_ERR_IN_FLIGHT);
     CHECK_OK(conf_wait(x, XFER_TIMEOUT_MS));
     /* The failed re-post did not disturb the one in flight. */
     uint8_t *img = malloc(BIG_LEN);
@@ -365,7 +365,7 @@ static void case_post_in_flight(conf_ctx_t *ctx)
     nixl_xfer_info_t info;
     CHECK_OK(nixl_xfer_info(x, &info));
     CHECK_EQ_U64(info.bytes, BIG_LEN);
-    nixl_xfer_release(x);
+    conf_xfer_release(x);
     local_drop(ctx, &lb);
 }
 
@@ -377,8 +377,8 @@ static void case_release_in_flight(conf_ctx_t *ctx)
     conf_target_start(ctx, BIG_LEN, 51);
     local_buf_t lb = local_make(ctx, BIG_LEN, 52);
     nixl_xfer_t *x = big_write(ctx, &lb, "canceled");
-    nixl_status_t s = nixl_xfer_post(x);
-    nixl_xfer_release(x);
+    nixl_status_t s = conf_xfer_post(x);
+    conf_xfer_release(x);
     if (s == NIXL_OK) {
         local_drop(ctx, &lb);
         conf_skip("a %u MiB WRITE completed inside nixl_xfer_post: nothing in flight to cancel", BIG_LEN >> 20);
@@ -400,7 +400,76 @@ static void case_release_in_flight(conf_ctx_t *ctx)
     CHECK_EQ_U64(conf_target_count_notifs(ctx, 300), 0);
     conf_target_expect(ctx, 0, img, BIG_LEN);
     free(img);
-    nixl_xfer_release(y);
+    conf_xfer_release(y);
+    local_drop(ctx, &lb);
+}
+
+/* A series of requests, each with its own notification when it is a
+ * WRITE: every one succeeds with exact bytes and exactly its notification,
+ * or (with --expect-fault) fails with an injected error, sends nothing, and
+ * is posted again until it succeeds.  Small requests complete inside post,
+ * large ones on the backend's own time, so faults meet both.  Without
+ * faults it is a plain series of transfers. */
+#define SERIES_ROUNDS 16
+#define SERIES_SLOT (1u << 20)
+
+static void case_series(conf_ctx_t *ctx)
+{
+    size_t len = (size_t)SERIES_ROUNDS * SERIES_SLOT;
+    conf_target_start(ctx, len, 131);
+    local_buf_t lb = local_make(ctx, len, 132);
+    uint8_t *want = malloc(SERIES_SLOT);
+    CHECK(want != NULL);
+    unsigned failures = 0;
+    for (unsigned i = 0; i < SERIES_ROUNDS; i++) {
+        size_t off = (size_t)i * SERIES_SLOT;
+        piece_t pc = {off, off, i % 2 ? SERIES_SLOT : 4096 + i};
+        int write = i % 4 != 3;
+        char msg[32];
+        snprintf(msg, sizeof(msg), "series:%u", i);
+        nixl_xfer_t *x = xfer_make_pieces(ctx, write ? NIXL_OP_WRITE : NIXL_OP_READ, &lb, &pc, 1, write ? msg : NULL);
+        for (unsigned attempt = 1;; attempt++) {
+            nixl_status_t s = conf_xfer_post(x);
+            if (s == NIXL_IN_PROG)
+                s = conf_wait(x, XFER_TIMEOUT_MS);
+            if (s == NIXL_OK)
+                break;
+            /* Anything but an injected error fails; so does a fourth one
+             * in a row (as a FAULT end). */
+            if (!conf_fault_is_injected(s) || attempt == 4)
+                conf_fail_st(s, __FILE__, __LINE__, "round %u attempt %u: %s", i, attempt, nixl_status_name(s));
+            failures++;
+        }
+        if (write) {
+            /* The target compares the slot when it sees the notification. */
+            conf_pattern_fill(want, pc.len, 132, off);
+            conf_notif_t n;
+            if (conf_target_wait_notif(ctx, XFER_TIMEOUT_MS, off, want, pc.len, &n))
+                conf_fail(__FILE__, __LINE__, "round %u: no notification '%s'", i, msg);
+            if (n.len != strlen(msg) || memcmp(n.msg, msg, n.len) != 0)
+                conf_fail(__FILE__, __LINE__, "round %u: notification '%.*s', want '%s'", i,
+                          (int)(n.len > 40 ? 40 : n.len), (char *)n.msg, msg);
+            free(n.msg);
+        } else {
+            conf_pattern_fill(want, pc.len, 131, off);
+            CHECK_BYTES("local slot after READ", local_bytes(&lb) + off, want, pc.len);
+        }
+        conf_xfer_release(x);
+    }
+    /* A failed attempt's notification would be left over here. */
+    CHECK_EQ_U64(conf_target_count_notifs(ctx, 100), 0);
+    uint8_t *img = malloc(len);
+    CHECK(img != NULL);
+    conf_pattern_fill(img, len, 131, 0);
+    for (unsigned i = 0; i < SERIES_ROUNDS; i++)
+        if (i % 4 != 3)
+            conf_pattern_fill(img + (size_t)i * SERIES_SLOT, i % 2 ? SERIES_SLOT : 4096 + i, 132,
+                              (size_t)i * SERIES_SLOT);
+    conf_target_expect(ctx, 0, img, len);
+    if (failures)
+        conf_note("%u injected failure(s), each posted again until it succeeded", failures);
+    free(img);
+    free(want);
     local_drop(ctx, &lb);
 }
 
@@ -414,23 +483,23 @@ static void case_peer_invalidated(conf_ctx_t *ctx)
     nixl_xfer_t *x = xfer_make_pieces(ctx, NIXL_OP_WRITE, &lb, pc, 1, NULL);
     xfer_run(x);
     CHECK_OK(nixl_md_invalidate_remote(ctx->agent, CONF_TARGET_NAME));
-    CHECK_ST(nixl_xfer_post(x), NIXL_ERR_PEER_INVALIDATED);
+    CHECK_ST(conf_xfer_post(x), NIXL_ERR_PEER_INVALIDATED);
     lists_t l = lists_make(ctx, &lb, pc, 1);
     nixl_xfer_t *y = NULL;
-    CHECK_ERR(nixl_xfer_create(ctx->agent, NIXL_OP_WRITE, &l.ll, &l.rl, CONF_TARGET_NAME, NULL, &y));
+    CHECK_ERR(conf_xfer_create(ctx->agent, NIXL_OP_WRITE, &l.ll, &l.rl, CONF_TARGET_NAME, NULL, &y));
     CHECK(y == NULL);
     /* Loaded again: new requests work, the old one stays refused. */
     conf_target_exchange(ctx);
-    CHECK_ERR(nixl_xfer_post(x));
-    CHECK_OK(nixl_xfer_create(ctx->agent, NIXL_OP_WRITE, &l.ll, &l.rl, CONF_TARGET_NAME, NULL, &y));
+    CHECK_ERR(conf_xfer_post(x));
+    CHECK_OK(conf_xfer_create(ctx->agent, NIXL_OP_WRITE, &l.ll, &l.rl, CONF_TARGET_NAME, NULL, &y));
     conf_target_fill(ctx, 0, 4096, 63);
     xfer_run(y);
     uint8_t *img = image_after_write(ctx, 63, &lb, pc, 1);
     conf_target_expect(ctx, 0, img, 4096);
     free(img);
     lists_free(&l);
-    nixl_xfer_release(y);
-    nixl_xfer_release(x);
+    conf_xfer_release(y);
+    conf_xfer_release(x);
     local_drop(ctx, &lb);
 }
 
@@ -442,16 +511,16 @@ static void case_reload_stale(conf_ctx_t *ctx)
     nixl_xfer_t *x = xfer_make_pieces(ctx, NIXL_OP_WRITE, &lb, pc, 1, NULL);
     xfer_run(x);
     conf_target_exchange(ctx); /* the peer's metadata again: a new generation */
-    CHECK_ST(nixl_xfer_post(x), NIXL_ERR_STALE);
-    CHECK_ST(nixl_xfer_post(x), NIXL_ERR_STALE);
+    CHECK_ST(conf_xfer_post(x), NIXL_ERR_STALE);
+    CHECK_ST(conf_xfer_post(x), NIXL_ERR_STALE);
     conf_target_fill(ctx, 0, 4096, 73);
     nixl_xfer_t *y = xfer_make_pieces(ctx, NIXL_OP_WRITE, &lb, pc, 1, NULL);
     xfer_run(y);
     uint8_t *img = image_after_write(ctx, 73, &lb, pc, 1);
     conf_target_expect(ctx, 0, img, 4096);
     free(img);
-    nixl_xfer_release(y);
-    nixl_xfer_release(x);
+    conf_xfer_release(y);
+    conf_xfer_release(x);
     local_drop(ctx, &lb);
 }
 
@@ -471,7 +540,7 @@ static void case_unaligned(conf_ctx_t *ctx)
     xfer_run(x);
     uint8_t *img = image_after_write(ctx, 81, &lb, wp, nw);
     conf_target_expect(ctx, 0, img, 65536);
-    nixl_xfer_release(x);
+    conf_xfer_release(x);
 
     /* READ odd ranges back into a fresh local pattern. */
     local_fill(&lb, 83);
@@ -483,7 +552,7 @@ static void case_unaligned(conf_ctx_t *ctx)
     for (size_t i = 0; i < nr; i++)
         memcpy(want + rp[i].loff, img + rp[i].roff, rp[i].len);
     CHECK_BYTES("local buffer after unaligned READ", local_bytes(&lb), want, lb.len);
-    nixl_xfer_release(x);
+    conf_xfer_release(x);
     free(want);
     free(img);
     local_drop(ctx, &lb);
@@ -499,15 +568,15 @@ static void case_length_mismatch(conf_ctx_t *ctx)
     lists_t l = lists_make(ctx, &lb, pc, 3);
     nixl_xfer_t *x = NULL;
     l.ll.count = 2;
-    CHECK_ST(nixl_xfer_create(ctx->agent, NIXL_OP_WRITE, &l.ll, &l.rl, CONF_TARGET_NAME, NULL, &x),
+    CHECK_ST(conf_xfer_create(ctx->agent, NIXL_OP_WRITE, &l.ll, &l.rl, CONF_TARGET_NAME, NULL, &x),
              NIXL_ERR_LENGTH_MISMATCH);
-    CHECK_ST(nixl_xfer_create(ctx->agent, NIXL_OP_READ, &l.rl, &l.ll, CONF_TARGET_NAME, NULL, &x),
+    CHECK_ST(conf_xfer_create(ctx->agent, NIXL_OP_READ, &l.rl, &l.ll, CONF_TARGET_NAME, NULL, &x),
              NIXL_ERR_LENGTH_MISMATCH);
     CHECK(x == NULL);
     /* Same count, one pair of different sizes: refused as well. */
     l.ll.count = 3;
     l.r[1].len = 65;
-    CHECK_ERR(nixl_xfer_create(ctx->agent, NIXL_OP_WRITE, &l.ll, &l.rl, CONF_TARGET_NAME, NULL, &x));
+    CHECK_ERR(conf_xfer_create(ctx->agent, NIXL_OP_WRITE, &l.ll, &l.rl, CONF_TARGET_NAME, NULL, &x));
     CHECK(x == NULL);
     lists_free(&l);
     uint8_t img[4096];
@@ -523,7 +592,7 @@ static void expect_not_registered(conf_ctx_t *ctx, uint64_t laddr, uint64_t radd
     nixl_dlist_t rl = {.mem_type = conf_mem_type(), .count = 1, .descs = &r};
     nixl_xfer_t *x = NULL;
     for (int op = 0; op < 2; op++) {
-        nixl_status_t s = nixl_xfer_create(ctx->agent, (nixl_op_t)op, &ll, &rl, CONF_TARGET_NAME, NULL, &x);
+        nixl_status_t s = conf_xfer_create(ctx->agent, (nixl_op_t)op, &ll, &rl, CONF_TARGET_NAME, NULL, &x);
         if (s != NIXL_ERR_NOT_REGISTERED)
             conf_fail(__FILE__, __LINE__, "%s (%s): nixl_xfer_create returned %s, want NIXL_ERR_NOT_REGISTERED",
                       what, op ? "WRITE" : "READ", nixl_status_name(s));
@@ -588,10 +657,10 @@ static void case_peer_gone(conf_ctx_t *ctx)
     conf_target_kill(ctx);
 
     uint64_t t0 = conf_now_ms();
-    nixl_status_t s = nixl_xfer_post(x);
+    nixl_status_t s = conf_xfer_post(x);
     while (s == NIXL_IN_PROG && conf_now_ms() - t0 < 2000) {
         conf_sleep_us(200);
-        s = nixl_xfer_status(x);
+        s = conf_xfer_status(x);
     }
     uint64_t ms = conf_now_ms() - t0;
     if (s == NIXL_IN_PROG)
@@ -607,14 +676,14 @@ static void case_peer_gone(conf_ctx_t *ctx)
     lists_t l = lists_make(ctx, &lb, pc, 1);
     nixl_xfer_t *y = NULL;
     t0 = conf_now_ms();
-    s = nixl_xfer_create(ctx->agent, NIXL_OP_READ, &l.ll, &l.rl, CONF_TARGET_NAME, NULL, &y);
+    s = conf_xfer_create(ctx->agent, NIXL_OP_READ, &l.ll, &l.rl, CONF_TARGET_NAME, NULL, &y);
     if (s == NIXL_OK) {
-        s = nixl_xfer_post(y);
+        s = conf_xfer_post(y);
         while (s == NIXL_IN_PROG && conf_now_ms() - t0 < 2000) {
             conf_sleep_us(200);
-            s = nixl_xfer_status(y);
+            s = conf_xfer_status(y);
         }
-        nixl_xfer_release(y);
+        conf_xfer_release(y);
     }
     ms = conf_now_ms() - t0;
     if (s >= 0)
@@ -622,7 +691,7 @@ static void case_peer_gone(conf_ctx_t *ctx)
                   (unsigned long long)ms);
     conf_note("new request to the dead peer: %s after %llu ms", nixl_status_name(s), (unsigned long long)ms);
     lists_free(&l);
-    nixl_xfer_release(x);
+    conf_xfer_release(x);
     local_drop(ctx, &lb);
 }
 
@@ -703,7 +772,7 @@ static void case_path_stats(conf_ctx_t *ctx)
                       after[i].path, (unsigned long long)after[i].fallbacks);
     }
     conf_note("path %s: %zu path rows, %zu fallback rows", info.path, na, nf);
-    nixl_xfer_release(x);
+    conf_xfer_release(x);
     local_drop(ctx, &lb);
 }
 
@@ -724,6 +793,9 @@ const conf_case_t conf_cases_xfer[] = {
      "release in flight cancels: no notification, no late writes"},
     {"release_in_flight_shared", case_release_in_flight, CONF_NEED_XFER | CONF_NEED_NOTIF, 1,
      "release_in_flight on nixl_mem_alloc memory"},
+    {"series", case_series, CONF_NEED_XFER | CONF_NEED_NOTIF, 0,
+     "16 requests: each succeeds with its notification or fails with an injected error and is posted again"},
+    {"series_shared", case_series, CONF_NEED_XFER | CONF_NEED_NOTIF, 1, "series on nixl_mem_alloc memory"},
     {"peer_invalidated", case_peer_invalidated, CONF_NEED_XFER, 0, "post after invalidation -> PEER_INVALIDATED"},
     {"reload_stale", case_reload_stale, CONF_NEED_XFER, 0, "post after a reload of the peer -> STALE"},
     {"unaligned", case_unaligned, CONF_NEED_XFER, 0, "odd addresses and lengths land exactly, guards intact"},

@@ -44,6 +44,8 @@ typedef struct conf_opts {
     int dev[2];      /* --devs I,T: GPU of the initiator's and the target's buffers */
     const nixl_backend_info_t *info;
     const char *exe; /* path to re-exec for the target process */
+    const char *fault; /* --fault: the NIXL_FAULT spec every agent of the run gets (faults.c) */
+    int expect_fault;  /* --expect-fault: a case may end with an error the spec injects */
 } conf_opts_t;
 
 extern conf_opts_t conf_opts;
@@ -60,6 +62,11 @@ extern const size_t conf_cases_many_count;
 void conf_fail(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4), noreturn));
 void conf_skip(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 void conf_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* A failure about status st.  With --expect-fault and st an error the
+ * spec injects, the case instead ends as FAULT (accepted) once the target
+ * confirmed no notification arrived for a failed transfer (faults.c). */
+void conf_fail_st(nixl_status_t st, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5), noreturn));
 
 #define CHECK(cond)                                                                              \
     do {                                                                                         \
@@ -72,7 +79,7 @@ void conf_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
         nixl_status_t st_got_ = (expr);                                                          \
         nixl_status_t st_want_ = (want);                                                         \
         if (st_got_ != st_want_)                                                                 \
-            conf_fail(__FILE__, __LINE__, "%s returned %s (%d), want %s (%d)", #expr,             \
+            conf_fail_st(st_got_, __FILE__, __LINE__, "%s returned %s (%d), want %s (%d)", #expr, \
                       nixl_status_name(st_got_), (int)st_got_, nixl_status_name(st_want_),       \
                       (int)st_want_);                                                            \
     } while (0)
@@ -141,6 +148,22 @@ nixl_status_t conf_deregister(nixl_agent_t *agent, void *addr, size_t len);
 /* Poll a request until it leaves IN_PROG; NIXL_ERR_TIMEOUT after timeout_ms. */
 nixl_status_t conf_wait(nixl_xfer_t *xfer, unsigned timeout_ms);
 
+/* Cases make, post, poll and release requests and send notifications
+ * through these (same arguments as nixl_*): they keep count of which
+ * requests carrying a notification succeeded, so that the target is checked
+ * to have received no more notifications than that (faults.c). */
+nixl_status_t conf_xfer_create(nixl_agent_t *agent, nixl_op_t op, const nixl_dlist_t *local,
+                               const nixl_dlist_t *remote, const char *peer, const nixl_opt_args_t *opt,
+                               nixl_xfer_t **xfer_out);
+nixl_status_t conf_xfer_make(nixl_agent_t *agent, nixl_op_t op, const nixl_prep_t *local, const uint32_t *local_idx,
+                             const nixl_prep_t *remote, const uint32_t *remote_idx, size_t count,
+                             const nixl_opt_args_t *opt, nixl_xfer_t **xfer_out);
+nixl_status_t conf_xfer_post(nixl_xfer_t *xfer);
+nixl_status_t conf_xfer_status(nixl_xfer_t *xfer);
+void conf_xfer_release(nixl_xfer_t *xfer);
+nixl_status_t conf_notif_send(nixl_agent_t *agent, const char *peer, const void *msg, size_t len,
+                              const nixl_opt_args_t *opt);
+
 /* ---- the per-case context ---- */
 typedef struct conf_target conf_target_t;
 
@@ -191,6 +214,27 @@ void conf_target_md_get(conf_ctx_t *ctx, void **blob_out, size_t *len_out);
 nixl_status_t conf_target_md_load(conf_ctx_t *ctx, const void *blob, size_t len, char name_out[NIXL_NAME_MAX + 1]);
 /* --procs 2 only: SIGKILL the target process and reap it. */
 void conf_target_kill(conf_ctx_t *ctx);
+
+/* ---- fault mode (faults.c) ---- */
+/* Check --fault / --expect-fault, export NIXL_FAULT for every process of
+ * the run, and set up the counters the case processes share.  0, or 2 with
+ * the reason printed. */
+int conf_fault_init(void);
+/* The case process starts / ends case ctx: at the end, notifications the
+ * target still holds are counted and must not exceed the successful
+ * transfers that carried one. */
+void conf_fault_case_begin(conf_ctx_t *ctx);
+void conf_fault_case_end(conf_ctx_t *ctx);
+/* The target handed the case n notifications. */
+void conf_fault_notifs_seen(size_t n);
+/* 1 when st is an error the --fault spec injects and --expect-fault is on. */
+int conf_fault_is_injected(nixl_status_t st);
+/* Exit status of a case that ended with an injected error. */
+#define CONF_EXIT_FAULT 3
+/* The runner's closing lines: what was injected and observed; non-zero
+ * when the run must fail (notifications for failed transfers, or, with
+ * --expect-fault, no case ever met an injected error). */
+int conf_fault_summary(size_t faulted);
 
 /* The hidden role: serve target commands on these fds until EOF. */
 int conf_target_main(int rfd, int wfd);

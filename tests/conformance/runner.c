@@ -3,12 +3,15 @@
  * the backend named on the command line.
  *
  *   conformance --backend shm [--procs 1|2] [--filter NAME] [--timeout S] [--list]
+ *               [--fault SPEC [--expect-fault]]
  *
  * Each case runs in its own forked process (and process group, so a target
  * child dies with it) under a deadline: a crash or a hang fails that case by
  * name and the battery goes on.  A case the backend cannot run (missing
  * capability) prints a SKIP line with the reason.  Exit status: 0 when
  * nothing failed, 1 when something failed, 77 when everything was skipped.
+ * Under --fault (faults.c) every agent gets NIXL_FAULT=SPEC; with
+ * --expect-fault a case ending with an injected error prints FAULT.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -60,6 +63,34 @@ void conf_fail(const char *file, int line, const char *fmt, ...)
     /* _exit: a failed case must not run leak checks or destructors over
      * state it abandoned. */
     _exit(1);
+}
+
+static void report_fmt(const char *prefix, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void report_fmt(const char *prefix, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    report(prefix, fmt, ap);
+    va_end(ap);
+}
+
+void conf_fail_st(nixl_status_t st, const char *file, int line, const char *fmt, ...)
+{
+    char msg[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (!conf_fault_is_injected(st))
+        conf_fail(file, line, "%s", msg);
+    /* Accepted only if no notification of a failed transfer reached the
+     * target (this fails the case otherwise). */
+    conf_fault_case_end(NULL);
+    char where[256];
+    snprintf(where, sizeof(where), "%s at %s:%d: ", nixl_status_name(st), file, line);
+    report_fmt(where, "%s", msg);
+    fflush(NULL);
+    _exit(CONF_EXIT_FAULT);
 }
 
 void conf_skip(const char *fmt, ...)
@@ -157,10 +188,11 @@ nixl_agent_t *conf_agent_create(const char *name, int listen, nixl_backend_t **b
     nixl_agent_t *agent = NULL;
     nixl_status_t s = nixl_agent_create(&cfg, &agent);
     if (s != NIXL_OK)
-        conf_fail(__FILE__, __LINE__, "nixl_agent_create(%s): %s", name, nixl_status_name(s));
+        conf_fail_st(s, __FILE__, __LINE__, "nixl_agent_create(%s): %s", name, nixl_status_name(s));
     s = nixl_backend_create(agent, conf_opts.backend, NULL, 0, backend_out);
     if (s != NIXL_OK)
-        conf_fail(__FILE__, __LINE__, "nixl_backend_create(%s): %s", conf_opts.backend, nixl_status_name(s));
+        conf_fail_st(s, __FILE__, __LINE__, "nixl_backend_create(%s): %s", conf_opts.backend,
+                     nixl_status_name(s));
     return agent;
 }
 
@@ -182,7 +214,7 @@ nixl_status_t conf_wait(nixl_xfer_t *xfer, unsigned timeout_ms)
 {
     uint64_t deadline = conf_now_ms() + timeout_ms;
     for (;;) {
-        nixl_status_t s = nixl_xfer_status(xfer);
+        nixl_status_t s = conf_xfer_status(xfer);
         if (s != NIXL_IN_PROG)
             return s;
         if (conf_now_ms() >= deadline)
@@ -249,13 +281,15 @@ static void case_body(const conf_case_t *c)
     memset(&ctx, 0, sizeof(ctx));
     ctx.c = c;
     ctx.shared = c->shared;
+    conf_fault_case_begin(&ctx);
     ctx.agent = conf_agent_create(CONF_INIT_NAME, 0, &ctx.backend);
     c->fn(&ctx);
+    conf_fault_case_end(&ctx);
     conf_target_stop(&ctx);
     nixl_agent_destroy(ctx.agent);
 }
 
-enum { RES_PASS, RES_FAIL, RES_SKIP };
+enum { RES_PASS, RES_FAIL, RES_SKIP, RES_FAULT };
 
 static int case_run(const conf_case_t *c, unsigned timeout_s)
 {
@@ -345,6 +379,10 @@ static int case_run(const conf_case_t *c, unsigned timeout_s)
         printf("SKIP  %s: %s\n", c->name, n ? msg : "(no reason given)");
         return RES_SKIP;
     }
+    if (code == CONF_EXIT_FAULT && conf_opts.expect_fault) {
+        printf("FAULT %s: ended by injected %s (%llu ms)\n", c->name, msg, (unsigned long long)ms);
+        return RES_FAULT;
+    }
     printf("FAIL  %s: %s\n", c->name, n ? msg : "exited with an error and no report (sanitizer? see stderr)");
     return RES_FAIL;
 }
@@ -371,10 +409,13 @@ static void usage(const char *argv0)
 {
     fprintf(stderr,
             "usage: %s --backend NAME [--procs 1|2] [--mem dram|vram] [--devs I,T] [--filter SUBSTRING]\n"
-            "          [--timeout SECONDS] [--list]\n"
+            "          [--timeout SECONDS] [--list] [--fault SPEC [--expect-fault]]\n"
             "  Runs the conformance battery against one backend.  --procs 2 puts the target\n"
             "  agent in a child process and exchanges metadata through its listener.  --mem vram\n"
-            "  runs every case on GPU memory of both sides (initiator GPU I, target GPU T; 0,0).\n",
+            "  runs every case on GPU memory of both sides (initiator GPU I, target GPU T; 0,0).\n"
+            "  --fault runs every agent under NIXL_FAULT=SPEC (docs/faults.md); --expect-fault lets a\n"
+            "  case end with an error SPEC injects (FAULT), never with wrong bytes, a hang, another\n"
+            "  error or a notification for a failed transfer.\n",
             argv0);
 }
 
@@ -416,6 +457,11 @@ int main(int argc, char **argv)
             i++;
         } else if (strcmp(a, "--list") == 0) {
             list = 1;
+        } else if (strcmp(a, "--fault") == 0 && v) {
+            conf_opts.fault = v;
+            i++;
+        } else if (strcmp(a, "--expect-fault") == 0) {
+            conf_opts.expect_fault = 1;
         } else {
             usage(argv[0]);
             return 2;
@@ -431,6 +477,11 @@ int main(int argc, char **argv)
         return 0;
     }
     if (!conf_opts.backend || (conf_opts.procs != 1 && conf_opts.procs != 2) || timeout_s == 0) {
+        usage(argv[0]);
+        free(all_cases);
+        return 2;
+    }
+    if (conf_fault_init()) {
         usage(argv[0]);
         free(all_cases);
         return 2;
@@ -467,7 +518,7 @@ int main(int argc, char **argv)
            bi->caps & NIXL_CAP_CROSS_HOST ? " cross_host" : "", bi->caps & NIXL_CAP_NOTIF ? " notif" : "",
            bi->caps & NIXL_CAP_PROGRESS ? " progress" : "", conf_opts.procs);
 
-    size_t pass = 0, fail = 0, skip = 0;
+    size_t pass = 0, fail = 0, skip = 0, faulted = 0;
     for (size_t i = 0; i < num_cases; i++) {
         const conf_case_t *c = all_cases[i].c;
         if (filter && !strstr(c->name, filter))
@@ -479,17 +530,28 @@ int main(int argc, char **argv)
         case RES_SKIP:
             skip++;
             break;
+        case RES_FAULT:
+            faulted++;
+            break;
         default:
             fail++;
             break;
         }
     }
     free(all_cases);
-    printf("summary: %zu passed, %zu skipped, %zu failed (backend %s, procs %d, %s)\n", pass, skip, fail,
-           conf_opts.backend, conf_opts.procs, conf_opts.mem == NIXL_MEM_VRAM ? "VRAM" : "DRAM");
+    if (conf_opts.fault)
+        printf("summary: %zu passed, %zu ended by an injected fault, %zu skipped, %zu failed (backend %s, procs %d, "
+               "%s, NIXL_FAULT=%s)\n",
+               pass, faulted, skip, fail, conf_opts.backend, conf_opts.procs,
+               conf_opts.mem == NIXL_MEM_VRAM ? "VRAM" : "DRAM", conf_opts.fault);
+    else
+        printf("summary: %zu passed, %zu skipped, %zu failed (backend %s, procs %d, %s)\n", pass, skip, fail,
+               conf_opts.backend, conf_opts.procs, conf_opts.mem == NIXL_MEM_VRAM ? "VRAM" : "DRAM");
+    if (conf_fault_summary(faulted))
+        fail++;
     if (fail)
         return 1;
-    if (pass == 0)
+    if (pass + faulted == 0)
         return 77;
     return 0;
 }

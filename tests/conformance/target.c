@@ -506,8 +506,8 @@ void conf_target_start(conf_ctx_t *ctx, size_t len, uint64_t seed)
            rep;
     target_call(ctx, &req, conf_opts.backend, &rep, NULL);
     if (rep.status != NIXL_OK)
-        conf_fail(__FILE__, __LINE__, "target: registering %zu bytes failed: %s", len,
-                  nixl_status_name(rep.status));
+        conf_fail_st(rep.status, __FILE__, __LINE__, "target: registering %zu bytes failed: %s", len,
+                     nixl_status_name(rep.status));
     ctx->tgt_addr = rep.a[0];
     ctx->tgt_len = len;
     t->port = (uint16_t)rep.a[1];
@@ -605,6 +605,7 @@ int conf_target_wait_notif(conf_ctx_t *ctx, unsigned timeout_ms, size_t off, con
         abort();
     memcpy(out->msg, (uint8_t *)p + NIXL_NAME_MAX + 1, out->len);
     free(p);
+    conf_fault_notifs_seen(1);
     return 0;
 }
 
@@ -613,6 +614,7 @@ size_t conf_target_count_notifs(conf_ctx_t *ctx, unsigned window_ms)
     tmsg_t req = {.cmd = T_COUNT_NOTIFS, .a = {window_ms}}, rep;
     target_call(ctx, &req, NULL, &rep, NULL);
     CHECK_OK((nixl_status_t)rep.status);
+    conf_fault_notifs_seen(rep.a[0]);
     return rep.a[0];
 }
 

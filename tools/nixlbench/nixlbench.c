@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "bench_reg.h"
 #ifdef BENCH_HAVE_OFI
 #include "bench_ofi.h"
 #endif
@@ -139,6 +140,8 @@ static void usage(FILE *f)
           "  --kv-replay            one KV request instead of rows: DeepSeek-V2-Lite, 27 layers x 8192\n"
           "                         tokens x 1152 B, page size 1, one buffer per layer, slots shuffled\n"
           "                         on both sides; reports ms per request and the path\n"
+          "  --reg-replay           N processes registering a Kimi-K3-like KV pool at once: time and\n"
+          "                         peak threads (nixlbench --reg-replay --help for its options)\n"
           "  --param KEY=VALUE      backend parameter, both sides (repeatable; e.g. threads=0)\n"
           "  --json FILE            one JSON object per row per line\n"
           "  --quiet                no table on stdout (errors still go to stderr)\n"
@@ -455,6 +458,9 @@ int main(int argc, char **argv)
     if (argc > 1 && strcmp(argv[1], "--ofi-raw-target") == 0)
         return bench_ofi_target_main(argc, argv);
 #endif
+    /* The registration replay has options of its own (bench_reg.c). */
+    if (bench_reg_wanted(argc, argv))
+        return bench_reg_main(argc, argv);
     parse_opts(argc, argv, &o, ip, sizeof(ip));
     /* A vanished peer must be an error return, not a signal. */
     signal(SIGPIPE, SIG_IGN);

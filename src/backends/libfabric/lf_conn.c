@@ -15,21 +15,104 @@
  * a link that went down.  Each side sends a heartbeat when it has sent
  * nothing for heartbeat_ms; a peer silent for peer_timeout_ms is dead and
  * every request on it fails (PEER_GONE; TIMEOUT when the handshake itself
- * was never answered).  BYE at destroy makes it immediate.
+ * was never answered).  BYE at destroy makes it immediate.  An unanswered
+ * handshake proves nothing about the process (a link outage, packet loss):
+ * the next request or notification shakes hands again; only a peer that
+ * was up and went silent, or said BYE, stays refused.
  *
- * Conn info (little-endian): u32 magic "LFC1", u16 version, u8 rails,
- * u8 provider-name length, u64 instance, u32 address format, u32 flags (0),
- * provider name, then per rail u16 length and the endpoint name.
+ * Every peer rail is in every local rail's address vector, so any rail of
+ * ours reaches any rail of theirs: a region registered on our rail 0 can
+ * be written into a region the peer registered on its rail 5 (lf_xfer.c
+ * picks the pairs).
+ *
+ * Same-host peers: the conn info carries this host's identity (boot id and
+ * the network and pid namespaces).  With intranode=off a peer of the same
+ * identity is refused at load (NIXL_ERR_NO_PATH) so the core takes shm or
+ * cuda_ipc, which reach exactly such peers; a peer in another network or
+ * pid namespace of this kernel is reached as another host would be.
+ *
+ * Conn info (little-endian): u32 magic "LFC1", u16 version (2), u8 rails,
+ * u8 provider-name length, u64 instance, u32 address format, u32 flags
+ * (0), host identity (16-byte boot id, u64 network namespace inode, u64 pid
+ * namespace inode; zero where unknown), provider name, then per rail u16
+ * length and the endpoint name.
  */
 #include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "lf_int.h"
 
 #define LF_CONN_MAGIC 0x3143464cu /* "LFC1" */
-#define LF_CONN_VERSION 1
+#define LF_CONN_VERSION 2
+#define LF_HOST_OFF 24 /* the host identity in the conn info */
+
+static int lf_hex(int ch)
+{
+    if (ch >= '0' && ch <= '9')
+        return ch - '0';
+    if (ch >= 'a' && ch <= 'f')
+        return ch - 'a' + 10;
+    if (ch >= 'A' && ch <= 'F')
+        return ch - 'A' + 10;
+    return -1;
+}
+
+/* The kernel's boot id: the same for every container of one kernel, new
+ * at each boot.  Zero when unreadable. */
+static void lf_boot_id(uint8_t out[16])
+{
+    char text[64];
+    memset(out, 0, 16);
+    int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    ssize_t n = read(fd, text, sizeof(text) - 1);
+    close(fd);
+    if (n < 36)
+        return;
+    uint8_t id[16];
+    size_t k = 0;
+    for (size_t i = 0; i < 36 && k < 16;) {
+        if (text[i] == '-') {
+            i++;
+            continue;
+        }
+        int hi = lf_hex((unsigned char)text[i]), lo = lf_hex((unsigned char)text[i + 1]);
+        if (hi < 0 || lo < 0)
+            return;
+        id[k++] = (uint8_t)(hi << 4 | lo);
+        i += 2;
+    }
+    if (k == 16)
+        memcpy(out, id, 16);
+}
+
+static uint64_t lf_ns_inode(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 ? (uint64_t)st.st_ino : 0;
+}
+
+void lf_host_id(uint8_t out[LF_HOST_ID_LEN])
+{
+    lf_boot_id(out);
+    lf_put_u64(out + 16, lf_ns_inode("/proc/self/ns/net"));
+    lf_put_u64(out + 24, lf_ns_inode("/proc/self/ns/pid"));
+}
+
+int lf_host_same(const uint8_t a[LF_HOST_ID_LEN], const uint8_t b[LF_HOST_ID_LEN])
+{
+    static const uint8_t zero[16];
+    if (memcmp(a, zero, 16) == 0 || lf_get_u64(a + 16) == 0 || lf_get_u64(a + 24) == 0)
+        return 0;
+    return memcmp(a, b, LF_HOST_ID_LEN) == 0;
+}
 
 size_t lf_conn_info_size(const lf_be_t *be)
 {
@@ -49,6 +132,7 @@ void lf_conn_info_write(const lf_be_t *be, uint8_t *p)
     lf_put_u64(p + 8, be->inst);
     lf_put_u32(p + 16, be->addr_format);
     lf_put_u32(p + 20, 0);
+    memcpy(p + LF_HOST_OFF, be->host_id, LF_HOST_ID_LEN);
     memcpy(p + LF_CONN_FIXED, be->prov_name, plen);
     p += LF_CONN_FIXED + plen;
     for (unsigned i = 0; i < be->nrails; i++) {
@@ -94,6 +178,7 @@ nixl_status_t lf_conn_parse(const void *buf, size_t len, lf_conn_info_t *out)
     lf_conn_info_t info;
     memset(&info, 0, sizeof(info));
     info.inst = inst;
+    memcpy(info.host, p + LF_HOST_OFF, LF_HOST_ID_LEN);
     info.addr_format = lf_get_u32(p + 16);
     memcpy(info.prov, p + LF_CONN_FIXED, plen);
     info.prov[plen] = 0;
@@ -172,6 +257,11 @@ static nixl_status_t lf_conn_reachable(lf_be_t *be, const lf_conn_info_t *info, 
     return NIXL_OK;
 }
 
+static const char *lf_intranode_name(int v)
+{
+    return v == LF_INTRANODE_OFF ? "off" : v == LF_INTRANODE_PROVIDER ? "provider" : "nic";
+}
+
 nixl_status_t lf_peer_load(void *bev, const char *peer_name, const void *conn, size_t conn_len, void **peer_out)
 {
     lf_be_t *be = bev;
@@ -188,6 +278,16 @@ nixl_status_t lf_peer_load(void *bev, const char *peer_name, const void *conn, s
     st = lf_conn_reachable(be, &info, who);
     if (st != NIXL_OK)
         return st;
+    if (lf_host_same(info.host, be->host_id)) {
+        if (be->intranode == LF_INTRANODE_OFF) {
+            LF_INFO(be, "libfabric: peer %s is on this host: not offered (intranode=off leaves same-host peers to "
+                        "shm/cuda_ipc; NIXL_LIBFABRIC_INTRANODE=provider or nic sends them over libfabric)",
+                    who);
+            return NIXL_ERR_NO_PATH;
+        }
+        LF_DEBUG(be, "libfabric: peer %s is on this host: reached through %s (intranode=%s)", who,
+                 be->intranode == LF_INTRANODE_NIC ? "the NIC" : "the provider", lf_intranode_name(be->intranode));
+    }
     pthread_mutex_lock(&be->lock);
     lf_conn_t *c;
     st = lf_conn_get(be, &info, &c);
@@ -212,6 +312,7 @@ nixl_status_t lf_peer_load(void *bev, const char *peer_name, const void *conn, s
 static void lf_conn_free(lf_conn_t *c)
 {
     lf_conn_rx_reset(c);
+    free(c->fa);
     free(c->tags);
     free(c);
 }
@@ -234,18 +335,34 @@ void lf_peer_unload(void *bev, void *peer)
     pthread_mutex_unlock(&be->lock);
 }
 
+static void lf_conn_av_remove(lf_be_t *be, lf_conn_t *c, unsigned rails)
+{
+    for (unsigned r = 0; r < rails; r++)
+        fi_av_remove(be->rails[r].av, c->fa + (size_t)r * c->rnrails, c->rnrails, 0);
+}
+
+/* Every rail of the peer into every rail's address vector: a region on
+ * any rail of ours can reach one on any rail of theirs. */
 static nixl_status_t lf_conn_av(lf_be_t *be, lf_conn_t *c)
 {
     if (c->av_done)
         return NIXL_OK;
+    if (!c->fa) {
+        c->fa = calloc((size_t)be->nrails * c->rnrails, sizeof(*c->fa));
+        if (!c->fa)
+            return NIXL_ERR_NO_MEMORY;
+    }
     for (unsigned r = 0; r < be->nrails; r++) {
-        unsigned rr = r % c->rnrails;
-        int ret = fi_av_insert(be->rails[r].av, c->raddr[rr], 1, &c->fa[r], 0, NULL);
-        if (ret != 1) {
+        for (unsigned j = 0; j < c->rnrails; j++) {
+            fi_addr_t *fa = c->fa + (size_t)r * c->rnrails + j;
+            int ret = fi_av_insert(be->rails[r].av, c->raddr[j], 1, fa, 0, NULL);
+            if (ret == 1)
+                continue;
             LF_ERROR(be, "libfabric: peer %s: its rail %u address is not usable on our rail %u (%s)",
-                     c->name[0] ? c->name : "?", rr, r, ret < 0 ? fi_strerror(-ret) : "refused");
-            for (unsigned k = 0; k < r; k++)
-                fi_av_remove(be->rails[k].av, &c->fa[k], 1, 0);
+                     c->name[0] ? c->name : "?", j, r, ret < 0 ? fi_strerror(-ret) : "refused");
+            if (j)
+                fi_av_remove(be->rails[r].av, c->fa + (size_t)r * c->rnrails, j, 0);
+            lf_conn_av_remove(be, c, r);
             return NIXL_ERR_NO_PATH;
         }
     }
@@ -276,6 +393,23 @@ static void lf_queue_hello(lf_be_t *be, lf_conn_t *c, uint8_t type)
     lf_txq_push(be, m);
 }
 
+/* One INFO line per connection per second at most: a caller retrying in
+ * a loop against an unreachable peer must not flood the log. */
+static void lf_conn_retry_log(lf_be_t *be, lf_conn_t *c)
+{
+    uint64_t now = lf_now_ns();
+    c->retries++;
+    if (c->retry_log_ns && now - c->retry_log_ns < 1000000000ull) {
+        c->retry_quiet++;
+        return;
+    }
+    LF_INFO(be, "libfabric: %s: peer %s did not answer the handshake: trying again (retry %llu, %llu not logged)",
+            be->agent_name, c->name[0] ? c->name : "?", (unsigned long long)c->retries,
+            (unsigned long long)c->retry_quiet);
+    c->retry_log_ns = now;
+    c->retry_quiet = 0;
+}
+
 nixl_status_t lf_conn_use(lf_be_t *be, lf_conn_t *c)
 {
     switch (c->state) {
@@ -283,7 +417,15 @@ nixl_status_t lf_conn_use(lf_be_t *be, lf_conn_t *c)
     case LF_CONN_HELLO:
         return NIXL_OK;
     case LF_CONN_DOWN:
-        return c->down_status;
+        if (c->down_status != NIXL_ERR_TIMEOUT)
+            return c->down_status;
+        /* Only the handshake went unanswered: a link outage or heavy loss
+         * looks the same as a dead process, so try again (bounded by the
+         * same timeout).  Liveness, not this, declares a peer gone. */
+        lf_conn_retry_log(be, c);
+        c->state = LF_CONN_IDLE;
+        c->have_ridx = 0;
+        break;
     case LF_CONN_IDLE:
         break;
     }
@@ -392,6 +534,10 @@ void lf_conn_down(lf_be_t *be, lf_conn_t *c, nixl_status_t st, const char *why)
     c->hb_queued = 0;
     if (st == NIXL_ERR_PEER_GONE && strcmp(why, "it closed") == 0)
         LF_INFO(be, "libfabric: %s: peer %s %s", be->agent_name, c->name[0] ? c->name : "?", why);
+    else if (st == NIXL_ERR_TIMEOUT)
+        LF_WARN(be, "libfabric: %s: peer %s did not answer the handshake (%s): its requests fail, the next one "
+                    "tries again",
+                be->agent_name, c->name[0] ? c->name : "?", why);
     else
         LF_ERROR(be, "libfabric: %s: peer %s is gone (%s)%s", be->agent_name, c->name[0] ? c->name : "?", why,
                  was_up ? "" : " before the handshake completed");
@@ -402,8 +548,7 @@ void lf_conn_down(lf_be_t *be, lf_conn_t *c, nixl_status_t st, const char *why)
      * was stuck in flight completes (canceled) instead of lingering, and
      * rxm would otherwise trip over it when the endpoint closes. */
     if (c->av_done) {
-        for (unsigned r = 0; r < be->nrails; r++)
-            fi_av_remove(be->rails[r].av, &c->fa[r], 1, 0);
+        lf_conn_av_remove(be, c, be->nrails);
         c->av_done = 0;
     }
 }

@@ -11,7 +11,9 @@
  *
  * Counting: every write of a request that carries a notification brings
  * remote CQ data [our index at the target | tag].  The target counts writes
- * per (connection, tag); the NOTIF says how many to expect, and is released
+ * per (connection, tag) over all its rails, whichever of its rails each
+ * write landed on (any rail of the initiator may write to any of ours);
+ * the NOTIF says how many to expect, and is released
  * only once that many were counted.  A canceled request sends CANCEL
  * instead, so the target can forget the tag once the writes that were
  * posted have come in.
@@ -151,7 +153,7 @@ void lf_txq_flush(lf_be_t *be)
         lf_fill_header(be, m);
         if (buf != m->data)
             memcpy(buf, m->data, m->len);
-        int ret = (int)fi_send(rail->ep, buf, m->len, desc, c->fa[m->rail], &m->c.fctx);
+        int ret = (int)fi_send(rail->ep, buf, m->len, desc, lf_conn_addr(c, m->rail, m->rrail), &m->c.fctx);
         if (ret == -FI_EAGAIN) {
             if (m->txbuf) {
                 m->txbuf->next_free = be->tx_free;
@@ -572,26 +574,40 @@ lf_cmsg_t *lf_notif_msg(lf_be_t *be, lf_conn_t *c, const void *msg, size_t len, 
     return m;
 }
 
-unsigned lf_fence_queue(lf_be_t *be, lf_conn_t *c, uint32_t rails, uint64_t id, int counted, uint32_t tag,
+/* One FENCE from our rail r to their rail j. */
+static int lf_fence_one(lf_be_t *be, lf_conn_t *c, unsigned r, unsigned j, uint64_t id, int counted, uint32_t tag,
                         uint64_t expect)
 {
-    unsigned n = 0;
+    lf_cmsg_t *m = lf_cmsg_new(c, LF_MSG_FENCE, LF_FENCE_BODY);
+    if (!m)
+        return 0;
+    m->rail = (uint8_t)r;
+    m->rrail = (uint8_t)j;
+    uint8_t *b = m->data + LF_HDR_SIZE;
+    lf_put_u64(b, id);
+    lf_put_u32(b + 8, counted ? tag : 0);
+    lf_put_u32(b + 12, counted ? LF_FENCE_COUNTED : 0);
+    lf_put_u64(b + 16, counted ? expect : 0);
+    lf_txq_push(be, m);
+    return 1;
+}
+
+unsigned lf_fence_queue(lf_be_t *be, lf_conn_t *c, const uint32_t *pairs, uint64_t id, int counted, uint32_t tag,
+                        uint64_t expect)
+{
+    /* Counting does not care which rails the writes took: the target
+     * counts a transfer's writes over all its rails. */
     if (counted)
-        rails = 1; /* counting does not care which rail the writes took */
+        return (unsigned)lf_fence_one(be, c, 0, 0, id, 1, tag, expect);
+    /* The provider orders a send after the writes before it between one
+     * endpoint and one peer endpoint only: a FENCE per pair used. */
+    unsigned n = 0;
     for (unsigned r = 0; r < be->nrails; r++) {
-        if (!(rails & (1u << r)))
-            continue;
-        lf_cmsg_t *m = lf_cmsg_new(c, LF_MSG_FENCE, LF_FENCE_BODY);
-        if (!m)
-            break;
-        m->rail = (uint8_t)r;
-        uint8_t *b = m->data + LF_HDR_SIZE;
-        lf_put_u64(b, id);
-        lf_put_u32(b + 8, counted ? tag : 0);
-        lf_put_u32(b + 12, counted ? LF_FENCE_COUNTED : 0);
-        lf_put_u64(b + 16, counted ? expect : 0);
-        lf_txq_push(be, m);
-        n++;
+        for (uint32_t set = pairs[r]; set; set &= set - 1) {
+            if (!lf_fence_one(be, c, r, (unsigned)__builtin_ctz(set), id, 0, tag, expect))
+                return n;
+            n++;
+        }
     }
     return n;
 }

@@ -8,7 +8,8 @@
  * lf_mem.c (registration and remote keys), lf_conn.c (connection info,
  * handshake, liveness), lf_ctrl.c (control messages: notifications and
  * their release after the counted writes), lf_xfer.c (requests),
- * lf_progress.c (completion queues, the progress thread).
+ * lf_progress.c (completion queues, the progress thread), lf_topo.c (which
+ * rails are near a GPU or a NUMA node; hwloc, see lf_topo.h).
  *
  * Locking: be->lock guards everything in the instance.  Every op takes it;
  * so does the progress thread.  No libfabric call is made without it, which
@@ -30,9 +31,11 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_rma.h>
 
+#include "lf_topo.h"
 #include "nixl/backend.h"
 
-#define LF_MAX_RAILS 32
+#define LF_MAX_RAILS 32 /* rail sets are uint32_t masks */
+_Static_assert(LF_MAX_RAILS == LF_TOPO_MAX_RAILS, "rail masks are 32 bits");
 #define LF_ADDR_MAX 128 /* bytes of one endpoint name */
 #define LF_NAME_MAX 63  /* agent names, as NIXL_NAME_MAX */
 #define LF_PROV_MAX 32  /* provider names in the conn info */
@@ -48,8 +51,11 @@
 #define LF_FENCE_BODY 24
 #define LF_FENCE_COUNTED 1u /* FENCE: answer once this many writes of the tag were counted */
 #define LF_NOTIF_ACK 1u     /* NOTIF: answer (FENCE_ACK) once it is released */
+/* Which host and namespaces an instance runs in (conn info): boot id,
+ * network namespace inode, pid namespace inode.  Zero when unknown. */
+#define LF_HOST_ID_LEN 32
 /* The conn info of the most rails we accept. */
-#define LF_CONN_FIXED 24
+#define LF_CONN_FIXED (24 + LF_HOST_ID_LEN)
 #define LF_CONN_MAX (LF_CONN_FIXED + LF_PROV_MAX + LF_MAX_RAILS * (2 + LF_ADDR_MAX))
 #define LF_MSG_MAX (LF_HDR_SIZE + LF_NOTIF_BODY + NIXL_NOTIF_MAX)
 
@@ -68,6 +74,13 @@ enum {
     LF_MSG_BYE = 6,    /* the instance is closing */
     LF_MSG_FENCE = 7,  /* answer once the writes before me on this rail landed */
     LF_MSG_FENCE_ACK = 8,
+};
+
+/* Same-host peers (intranode parameter). */
+enum {
+    LF_INTRANODE_OFF = 0, /* not offered: shm and cuda_ipc serve them */
+    LF_INTRANODE_PROVIDER, /* through the provider's own same-host path (efa: its shm) */
+    LF_INTRANODE_NIC,      /* through the NIC (efa: FI_EFA_ENABLE_SHM_TRANSFER=0) */
 };
 
 /* How a WRITE request knows its data landed at the target. */
@@ -177,7 +190,8 @@ typedef struct lf_cmsg {
     struct lf_req *req; /* a request's notification: its send completes the request */
     uint32_t req_gen;
     uint8_t type;
-    uint8_t rail;
+    uint8_t rail;  /* ours */
+    uint8_t rrail; /* the peer's: any of its rails (fences go pair by pair) */
     int orphan;        /* its connection went down while it was in flight */
     lf_txbuf_t *txbuf; /* FI_MR_LOCAL: the copy the provider reads */
     size_t len;        /* of data, header included */
@@ -213,13 +227,19 @@ typedef struct lf_rail {
     struct fid_mr *rx_mr;
     int eagain; /* the last post hit -FI_EAGAIN: progress before posting again */
     unsigned rx_missing; /* receive buffers that could not be posted again yet */
+    /* The NIC's PCI address when fi_info gave one (nic->bus_attr): its
+     * place in the topology. */
+    int has_pci;
+    uint32_t pci_domain;
+    uint8_t pci_bus, pci_dev, pci_func;
 } lf_rail_t;
 
 typedef enum {
     LF_CONN_IDLE = 0, /* known from metadata, not contacted */
     LF_CONN_HELLO,    /* HELLO sent, no answer yet */
     LF_CONN_UP,
-    LF_CONN_DOWN, /* dead, closed or unreachable: down_status says which */
+    LF_CONN_DOWN, /* dead, closed or unreachable: down_status says which;
+                   * TIMEOUT (handshake unanswered): the next use retries */
 } lf_conn_state_t;
 
 /* Writes counted under one tag at the target. */
@@ -269,10 +289,14 @@ typedef struct lf_conn {
     uint8_t raddr[LF_MAX_RAILS][LF_ADDR_MAX];
     uint16_t ralen[LF_MAX_RAILS];
     int av_done;
-    fi_addr_t fa[LF_MAX_RAILS]; /* per local rail r: their rail r % rnrails */
+    /* Every peer rail in every local rail's address vector: the address of
+     * their rail j on our rail r is fa[r * rnrails + j] (lf_conn_addr). */
+    fi_addr_t *fa;
     uint64_t since_ns;          /* entered the current state */
     uint64_t last_rx_ns, last_tx_ns;
     int hb_queued; /* a heartbeat waits in the send queue */
+    /* handshakes tried again after one went unanswered (TIMEOUT) */
+    uint64_t retries, retry_quiet, retry_log_ns;
     int closed;    /* it said BYE */
     /* sending */
     uint32_t next_tag;
@@ -292,8 +316,8 @@ typedef struct lf_op {
     uint64_t len;
     uint64_t key;
     void *desc;
-    uint32_t rail;
-    uint32_t pad;
+    uint32_t rail;  /* ours */
+    uint32_t rrail; /* the peer's: the rail its key belongs to */
 } lf_op_t;
 
 typedef enum {
@@ -329,7 +353,9 @@ typedef struct lf_req {
     int notif_ack;        /* the NOTIF doubles as the fence (count mode) */
     unsigned fence_wait;  /* fences not answered yet */
     uint64_t fence_id;
-    uint32_t rails_used;  /* rails that carried writes of this post */
+    uint32_t rails_used;  /* our rails that carried writes of this post */
+    uint32_t pairs_used[LF_MAX_RAILS]; /* by our rail: the peer's rails its writes went to */
+    void *cuda_ctx;       /* local VRAM: posted only from ops, with this context bound */
     struct lf_req *anext, *aprev;
     int on_list;
 } lf_req_t;
@@ -339,14 +365,19 @@ typedef struct lf_rmd {
     lf_conn_t *conn;
     uint64_t addr, len;
     int virt_addr;
-    unsigned nrails;
-    uint64_t keys[LF_MAX_RAILS];
+    int no_hmem;                 /* VRAM the owner's provider could not register: no rail */
+    unsigned nrails;             /* the owner's rails */
+    uint32_t rails;              /* the owner's rails that have a key */
+    uint64_t keys[LF_MAX_RAILS]; /* by the owner's rail index */
 } lf_rmd_t;
 
-/* reg output. */
+/* reg output.  Arrays by rail index; only the rails in 'rails' hold a
+ * registration (a GPU's local rails, a NUMA node's, or all). */
 typedef struct lf_reg {
     uint64_t addr, len;
-    unsigned nrails;
+    uint32_t rails; /* 0: VRAM without CUDA HMEM, registered nowhere (no_hmem) */
+    int no_hmem;
+    void *cuda_ctx; /* VRAM: the context the core recorded */
     struct fid_mr *mr[LF_MAX_RAILS];
     void *desc[LF_MAX_RAILS];
     uint64_t key[LF_MAX_RAILS];
@@ -363,6 +394,9 @@ typedef struct lf_be {
     uint64_t hb_ns, timeout_ns;
     uint64_t stripe_min;
     unsigned max_inflight;
+    int rails_local;      /* rails=local: regions only on the rails near their memory */
+    char topo_xml[256];   /* topo_xml: hwloc XML instead of this host's topology */
+    int intranode;        /* LF_INTRANODE_*: same-host peers refused, or through the provider or the NIC */
 
     /* provider and its modes, the same on every rail */
     char prov_name[64];
@@ -378,8 +412,17 @@ typedef struct lf_be {
     uint64_t max_msg;
     unsigned nrails;
     lf_rail_t rails[LF_MAX_RAILS];
+    uint32_t all_rails;
+    /* FI_HMEM with CUDA: VRAM registered with fi_mr_regattr (iface CUDA).
+     * Without it VRAM registrations succeed but reach nothing. */
+    int hmem;
+    int cuda_driver; /* this process has a CUDA driver: FI_HMEM is worth asking for */
+    /* Locality of the rails; NULL when every region goes on every rail
+     * (rails=all, or no rail has a PCI address). */
+    lf_topo_t *topo;
 
     uint64_t inst; /* this instance, random */
+    uint8_t host_id[LF_HOST_ID_LEN]; /* lf_host_id() */
     char agent_name[LF_NAME_MAX + 1];
     size_t agent_name_len;
 
@@ -414,15 +457,25 @@ typedef struct lf_be {
 /* Choose the provider and its domains, open one endpoint per domain. */
 nixl_status_t lf_rails_open(lf_be_t *be);
 void lf_rails_close(lf_be_t *be);
+/* The rails as lf_topo sees them (domain names point into the rails). */
+void lf_rails_topo(const lf_be_t *be, lf_topo_rail_t *out);
+/* Load the rails' locality when the policy wants it (after lf_rails_open). */
+nixl_status_t lf_rails_locality(lf_be_t *be);
 nixl_status_t lf_rx_post(lf_be_t *be, lf_rail_t *rail, lf_rxbuf_t *rb);
 /* Register a buffer of ours (FI_MR_LOCAL), bound to the endpoint if the
  * provider wants that; 0 or a negative fi_errno. */
 int lf_mr_local(lf_be_t *be, lf_rail_t *r, void *buf, size_t len, uint64_t access, struct fid_mr **out);
-/* Provider error -> status, for data operations. */
+/* Provider error -> status, for data operations.  -FI_ECANCELED is the
+ * provider flushing operations (endpoint teardown, a failed peer): not a
+ * cancel by the caller, so XFER_FAILED; lf_xfer.c makes it PEER_GONE when
+ * the peer is known dead. */
 nixl_status_t lf_status_of(int fi_err);
 int lf_err_is_peer_gone(int fi_err);
 
 /* lf_mem.c */
+/* The rails a region is registered on, by the rails policy and its memory's
+ * place (GPU by PCI bus id, host memory by NUMA node). */
+uint32_t lf_reg_rails(lf_be_t *be, const nixl_be_region_t *region);
 nixl_status_t lf_reg(void *be, const nixl_be_region_t *region, void **md_out);
 void lf_dereg(void *be, void *md);
 nixl_status_t lf_rkey_pack(void *be, void *md, void *buf, size_t *len);
@@ -431,12 +484,24 @@ nixl_status_t lf_rkey_load(void *be, void *peer, const nixl_be_region_t *region,
 void lf_rkey_unload(void *be, void *rmd);
 
 /* lf_conn.c */
+/* The address of the peer's rail j in the address vector of our rail r. */
+static inline fi_addr_t lf_conn_addr(const lf_conn_t *c, unsigned r, unsigned j)
+{
+    return c->fa[(size_t)r * c->rnrails + j];
+}
+/* This process's host and namespaces (boot id, net and pid namespace
+ * inodes); zero bytes where unknown. */
+void lf_host_id(uint8_t out[LF_HOST_ID_LEN]);
+/* 1 when both were read and name the same kernel and namespaces: a peer
+ * shm and cuda_ipc reach. */
+int lf_host_same(const uint8_t a[LF_HOST_ID_LEN], const uint8_t b[LF_HOST_ID_LEN]);
 nixl_status_t lf_conn_pack(void *be, void *buf, size_t *len);
 nixl_status_t lf_peer_load(void *be, const char *peer_name, const void *conn, size_t conn_len, void **peer_out);
 void lf_peer_unload(void *be, void *peer);
 /* Parsed connection info (exposed for tests). */
 typedef struct lf_conn_info {
     uint64_t inst;
+    uint8_t host[LF_HOST_ID_LEN];
     uint32_t addr_format;
     char prov[LF_PROV_MAX + 1];
     unsigned nrails;
@@ -492,23 +557,27 @@ nixl_status_t lf_xfer_prepare(void *be, const nixl_be_xfer_t *xfer, nixl_be_req_
 nixl_status_t lf_xfer_post(void *be, nixl_be_req_t *req, const void *notif, size_t notif_len);
 nixl_status_t lf_xfer_status(void *be, nixl_be_req_t *req);
 void lf_xfer_release(void *be, nixl_be_req_t *req);
-/* Post what the windows allow for every active request. */
-void lf_reqs_pump(lf_be_t *be);
+/* Post what the windows allow for every active request.  in_op: called
+ * from an op, where requests of local VRAM are posted with their context
+ * bound; the progress thread (in_op 0) leaves those to the ops. */
+void lf_reqs_pump(lf_be_t *be, int in_op);
 void lf_req_data_done(lf_be_t *be, lf_slot_t *s, int err);
 /* A request's notification was sent (err 0) or failed. */
 void lf_req_notif_done(lf_be_t *be, lf_req_t *r, uint32_t gen, int err);
 /* The peer answered fence id (conn c). */
 void lf_req_fence_done(lf_be_t *be, lf_conn_t *c, uint64_t id);
-/* Queue one FENCE per rail in rails (a bit mask) for fence id; with
- * counted, one FENCE on rail 0 answered once expect writes of tag landed. */
-unsigned lf_fence_queue(lf_be_t *be, lf_conn_t *c, uint32_t rails, uint64_t id, int counted, uint32_t tag,
+/* Queue one FENCE per rail pair that carried writes (pairs: by our rail,
+ * the peer's rails) for fence id; with counted, one FENCE on rail 0
+ * answered once expect writes of tag landed. */
+unsigned lf_fence_queue(lf_be_t *be, lf_conn_t *c, const uint32_t *pairs, uint64_t id, int counted, uint32_t tag,
                         uint64_t expect);
 /* Fail every active request on c. */
 void lf_reqs_fail_conn(lf_be_t *be, lf_conn_t *c, nixl_status_t st);
 
 /* lf_progress.c */
-/* Read every CQ, post what waits; returns completions seen. */
-size_t lf_progress_locked(lf_be_t *be);
+/* Read every CQ, post what waits; returns completions seen.  in_op as
+ * for lf_reqs_pump. */
+size_t lf_progress_locked(lf_be_t *be, int in_op);
 /* Progress from an op: also counts as the application driving us. */
 void lf_progress_op_locked(lf_be_t *be);
 nixl_status_t lf_progress(void *be);

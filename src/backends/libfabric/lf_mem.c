@@ -1,16 +1,31 @@
 /*
  * lf_mem.c - memory registration and remote keys.
  *
- * A region is registered on every rail.  Keys follow the provider's MR
+ * A region is registered on the rails near its memory (rails=local, the
+ * default): a GPU's memory on the NICs that share its PCI switch (found by
+ * the GPU's PCI bus id, so CUDA_VISIBLE_DEVICES cannot mislead it), host
+ * memory on the NICs of its NUMA node; on every rail with rails=all or
+ * when the topology cannot tell (lf_topo.c).  Keys follow the provider's MR
  * mode: with FI_MR_PROV_KEY the provider picks them and we read them back;
  * otherwise we request keys, unique per domain (a counter per rail).  The
- * remote key blob carries one key per rail and whether the owner's provider
- * addresses memory by virtual address (FI_MR_VIRT_ADDR) or by offset into
- * the region; the initiator turns remote addresses into what the owner
- * expects once, at prepare.
+ * remote key blob says which rails have a key, carries those keys and
+ * whether the owner's provider addresses memory by virtual address
+ * (FI_MR_VIRT_ADDR) or by offset into the region; the initiator turns
+ * remote addresses into what the owner expects once, at prepare, and pairs
+ * its rails holding the local region with the owner's rails holding the
+ * remote one (lf_xfer.c).
  *
- * Remote key blob (little-endian): u32 magic "LFK1", u8 version, u8 rails,
- * u8 flags (bit 0: virtual addresses), u8 0, then u64 key per rail.
+ * VRAM: with FI_HMEM (CUDA) it is registered with fi_mr_regattr, iface
+ * CUDA and the region's device ordinal, while the core holds the memory's
+ * context current (the context rule).  Without HMEM the registration still
+ * succeeds (the same buffer goes to cuda_ipc, and failing here would fail
+ * nixl_mem_register for every VRAM buffer) but on no rail: its key says so
+ * and any request touching it, ours or a peer's, is NIXL_ERR_NO_PATH.
+ *
+ * Remote key blob (little-endian): u32 magic "LFK1", u8 version (2), u8
+ * rails (the owner's), u8 flags (bit 0: virtual addresses; bit 1: VRAM
+ * without HMEM, an empty rail set), u8 0, u32 rail set (bit i: rail i has
+ * a key), u32 0, then u64 key per rail of the set, lowest rail first.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -18,15 +33,71 @@
 #include "lf_int.h"
 
 #define LF_RKEY_MAGIC 0x314b464cu /* "LFK1" */
-#define LF_RKEY_VERSION 1
-#define LF_RKEY_FIXED 8
+#define LF_RKEY_VERSION 2
+#define LF_RKEY_FIXED 16
+#define LF_RKEY_VIRT 1u
+#define LF_RKEY_NO_HMEM 2u
 
 static void lf_reg_close(lf_reg_t *g)
 {
-    for (unsigned i = 0; i < g->nrails; i++)
+    for (unsigned i = 0; i < LF_MAX_RAILS; i++)
         if (g->mr[i])
             fi_close(&g->mr[i]->fid);
     free(g);
+}
+
+uint32_t lf_reg_rails(lf_be_t *be, const nixl_be_region_t *region)
+{
+    if (!be->topo)
+        return be->all_rails;
+    uint32_t m;
+    if (region->mem_type == NIXL_MEM_VRAM) {
+        char bus_id[sizeof(region->cuda.pci_bus_id) + 1];
+        memcpy(bus_id, region->cuda.pci_bus_id, sizeof(region->cuda.pci_bus_id));
+        bus_id[sizeof(bus_id) - 1] = '\0';
+        m = lf_topo_gpu_rails(be->topo, bus_id);
+    } else {
+        m = lf_topo_numa_rails(be->topo, lf_topo_addr_numa(be->topo, (const void *)(uintptr_t)region->addr));
+    }
+    m &= be->all_rails;
+    return m ? m : be->all_rails;
+}
+
+/* One registration on rail r: host memory with fi_mr_reg, VRAM with
+ * fi_mr_regattr naming CUDA and the device.  *what: the call that failed. */
+static int lf_mr_reg_one(lf_be_t *be, lf_rail_t *r, const nixl_be_region_t *region, struct fid_mr **mr,
+                         const char **what)
+{
+    uint64_t access = FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+    void *addr = (void *)(uintptr_t)region->addr;
+    if (region->mem_type == NIXL_MEM_VRAM) {
+        struct iovec iov = {.iov_base = addr, .iov_len = region->len};
+        struct fi_mr_attr attr = {
+            .mr_iov = &iov,
+            .iov_count = 1,
+            .access = access,
+            .requested_key = r->next_key,
+            .iface = FI_HMEM_CUDA,
+        };
+        attr.device.cuda = region->cuda.device;
+        *what = "fi_mr_regattr (FI_HMEM_CUDA)";
+        return fi_mr_regattr(r->domain, &attr, 0, mr);
+    }
+    *what = "fi_mr_reg";
+    return fi_mr_reg(r->domain, addr, region->len, access, 0, r->next_key, 0, mr, NULL);
+}
+
+/* The provider said FI_HMEM but cannot register CUDA memory (built
+ * without it): VRAM is unreachable from now on, said once. */
+static int lf_hmem_unsupported(lf_be_t *be, int ret)
+{
+    if (ret != -FI_ENOSYS && ret != -FI_EOPNOTSUPP && ret != -FI_ENODATA)
+        return 0;
+    be->hmem = 0;
+    LF_WARN(be, "libfabric: provider %s offers FI_HMEM but cannot register CUDA memory (%s): VRAM is registered on "
+                "no rail and cannot be moved over libfabric",
+            be->prov_name, fi_strerror(-ret));
+    return 1;
 }
 
 nixl_status_t lf_reg(void *bev, const nixl_be_region_t *region, void **md_out)
@@ -34,8 +105,8 @@ nixl_status_t lf_reg(void *bev, const nixl_be_region_t *region, void **md_out)
     lf_be_t *be = bev;
     if (!region || !md_out)
         return NIXL_ERR_NULL;
-    if (region->mem_type != NIXL_MEM_DRAM) {
-        LF_ERROR(be, "libfabric: memory type %d is not supported yet (DRAM only)", (int)region->mem_type);
+    if (region->mem_type != NIXL_MEM_DRAM && region->mem_type != NIXL_MEM_VRAM) {
+        LF_ERROR(be, "libfabric: memory type %d is not supported (DRAM and VRAM)", (int)region->mem_type);
         return NIXL_ERR_MEM_TYPE;
     }
     if (region->len == 0 || region->addr == 0)
@@ -45,15 +116,36 @@ nixl_status_t lf_reg(void *bev, const nixl_be_region_t *region, void **md_out)
         return NIXL_ERR_NO_MEMORY;
     g->addr = region->addr;
     g->len = region->len;
-    uint64_t access = FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+    int vram = region->mem_type == NIXL_MEM_VRAM;
+    if (vram)
+        g->cuda_ctx = region->cuda.ctx;
     nixl_status_t st = NIXL_OK;
     pthread_mutex_lock(&be->lock);
+    if (vram && !be->hmem) {
+        LF_DEBUG(be, "libfabric: VRAM [0x%llx, +%llu) registered on no rail: provider %s has no CUDA HMEM support",
+                 (unsigned long long)region->addr, (unsigned long long)region->len, be->prov_name);
+        g->no_hmem = 1;
+        pthread_mutex_unlock(&be->lock);
+        *md_out = g;
+        return NIXL_OK;
+    }
+    uint32_t rails = lf_reg_rails(be, region);
+    if (be->topo) {
+        char set[128];
+        LF_DEBUG(be, "libfabric: [0x%llx, +%llu) goes on rails %s", (unsigned long long)region->addr,
+                 (unsigned long long)region->len, lf_topo_mask_str(rails, set, sizeof(set)));
+    }
     for (unsigned i = 0; i < be->nrails; i++) {
+        if (!(rails & (1u << i)))
+            continue;
         lf_rail_t *r = &be->rails[i];
         struct fid_mr *mr = NULL;
-        const char *what = "fi_mr_reg";
-        int ret = fi_mr_reg(r->domain, (void *)(uintptr_t)region->addr, region->len, access, 0, r->next_key, 0, &mr,
-                            NULL);
+        const char *what;
+        int ret = lf_mr_reg_one(be, r, region, &mr, &what);
+        if (ret && vram && i == (unsigned)__builtin_ctz(rails) && lf_hmem_unsupported(be, ret)) {
+            g->no_hmem = 1;
+            break;
+        }
         if (!ret && be->mr_endpoint) {
             what = "fi_mr_bind";
             ret = fi_mr_bind(mr, &r->ep->fid, 0);
@@ -75,7 +167,7 @@ nixl_status_t lf_reg(void *bev, const nixl_be_region_t *region, void **md_out)
         g->mr[i] = mr;
         g->desc[i] = fi_mr_desc(mr);
         g->key[i] = fi_mr_key(mr);
-        g->nrails = i + 1;
+        g->rails |= 1u << i;
         if (g->key[i] == FI_KEY_NOTAVAIL) {
             /* Raw keys (FI_MR_RAW) were not asked for; a provider handing
              * them anyway cannot be driven by this backend. */
@@ -111,7 +203,7 @@ nixl_status_t lf_rkey_pack(void *bev, void *md, void *buf, size_t *len)
     lf_reg_t *g = md;
     if (!len || !g)
         return NIXL_ERR_NULL;
-    size_t need = LF_RKEY_FIXED + 8 * (size_t)g->nrails;
+    size_t need = LF_RKEY_FIXED + 8 * (size_t)__builtin_popcount(g->rails);
     if (!buf || *len < need) {
         *len = need;
         return buf ? NIXL_ERR_TOO_BIG : NIXL_OK;
@@ -119,11 +211,15 @@ nixl_status_t lf_rkey_pack(void *bev, void *md, void *buf, size_t *len)
     uint8_t *p = buf;
     lf_put_u32(p, LF_RKEY_MAGIC);
     p[4] = LF_RKEY_VERSION;
-    p[5] = (uint8_t)g->nrails;
-    p[6] = be->virt_addr ? 1 : 0;
+    p[5] = (uint8_t)be->nrails;
+    p[6] = (uint8_t)((be->virt_addr ? LF_RKEY_VIRT : 0) | (g->no_hmem ? LF_RKEY_NO_HMEM : 0));
     p[7] = 0;
-    for (unsigned i = 0; i < g->nrails; i++)
-        lf_put_u64(p + LF_RKEY_FIXED + 8 * i, g->key[i]);
+    lf_put_u32(p + 8, g->rails);
+    lf_put_u32(p + 12, 0);
+    size_t k = 0;
+    for (unsigned i = 0; i < be->nrails; i++)
+        if (g->rails & (1u << i))
+            lf_put_u64(p + LF_RKEY_FIXED + 8 * k++, g->key[i]);
     *len = need;
     return NIXL_OK;
 }
@@ -146,12 +242,19 @@ nixl_status_t lf_rkey_load(void *bev, void *peer, const nixl_be_region_t *region
         return NIXL_ERR_MD_VERSION;
     }
     unsigned n = p[5];
-    if (n == 0 || n != c->rnrails || rkey_len != LF_RKEY_FIXED + 8 * (size_t)n || (p[6] & ~1u) || p[7]) {
-        LF_ERROR(be, "libfabric: remote key of %zu bytes for %u rails does not fit a peer with %u rails", rkey_len,
-                 n, c->rnrails);
+    uint32_t set = lf_get_u32(p + 8);
+    uint32_t all = n >= 32 ? UINT32_MAX : (1u << n) - 1;
+    int no_hmem = (p[6] & LF_RKEY_NO_HMEM) != 0;
+    /* An empty rail set exactly when the owner could not register its VRAM. */
+    if (n == 0 || n != c->rnrails || (p[6] & ~(LF_RKEY_VIRT | LF_RKEY_NO_HMEM)) || p[7] || (set == 0) != no_hmem ||
+        (no_hmem && region->mem_type != NIXL_MEM_VRAM) || (set & ~all) || lf_get_u32(p + 12) ||
+        rkey_len != LF_RKEY_FIXED + 8 * (size_t)__builtin_popcount(set)) {
+        LF_ERROR(be, "libfabric: remote key of %zu bytes for rails 0x%x of %u does not fit a peer with %u rails",
+                 rkey_len, set, n, c->rnrails);
         return NIXL_ERR_BAD_METADATA;
     }
-    if (region->mem_type != NIXL_MEM_DRAM || region->len == 0 || region->addr + region->len < region->addr) {
+    if ((region->mem_type != NIXL_MEM_DRAM && region->mem_type != NIXL_MEM_VRAM) || region->len == 0 ||
+        region->addr + region->len < region->addr) {
         LF_ERROR(be, "libfabric: remote region [0x%llx, +%llu) of memory type %d is not usable",
                  (unsigned long long)region->addr, (unsigned long long)region->len, (int)region->mem_type);
         return NIXL_ERR_BAD_METADATA;
@@ -162,10 +265,14 @@ nixl_status_t lf_rkey_load(void *bev, void *peer, const nixl_be_region_t *region
     m->conn = c;
     m->addr = region->addr;
     m->len = region->len;
-    m->virt_addr = p[6] & 1;
+    m->virt_addr = (p[6] & LF_RKEY_VIRT) != 0;
+    m->no_hmem = no_hmem;
     m->nrails = n;
+    m->rails = set;
+    size_t k = 0;
     for (unsigned i = 0; i < n; i++)
-        m->keys[i] = lf_get_u64(p + LF_RKEY_FIXED + 8 * i);
+        if (set & (1u << i))
+            m->keys[i] = lf_get_u64(p + LF_RKEY_FIXED + 8 * k++);
     *rmd_out = m;
     return NIXL_OK;
 }

@@ -10,7 +10,9 @@
  * on the CQs' file descriptors when the provider has them (tcp), and polls
  * with short sleeps when it has none (shm).  While an application thread
  * is polling a request itself the thread stays out of its way.  Either way
- * every libfabric call is made under be->lock.
+ * every libfabric call is made under be->lock.  The thread never posts
+ * operations of local VRAM: only ops can have a CUDA context bound (the
+ * context rule), so those requests are posted from the application's calls.
  */
 #include <errno.h>
 #include <sched.h>
@@ -110,7 +112,7 @@ static void lf_rx_repost_missing(lf_be_t *be, lf_rail_t *rail)
     rail->rx_missing = left;
 }
 
-size_t lf_progress_locked(lf_be_t *be)
+size_t lf_progress_locked(lf_be_t *be, int in_op)
 {
     size_t n = 0;
     for (unsigned i = 0; i < be->nrails; i++) {
@@ -121,7 +123,7 @@ size_t lf_progress_locked(lf_be_t *be)
             lf_rx_repost_missing(be, rail);
     }
     if (be->active)
-        lf_reqs_pump(be);
+        lf_reqs_pump(be, in_op);
     uint64_t now = lf_now_ns();
     if (now >= be->next_tick_ns) {
         lf_conn_tick(be, now);
@@ -138,7 +140,7 @@ void lf_progress_op_locked(lf_be_t *be)
     uint64_t now = lf_now_ns();
     uint64_t prev = atomic_exchange_explicit(&be->app_poll_ns, now, memory_order_relaxed);
     atomic_store_explicit(&be->app_gap_ns, now - prev, memory_order_relaxed);
-    lf_progress_locked(be);
+    lf_progress_locked(be, 1);
     lf_deliver_ready(be);
 }
 
@@ -189,14 +191,14 @@ static void *lf_thread_main(void *arg)
         uint64_t next_tick;
         pthread_mutex_lock(&be->lock);
         if (!app_drives) {
-            n = lf_progress_locked(be);
+            n = lf_progress_locked(be, 0);
             busy = be->active != NULL || be->txq_head != NULL;
             if (n)
                 last_event = now;
             else if (!busy && now - last_event > LF_SPIN_AFTER_NS)
                 can_block = lf_trywait(be);
         } else if (now >= be->next_tick_ns) {
-            lf_progress_locked(be);
+            lf_progress_locked(be, 0);
         }
         next_tick = be->next_tick_ns;
         pthread_mutex_unlock(&be->lock);

@@ -10,6 +10,15 @@
  * choose, binding to the endpoint).  Rail 0 also carries the control
  * messages: receive buffers stay posted there, and a small pool of
  * registered send buffers holds messages until their completion.
+ *
+ * Each rail keeps the PCI address fi_info gave for its NIC, if any; with
+ * rails=local that places it in the hwloc topology (lf_topo.c), so memory
+ * is registered only on the rails near it.
+ *
+ * VRAM needs FI_HMEM: when this process has a CUDA driver the provider is
+ * asked for it first (and FI_MR_HMEM allowed); an answer without it leaves
+ * VRAM registered on no rail (lf_mem.c).  Without a driver nothing is
+ * asked, so DRAM-only hosts open their domains as they always did.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -32,8 +41,6 @@ nixl_status_t lf_status_of(int fi_err)
     switch (fi_err) {
     case FI_ETIMEDOUT:
         return NIXL_ERR_TIMEOUT;
-    case FI_ECANCELED:
-        return NIXL_ERR_CANCELED;
     default:
         return NIXL_ERR_XFER_FAILED;
     }
@@ -67,17 +74,18 @@ static const char *lf_prov_alias(const char *p)
     return p;
 }
 
-static struct fi_info *lf_hints(const char *prov, int dc)
+static struct fi_info *lf_hints(const char *prov, int dc, int hmem)
 {
     struct fi_info *h = fi_allocinfo();
     if (!h)
         return NULL;
     h->ep_attr->type = FI_EP_RDM;
-    h->caps = FI_MSG | FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
+    h->caps = FI_MSG | FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE | (hmem ? FI_HMEM : 0);
     /* Modes we can live with: our contexts have fi_context2 room, and a
      * write with remote CQ data may consume a receive buffer. */
     h->mode = FI_CONTEXT | FI_CONTEXT2 | FI_RX_CQ_DATA;
-    h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT;
+    h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT |
+                              (hmem ? FI_MR_HMEM : 0);
     h->domain_attr->threading = FI_THREAD_DOMAIN;
     if (dc)
         h->tx_attr->op_flags = FI_DELIVERY_COMPLETE;
@@ -89,24 +97,50 @@ static struct fi_info *lf_hints(const char *prov, int dc)
     return h;
 }
 
-/* fi_getinfo for one provider, delivery-complete writes first: they make a
- * completed write mean "landed at the target", which release and cancel
- * rely on.  *dc says which one answered. */
-static int lf_getinfo(const char *prov, struct fi_info **out, int *dc)
+/* fi_getinfo for one provider: with FI_HMEM first when want_hmem (VRAM
+ * reachable matters more than the rest), delivery-complete writes first:
+ * they make a completed write mean "landed at the target", which release
+ * and cancel rely on.  *dc and *hmem say which one answered. */
+static int lf_getinfo(const char *prov, int want_hmem, struct fi_info **out, int *dc, int *hmem)
 {
     int ret = -FI_ENODATA;
-    for (int want_dc = 1; want_dc >= 0; want_dc--) {
-        struct fi_info *h = lf_hints(prov, want_dc);
-        if (!h)
-            return -FI_ENOMEM;
-        ret = fi_getinfo(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION), NULL, NULL, 0, h, out);
-        fi_freeinfo(h);
-        if (ret == 0) {
-            *dc = want_dc;
-            return 0;
+    for (int with_hmem = want_hmem ? 1 : 0; with_hmem >= 0; with_hmem--) {
+        for (int want_dc = 1; want_dc >= 0; want_dc--) {
+            struct fi_info *h = lf_hints(prov, want_dc, with_hmem);
+            if (!h)
+                return -FI_ENOMEM;
+            ret = fi_getinfo(FI_VERSION(FI_MAJOR_VERSION, FI_MINOR_VERSION), NULL, NULL, 0, h, out);
+            fi_freeinfo(h);
+            if (ret == 0) {
+                *dc = want_dc;
+                *hmem = with_hmem && ((*out)->caps & FI_HMEM);
+                return 0;
+            }
         }
     }
     return ret;
+}
+
+/* intranode=nic on efa: its same-host traffic goes through the NIC only
+ * when FI_EFA_ENABLE_SHM_TRANSFER=0, read when libfabric initializes (the
+ * first fi_getinfo of the process).  A user's own setting is kept. */
+static void lf_intranode_env(lf_be_t *be)
+{
+    if (be->intranode != LF_INTRANODE_NIC)
+        return;
+    if (strcmp(be->prov_param, "auto") != 0 && strncmp(be->prov_param, "efa", 3) != 0)
+        return;
+    const char *v = getenv("FI_EFA_ENABLE_SHM_TRANSFER");
+    if (v) {
+        if (strcmp(v, "0") != 0)
+            LF_WARN(be, "libfabric: intranode=nic, but FI_EFA_ENABLE_SHM_TRANSFER=%s is set: efa keeps sending "
+                        "same-host traffic through shared memory",
+                    v);
+        return;
+    }
+    if (setenv("FI_EFA_ENABLE_SHM_TRANSFER", "0", 0) == 0)
+        LF_INFO(be, "libfabric: intranode=nic: FI_EFA_ENABLE_SHM_TRANSFER=0 set, so efa sends same-host traffic "
+                    "through the NIC (effective unless libfabric was initialized earlier in this process)");
 }
 
 static int lf_name_in_list(const char *name, const char *list)
@@ -280,6 +314,14 @@ static nixl_status_t lf_rail_open(lf_be_t *be, lf_rail_t *r, unsigned index, con
     r->info = fi_dupinfo(info);
     if (!r->info)
         return NIXL_ERR_NO_MEMORY;
+    if (info->nic && info->nic->bus_attr && info->nic->bus_attr->bus_type == FI_BUS_PCI) {
+        const struct fi_pci_attr *pci = &info->nic->bus_attr->attr.pci;
+        r->has_pci = 1;
+        r->pci_domain = pci->domain_id;
+        r->pci_bus = pci->bus_id;
+        r->pci_dev = pci->device_id;
+        r->pci_func = pci->function_id;
+    }
     /* Data operations carry their flags; control sends need none. */
     r->info->tx_attr->op_flags = 0;
     what = "fi_fabric";
@@ -437,11 +479,12 @@ static void lf_set_modes(lf_be_t *be, const struct fi_info *info, int dc)
 nixl_status_t lf_rails_open(lf_be_t *be)
 {
     struct fi_info *list = NULL;
-    int dc = 0, ret = -FI_ENODATA;
+    int dc = 0, hmem = 0, ret = -FI_ENODATA;
     char tried[256] = "";
+    lf_intranode_env(be);
     if (strcmp(be->prov_param, "auto") == 0) {
         for (size_t i = 0; i < sizeof(lf_auto_provs) / sizeof(lf_auto_provs[0]) && !list; i++) {
-            ret = lf_getinfo(lf_auto_provs[i], &list, &dc);
+            ret = lf_getinfo(lf_auto_provs[i], be->cuda_driver, &list, &dc, &hmem);
             size_t used = strlen(tried);
             snprintf(tried + used, sizeof(tried) - used, "%s%s", used ? ", " : "", lf_auto_provs[i]);
             if (ret)
@@ -450,7 +493,7 @@ nixl_status_t lf_rails_open(lf_be_t *be)
     } else {
         const char *p = lf_prov_alias(be->prov_param);
         snprintf(tried, sizeof(tried), "%s", p);
-        ret = lf_getinfo(p, &list, &dc);
+        ret = lf_getinfo(p, be->cuda_driver, &list, &dc, &hmem);
         if (ret)
             list = NULL;
     }
@@ -478,6 +521,11 @@ nixl_status_t lf_rails_open(lf_be_t *be)
         return NIXL_ERR_NOT_SUPPORTED;
     }
     lf_set_modes(be, pick[0], dc);
+    be->hmem = hmem;
+    if (be->cuda_driver && !hmem)
+        LF_INFO(be, "libfabric: provider %s has no CUDA HMEM support (FI_HMEM): VRAM registered with it reaches no "
+                    "peer (cross-host GPU memory needs EFA or verbs with HMEM)",
+                be->prov_name);
     if (pick[0]->addr_format == FI_ADDR_STR)
         lf_shm_sweep(be);
     nixl_status_t st = NIXL_OK;
@@ -494,6 +542,44 @@ nixl_status_t lf_rails_open(lf_be_t *be)
         lf_rails_close(be);
         return st;
     }
+    be->all_rails = be->nrails == 32 ? UINT32_MAX : (1u << be->nrails) - 1;
+    return NIXL_OK;
+}
+
+void lf_rails_topo(const lf_be_t *be, lf_topo_rail_t *out)
+{
+    for (unsigned i = 0; i < be->nrails; i++) {
+        const lf_rail_t *r = &be->rails[i];
+        out[i].domain = r->info->domain_attr->name;
+        out[i].has_pci = r->has_pci;
+        out[i].pci_domain = r->pci_domain;
+        out[i].pci_bus = r->pci_bus;
+        out[i].pci_dev = r->pci_dev;
+        out[i].pci_func = r->pci_func;
+    }
+}
+
+nixl_status_t lf_rails_locality(lf_be_t *be)
+{
+    unsigned with_pci = 0;
+    for (unsigned i = 0; i < be->nrails; i++)
+        with_pci += be->rails[i].has_pci != 0;
+    /* One rail leaves nothing to choose. */
+    if (!be->rails_local || be->nrails < 2)
+        return NIXL_OK;
+    if (!with_pci) {
+        LF_INFO(be, "libfabric: provider %s gives no PCI address for its %u rails: every region goes on every rail",
+                be->prov_name, be->nrails);
+        return NIXL_OK;
+    }
+    lf_topo_rail_t tr[LF_MAX_RAILS];
+    lf_rails_topo(be, tr);
+    nixl_status_t st = lf_topo_open(be->host, be->topo_xml, tr, be->nrails, &be->topo);
+    if (st != NIXL_OK)
+        return st;
+    char placed[128];
+    LF_INFO(be, "libfabric: rails placed in the topology (%s): %s of %u", lf_topo_source(be->topo),
+            lf_topo_mask_str(lf_topo_located(be->topo), placed, sizeof(placed)), be->nrails);
     return NIXL_OK;
 }
 
@@ -555,4 +641,7 @@ void lf_rails_close(lf_be_t *be)
         if (!lf_rail_bury(be, &be->rails[i]))
             lf_rail_close(be, &be->rails[i]);
     be->nrails = 0;
+    be->all_rails = 0;
+    lf_topo_close(be->topo);
+    be->topo = NULL;
 }

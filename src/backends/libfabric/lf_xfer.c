@@ -3,15 +3,23 @@
  *
  * Prepare does the per-descriptor work once: each piece becomes one or more
  * operations (a piece of at least stripe_min bytes is split over every
- * rail; anything above the provider's message size is cut), with its rail,
- * local descriptor, remote key and the remote address the owner's MR mode
- * wants.  Post assigns a tag, then posts operations while the rails have
- * room; the rest is posted by progress as completions free slots, so post
- * never waits and -FI_EAGAIN only defers to the next progress.  Runs of
- * operations on one rail go out with FI_MORE but the last.
+ * rail pair it may use; anything above the provider's message size is cut),
+ * with its pair of rails, local descriptor, remote key and the remote
+ * address the owner's MR mode wants.  Any rail of ours reaches any rail of
+ * the peer (lf_conn.c), so a piece gets one pair per rail of ours holding
+ * its local region: to the peer's rail of the same index when that one
+ * holds the remote region, else round-robin over the peer's rails that
+ * hold it (those no rail of ours matched first).  VRAM without CUDA HMEM,
+ * ours or the peer's, is registered on no rail: NIXL_ERR_NO_PATH, said.
+ *
+ * Post assigns a tag, then posts operations while the rails have room; the
+ * rest is posted by progress as completions free slots, so post never
+ * waits and -FI_EAGAIN only defers to the next progress.  Runs of
+ * operations on one rail go out with FI_MORE but the last.  Requests of
+ * local VRAM are posted only from ops, with their context bound.
  *
  * Once every operation completed the request syncs: a WRITE is done only
- * when its data landed, by a FENCE per rail the target answers (providers
+ * when its data landed, by a FENCE per rail pair the target answers (providers
  * that order sends after writes), by counting (its writes carry remote CQ
  * data [our index at the peer | tag] and one counted FENCE, or the NOTIF,
  * says how many), or by delivery-complete writes.  A notification goes out
@@ -20,6 +28,8 @@
  * peer's liveness) until the posted operations completed and landed, never
  * sends a notification still queued, and makes the peer forget the tag.
  */
+#include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -52,6 +62,18 @@ static void lf_req_list_del(lf_be_t *be, lf_req_t *r)
     r->on_list = 0;
 }
 
+/* The status of a request whose operation failed with fi_err: a peer
+ * known dead explains any failure (flushed operations come back
+ * -FI_ECANCELED, which the caller did not ask for); NIXL_ERR_CANCELED is
+ * only ever a released request's. */
+static nixl_status_t lf_req_err_of(const lf_req_t *r, int fi_err)
+{
+    const lf_conn_t *c = r->conn;
+    if (c->state == LF_CONN_DOWN && c->down_status == NIXL_ERR_PEER_GONE)
+        return NIXL_ERR_PEER_GONE;
+    return lf_status_of(fi_err);
+}
+
 static void lf_req_finish(lf_be_t *be, lf_req_t *r, nixl_status_t st)
 {
     if (st != NIXL_OK && r->inflight)
@@ -79,7 +101,7 @@ static unsigned lf_req_fence(lf_be_t *be, lf_req_t *r)
         return 0;
     r->fence_id = r->conn->next_fence++;
     int counted = be->sync == LF_SYNC_COUNT;
-    return lf_fence_queue(be, r->conn, r->rails_used, r->fence_id, counted, r->tag,
+    return lf_fence_queue(be, r->conn, r->pairs_used, r->fence_id, counted, r->tag,
                           r->use_data ? r->posted_data : 0);
 }
 
@@ -89,6 +111,11 @@ static void lf_req_check(lf_be_t *be, lf_req_t *r)
     if (r->state != LF_REQ_RUN)
         return;
     if (r->err) {
+        /* A failure seen before the peer was known dead is explained by
+         * its death once that is known. */
+        if (r->err == NIXL_ERR_XFER_FAILED && r->conn->state == LF_CONN_DOWN &&
+            r->conn->down_status == NIXL_ERR_PEER_GONE)
+            r->err = NIXL_ERR_PEER_GONE;
         if (r->inflight == 0 || r->conn->state == LF_CONN_DOWN)
             lf_req_finish(be, r, r->err);
         return;
@@ -137,7 +164,7 @@ void lf_req_notif_done(lf_be_t *be, lf_req_t *r, uint32_t gen, int err)
     if (err) {
         LF_ERROR(be, "libfabric: the notification of a request to %s failed: %s", r->conn->name,
                  fi_strerror(err < 0 ? -err : err));
-        lf_req_finish(be, r, lf_status_of(err));
+        lf_req_finish(be, r, lf_req_err_of(r, err));
         return;
     }
     r->notif_wait = 0;
@@ -169,7 +196,7 @@ void lf_req_data_done(lf_be_t *be, lf_slot_t *s, int err)
         return;
     r->inflight--;
     if (err) {
-        nixl_status_t st = lf_status_of(err);
+        nixl_status_t st = lf_req_err_of(r, err);
         if (!r->err) {
             r->err = st;
             LF_ERROR(be, "libfabric: %s to %s failed on rail %u: %s", r->op == NIXL_OP_WRITE ? "write" : "read",
@@ -225,7 +252,7 @@ static void lf_req_pump(lf_be_t *be, lf_req_t *r)
             .msg_iov = &iov,
             .desc = &desc,
             .iov_count = 1,
-            .addr = c->fa[op->rail],
+            .addr = lf_conn_addr(c, op->rail, op->rrail),
             .rma_iov = &riov,
             .rma_iov_count = 1,
             .context = &s->c.fctx,
@@ -240,7 +267,7 @@ static void lf_req_pump(lf_be_t *be, lf_req_t *r)
                 rail->eagain = 1;
                 break;
             }
-            r->err = lf_status_of((int)ret);
+            r->err = lf_req_err_of(r, (int)ret);
             LF_ERROR(be, "libfabric: posting a %s of %llu bytes to %s on rail %u failed: %s",
                      r->op == NIXL_OP_WRITE ? "write" : "read", (unsigned long long)op->len, c->name, op->rail,
                      fi_strerror((int)-ret));
@@ -252,19 +279,41 @@ static void lf_req_pump(lf_be_t *be, lf_req_t *r)
         r->next++;
         r->inflight++;
         r->rails_used |= 1u << op->rail;
+        r->pairs_used[op->rail] |= 1u << op->rrail;
         if (r->use_data)
             r->posted_data++;
     }
     lf_req_check(be, r);
 }
 
-void lf_reqs_pump(lf_be_t *be)
+/* The context rule: a post of local VRAM runs with the memory's context
+ * current.  Only ops may ask the host to bind one (never the backend's
+ * thread); 1 when *saved must be restored. */
+static int lf_ctx_bind(lf_be_t *be, void *ctx, void **saved)
+{
+    const nixl_host_services_t *h = be->host;
+    size_t need = offsetof(nixl_host_services_t, cuda) + sizeof(h->cuda);
+    if (h->struct_size < need || !h->cuda || !h->cuda->ctx_bind || !h->cuda->ctx_restore)
+        return 0;
+    return h->cuda->ctx_bind(ctx, saved) == NIXL_OK;
+}
+
+void lf_reqs_pump(lf_be_t *be, int in_op)
 {
     lf_req_t *r = be->active;
     while (r) {
         lf_req_t *next = r->anext;
-        if (r->state == LF_REQ_RUN)
-            lf_req_pump(be, r);
+        if (r->state == LF_REQ_RUN) {
+            if (!r->cuda_ctx) {
+                lf_req_pump(be, r);
+            } else if (in_op) {
+                void *saved = NULL;
+                int bound = lf_ctx_bind(be, r->cuda_ctx, &saved);
+                lf_req_pump(be, r);
+                if (bound)
+                    be->host->cuda->ctx_restore(saved);
+            }
+        }
         r = next;
     }
 }
@@ -291,6 +340,73 @@ static uint64_t lf_stripe_part(uint64_t len, unsigned n)
     return (part + 4095) & ~4095ull;
 }
 
+/* The n-th rail (from 0) of a set holding more than n. */
+static unsigned lf_nth_rail(uint32_t set, unsigned n)
+{
+    while (n--)
+        set &= set - 1;
+    return (unsigned)__builtin_ctz(set);
+}
+
+/* The rail pairs of a piece whose local region is on our rails lset and
+ * remote region on the peer's rails rset (both non-empty): one per rail of
+ * ours, so striping uses every one.  The peer's rail of the same index
+ * when it is in rset (on hosts alike, GPU i's rails have the same indices);
+ * else round-robin over the peer's rails no index matched, or over all of
+ * rset when every one was matched.  Returns how many. */
+static unsigned lf_piece_pairs(uint32_t lset, uint32_t rset, uint8_t *lr, uint8_t *rr)
+{
+    uint32_t common = lset & rset, spare = rset & ~common;
+    if (!spare)
+        spare = rset;
+    unsigned n = 0, k = 0, nspare = (unsigned)__builtin_popcount(spare);
+    for (uint32_t set = lset; set; set &= set - 1) {
+        unsigned l = (unsigned)__builtin_ctz(set);
+        lr[n] = (uint8_t)l;
+        rr[n] = (uint8_t)((common & (1u << l)) ? l : lf_nth_rail(spare, k++ % nspare));
+        n++;
+    }
+    return n;
+}
+
+/* The rail pairs of piece i, cached while consecutive pieces share their
+ * regions (the usual case); an error, logged, when there are none. */
+typedef struct lf_rail_cache {
+    const lf_reg_t *lg;
+    const lf_rmd_t *rm;
+    unsigned n;
+    uint8_t lr[LF_MAX_RAILS], rr[LF_MAX_RAILS];
+} lf_rail_cache_t;
+
+static nixl_status_t lf_piece_rails_cached(lf_be_t *be, lf_rail_cache_t *rc, const nixl_be_iov_t *v, size_t i)
+{
+    const lf_reg_t *lg = v->lmd;
+    const lf_rmd_t *rm = v->rmd;
+    if (!lg || !rm || rm->nrails == 0) {
+        LF_ERROR(be, "libfabric: piece %zu of a request has no registration of ours or no remote key", i);
+        return NIXL_ERR_NOT_REGISTERED;
+    }
+    if (lg == rc->lg && rm == rc->rm)
+        return NIXL_OK;
+    if (!lg->rails || !rm->rails) {
+        /* VRAM registered without HMEM (ours, or the peer's: its provider is ours). */
+        char whose[LF_NAME_MAX + 48];
+        if (lg->rails)
+            snprintf(whose, sizeof(whose), " (piece %zu: GPU memory of peer %s)", i,
+                     rm->conn->name[0] ? rm->conn->name : "?");
+        else
+            snprintf(whose, sizeof(whose), " (piece %zu: GPU memory of ours)", i);
+        LF_ERROR(be, "libfabric provider %s has no CUDA HMEM support: VRAM cannot be moved over it (cross-host GPU "
+                     "needs EFA/verbs with HMEM)%s",
+                 be->prov_name, whose);
+        return NIXL_ERR_NO_PATH;
+    }
+    rc->lg = lg;
+    rc->rm = rm;
+    rc->n = lf_piece_pairs(lg->rails, rm->rails, rc->lr, rc->rr);
+    return NIXL_OK;
+}
+
 nixl_status_t lf_xfer_prepare(void *bev, const nixl_be_xfer_t *x, nixl_be_req_t **req_out)
 {
     lf_be_t *be = bev;
@@ -298,16 +414,21 @@ nixl_status_t lf_xfer_prepare(void *bev, const nixl_be_xfer_t *x, nixl_be_req_t 
         return NIXL_ERR_NULL;
     if (x->op != NIXL_OP_WRITE && x->op != NIXL_OP_READ)
         return NIXL_ERR_INVALID_PARAM;
-    if (x->local_mem != NIXL_MEM_DRAM || x->remote_mem != NIXL_MEM_DRAM) {
-        LF_ERROR(be, "libfabric: only DRAM on both sides for now (local %d, remote %d)", (int)x->local_mem,
+    if ((x->local_mem != NIXL_MEM_DRAM && x->local_mem != NIXL_MEM_VRAM) ||
+        (x->remote_mem != NIXL_MEM_DRAM && x->remote_mem != NIXL_MEM_VRAM)) {
+        LF_ERROR(be, "libfabric: memory types DRAM and VRAM only (local %d, remote %d)", (int)x->local_mem,
                  (int)x->remote_mem);
         return NIXL_ERR_MEM_TYPE;
     }
-    unsigned nr = be->nrails;
     uint64_t maxm = be->max_msg;
     size_t nops = 0;
+    lf_rail_cache_t rc = {0};
     for (size_t i = 0; i < x->count; i++) {
         uint64_t len = x->iov[i].len;
+        nixl_status_t st = lf_piece_rails_cached(be, &rc, &x->iov[i], i);
+        if (st != NIXL_OK)
+            return st;
+        unsigned nr = rc.n;
         if (nr > 1 && len >= be->stripe_min) {
             uint64_t part = lf_stripe_part(len, nr);
             for (uint64_t off = 0; off < len; off += part) {
@@ -326,39 +447,41 @@ nixl_status_t lf_xfer_prepare(void *bev, const nixl_be_xfer_t *x, nixl_be_req_t 
         return NIXL_ERR_NO_MEMORY;
     }
     size_t k = 0;
+    void *cuda_ctx = NULL;
+    memset(&rc, 0, sizeof(rc));
     for (size_t i = 0; i < x->count; i++) {
         const nixl_be_iov_t *v = &x->iov[i];
         const lf_reg_t *lg = v->lmd;
         const lf_rmd_t *rm = v->rmd;
-        if (!lg || !rm || lg->nrails != nr || rm->nrails == 0) {
-            LF_ERROR(be, "libfabric: piece %zu of a request has no registration of ours on every rail", i);
-            free(ops);
-            free(r);
-            return NIXL_ERR_NOT_REGISTERED;
-        }
+        (void)lf_piece_rails_cached(be, &rc, v, i); /* checked in the first pass */
+        unsigned nr = rc.n;
         uint64_t rbase = rm->virt_addr ? v->raddr : v->raddr - rm->addr;
         int striped = nr > 1 && v->len >= be->stripe_min;
         uint64_t part = striped ? lf_stripe_part(v->len, nr) : v->len;
         /* Unstriped pieces go to rails in contiguous runs, so FI_MORE
          * batches stay on one rail. */
-        unsigned rail = (unsigned)((i * nr) / (x->count ? x->count : 1));
+        unsigned run = (unsigned)((i * nr) / (x->count ? x->count : 1));
         for (uint64_t off = 0, p = 0; off < v->len; off += part, p++) {
             uint64_t plen = v->len - off < part ? v->len - off : part;
-            unsigned rl = striped ? (unsigned)p : rail;
+            unsigned pi = striped ? (unsigned)p : run;
+            unsigned rl = rc.lr[pi], rr = rc.rr[pi];
             for (uint64_t o = 0; o < plen; o += maxm) {
                 lf_op_t *op = &ops[k++];
                 op->len = plen - o < maxm ? plen - o : maxm;
                 op->laddr = v->laddr + off + o;
                 op->raddr = rbase + off + o;
                 op->rail = rl;
+                op->rrail = rr;
                 op->desc = lg->desc[rl];
-                op->key = rm->keys[rl % rm->nrails];
-                op->pad = 0;
+                op->key = rm->keys[rr];
             }
         }
+        if (!cuda_ctx && lg->cuda_ctx)
+            cuda_ctx = lg->cuda_ctx;
     }
     r->be = be;
     r->conn = x->peer;
+    r->cuda_ctx = x->local_mem == NIXL_MEM_VRAM ? cuda_ctx : NULL;
     r->op = x->op;
     r->ops = ops;
     r->nops = k;
@@ -424,6 +547,7 @@ nixl_status_t lf_xfer_post(void *bev, nixl_be_req_t *req, const void *notif, siz
     r->canceling = 0;
     r->posted_data = 0;
     r->rails_used = 0;
+    memset(r->pairs_used, 0, sizeof(r->pairs_used));
     r->notif_wait = 0;
     r->fence_wait = 0;
     r->tag = r->conn->next_tag++;
@@ -507,7 +631,7 @@ void lf_xfer_release(void *bev, nixl_be_req_t *req)
         while ((r->state == LF_REQ_RUN || r->state == LF_REQ_SYNC) && r->conn->state != LF_CONN_DOWN &&
                lf_now_ns() < deadline) {
             lf_req_check(be, r);
-            lf_progress_locked(be);
+            lf_progress_locked(be, 1);
             if (r->state != LF_REQ_RUN && r->state != LF_REQ_SYNC)
                 break;
             pthread_mutex_unlock(&be->lock);

@@ -1,16 +1,20 @@
 /*
  * libfabric.c - the libfabric backend: other hosts over EFA, verbs or TCP
- * (and the same host through a provider's own shm when a user forces it).
+ * (and the same host through the provider or the NIC when a user allows it:
+ * intranode).
  *
  * This file holds the ops table, the parameters and the instance
  * (create/destroy).  Rails and provider choice are in lf_rail.c, memory in
  * lf_mem.c, peers and liveness in lf_conn.c, control messages and
  * notifications in lf_ctrl.c, requests in lf_xfer.c, completions and the
- * progress thread in lf_progress.c (see lf_int.h).
+ * progress thread in lf_progress.c, rail locality in lf_topo.c (see
+ * lf_int.h).  describe (nixl-info -t) prints the rails and the GPU -> rail
+ * map.
  */
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +23,9 @@
 
 #include "libfabric.h"
 #include "lf_int.h"
+#ifdef NIXL_HAVE_CUDA_H
+#include "nixl/cuda_api.h"
+#endif
 
 static const nixl_param_info_t lf_params[] = {
     {"provider", "auto",
@@ -36,9 +43,19 @@ static const nixl_param_info_t lf_params[] = {
     {"stripe_min", "1M", "pieces of at least this many bytes are split over every rail (K/M/G suffixes)"},
     {"max_inflight", "0", "operations in flight per rail; 0: the provider's transmit queue size"},
     {"completion", "auto",
-     "how a WRITE knows its data landed: auto = fence (one message per rail the target answers, ordered after the "
+     "how a WRITE knows its data landed: auto = fence (one message per rail pair the target answers, ordered after the "
      "writes) where the provider orders sends after writes, else count (the target answers once it counted every "
      "write by its CQ data); or fence, count, delivery (FI_DELIVERY_COMPLETE on every write)"},
+    {"rails", "local",
+     "which rails a region is registered on: local = a GPU's memory on the NICs sharing its PCI switch (else its "
+     "NUMA node, else all), host memory on the NICs of its NUMA node (all when unknown; needs hwloc and NICs with PCI "
+     "addresses); all = every rail"},
+    {"topo_xml", "", "hwloc XML topology file used instead of this host's (tests; HWLOC_XMLFILE works too)"},
+    {"intranode", "provider",
+     "peers on this host (same kernel, network and pid namespace), which the core gives to shm/cuda_ipc whenever they "
+     "reach: provider = libfabric may still carry them, through the provider's own same-host path (efa: its shm; tcp: "
+     "loopback); nic = through the NIC (efa: sets FI_EFA_ENABLE_SHM_TRANSFER=0 unless the user set it); off = never "
+     "(NIXL_ERR_NO_PATH)"},
 };
 #define LF_NUM_PARAMS (sizeof(lf_params) / sizeof(lf_params[0]))
 
@@ -106,6 +123,29 @@ static nixl_status_t lf_parse_params(lf_be_t *be, const nixl_param_t *params, si
         return NIXL_ERR_INVALID_PARAM;
     }
     snprintf(be->sync_param, sizeof(be->sync_param), "%s", v);
+    v = lf_param_value(params, n, 8);
+    if (strcmp(v, "local") != 0 && strcmp(v, "all") != 0) {
+        LF_ERROR(be, "libfabric: rails=\"%s\" is not valid: expected local or all", v);
+        return NIXL_ERR_INVALID_PARAM;
+    }
+    be->rails_local = strcmp(v, "local") == 0;
+    v = lf_param_value(params, n, 9);
+    if (strlen(v) >= sizeof(be->topo_xml)) {
+        LF_ERROR(be, "libfabric: topo_xml=\"%.40s...\" is too long", v);
+        return NIXL_ERR_INVALID_PARAM;
+    }
+    snprintf(be->topo_xml, sizeof(be->topo_xml), "%s", v);
+    v = lf_param_value(params, n, 10);
+    if (strcmp(v, "off") == 0)
+        be->intranode = LF_INTRANODE_OFF;
+    else if (strcmp(v, "provider") == 0)
+        be->intranode = LF_INTRANODE_PROVIDER;
+    else if (strcmp(v, "nic") == 0)
+        be->intranode = LF_INTRANODE_NIC;
+    else {
+        LF_ERROR(be, "libfabric: intranode=\"%s\" is not valid: expected off, provider or nic", v);
+        return NIXL_ERR_INVALID_PARAM;
+    }
     be->hb_ns = hb * 1000000ull;
     be->timeout_ns = to * 1000000ull;
     be->stripe_min = stripe;
@@ -118,6 +158,31 @@ static int lf_host_usable(const nixl_host_services_t *host)
     size_t need = offsetof(nixl_host_services_t, agent_name) + sizeof(host->agent_name);
     return host && host->abi_version >= 1 && host->struct_size >= need && host->log_enabled && host->log &&
            host->fallback && host->notif_deliver;
+}
+
+/* A CUDA driver in this process: only then can VRAM be registered here,
+ * and only then is FI_HMEM asked of the provider. */
+static int lf_cuda_driver(const nixl_host_services_t *h)
+{
+    size_t need = offsetof(nixl_host_services_t, cuda) + sizeof(h->cuda);
+    return h->struct_size >= need && h->cuda && h->cuda->api && h->cuda->api() != NULL;
+}
+
+/* The shm provider reaches only this host: intranode decides whether it
+ * can be used at all. */
+static nixl_status_t lf_intranode_check(lf_be_t *be)
+{
+    if (strcmp(be->prov_name, "shm") != 0)
+        return NIXL_OK;
+    if (be->intranode == LF_INTRANODE_NIC) {
+        LF_ERROR(be, "libfabric: intranode=nic cannot be honored by provider shm (it has no NIC); use provider=efa, "
+                     "verbs or tcp, or intranode=provider");
+        return NIXL_ERR_INVALID_PARAM;
+    }
+    if (be->intranode == LF_INTRANODE_OFF)
+        LF_WARN(be, "libfabric: provider shm reaches only this host, and intranode=off refuses same-host peers: this "
+                    "instance reaches no peer (set NIXL_LIBFABRIC_INTRANODE=provider)");
+    return NIXL_OK;
 }
 
 static uint64_t lf_random_inst(void)
@@ -156,6 +221,8 @@ static nixl_status_t lf_create(const nixl_host_services_t *host, const nixl_para
     }
     memcpy(be->agent_name, name, be->agent_name_len + 1);
     be->inst = lf_random_inst();
+    lf_host_id(be->host_id);
+    be->cuda_driver = lf_cuda_driver(host);
     if (pthread_mutex_init(&be->lock, NULL) != 0) {
         st = NIXL_ERR_NO_MEMORY;
         goto err_free;
@@ -163,17 +230,26 @@ static nixl_status_t lf_create(const nixl_host_services_t *host, const nixl_para
     st = lf_rails_open(be);
     if (st != NIXL_OK)
         goto err_lock;
+    st = lf_intranode_check(be);
+    if (st != NIXL_OK)
+        goto err_rails;
+    st = lf_rails_locality(be);
+    if (st != NIXL_OK)
+        goto err_rails;
     if (be->use_thread) {
         st = lf_thread_start(be);
         if (st != NIXL_OK)
             goto err_rails;
     }
-    LF_INFO(be, "libfabric: %s created: provider %s, %u rail(s) (%s%s), %s, cq data %u tag bits, progress thread %s",
+    LF_INFO(be,
+            "libfabric: %s created: provider %s, %u rail(s) (%s%s), %s, cq data %u tag bits, progress thread %s, "
+            "VRAM %s, intranode=%s",
             be->agent_name, be->prov_name, be->nrails, be->rails[0].info->domain_attr->name,
             be->nrails > 1 ? ",..." : "", be->sync == LF_SYNC_FENCE   ? "writes fenced per request"
             : be->sync == LF_SYNC_COUNT ? "writes counted at the target"
                                         : "delivery-complete writes",
-            be->tag_bits, be->use_thread ? "on" : "off");
+            be->tag_bits, be->use_thread ? "on" : "off", be->hmem ? "through FI_HMEM (CUDA)" : "unreachable (no HMEM)",
+            be->intranode == LF_INTRANODE_OFF ? "off" : be->intranode == LF_INTRANODE_PROVIDER ? "provider" : "nic");
     *be_out = be;
     return NIXL_OK;
 
@@ -205,7 +281,7 @@ static void lf_say_bye(lf_be_t *be)
         return;
     uint64_t deadline = lf_now_ns() + 100000000ull;
     for (;;) {
-        lf_progress_locked(be);
+        lf_progress_locked(be, 1);
         if ((!be->txq_head && !be->tx_flight) || lf_now_ns() > deadline)
             break;
         struct timespec ts = {0, 50000};
@@ -224,7 +300,7 @@ static void lf_drain(lf_be_t *be)
             busy += be->rails[i].nslots - be->rails[i].nfree;
         if (!busy || lf_now_ns() > deadline)
             return;
-        lf_progress_locked(be);
+        lf_progress_locked(be, 1);
         pthread_mutex_unlock(&be->lock);
         struct timespec ts = {0, 100000};
         nanosleep(&ts, NULL);
@@ -260,13 +336,162 @@ static void lf_destroy(void *bev)
     free(be);
 }
 
+/* ---- describe: the rails and the GPU -> rail map (nixl-info -t) ---- */
+
+typedef struct lf_text {
+    char *p;
+    size_t len, cap;
+    int oom;
+} lf_text_t;
+
+__attribute__((format(printf, 2, 3))) static void lf_text_add(lf_text_t *t, const char *fmt, ...)
+{
+    va_list ap;
+    for (;;) {
+        if (t->oom)
+            return;
+        va_start(ap, fmt);
+        int k = vsnprintf(t->p ? t->p + t->len : NULL, t->p ? t->cap - t->len : 0, fmt, ap);
+        va_end(ap);
+        if (k < 0) {
+            t->oom = 1;
+            return;
+        }
+        if (t->p && (size_t)k < t->cap - t->len) {
+            t->len += (size_t)k;
+            return;
+        }
+        size_t cap = t->cap ? t->cap * 2 : 1024;
+        while (cap < t->len + (size_t)k + 1)
+            cap *= 2;
+        char *np = realloc(t->p, cap);
+        if (!np) {
+            t->oom = 1;
+            return;
+        }
+        t->p = np;
+        t->cap = cap;
+    }
+}
+
+/* The CUDA ordinal (in this process) of the GPU at bus id, -1 if none. */
+static int lf_cuda_ordinal(const lf_be_t *be, const char *bus_id)
+{
+#ifdef NIXL_HAVE_CUDA_H
+    const nixl_host_services_t *h = be->host;
+    size_t need = offsetof(nixl_host_services_t, cuda) + sizeof(h->cuda);
+    if (h->struct_size < need || !h->cuda || !h->cuda->api)
+        return -1;
+    const nixl_cuda_api_t *cu = h->cuda->api();
+    uint32_t dom, d2;
+    uint8_t bus, dev, fn, b2, v2, f2;
+    if (!cu || lf_topo_parse_busid(bus_id, &dom, &bus, &dev, &fn) != 0)
+        return -1;
+    for (int i = 0; i < cu->device_count; i++) {
+        CUdevice d;
+        char id[32];
+        if (cu->cuDeviceGet(&d, i) != CUDA_SUCCESS || cu->cuDeviceGetPCIBusId(id, sizeof(id), d) != CUDA_SUCCESS)
+            continue;
+        if (lf_topo_parse_busid(id, &d2, &b2, &v2, &f2) == 0 && d2 == dom && b2 == bus && v2 == dev && f2 == fn)
+            return i;
+    }
+#else
+    (void)be;
+    (void)bus_id;
+#endif
+    return -1;
+}
+
+static void lf_describe_text(lf_be_t *be, lf_topo_t *t, lf_text_t *out)
+{
+    char set[128];
+    lf_text_add(out, "libfabric %s: provider %s, %u rail(s), rails=%s, topology: %s\n", be->agent_name,
+                be->prov_name, be->nrails, be->rails_local ? "local" : "all", t ? lf_topo_source(t) : "not loaded");
+    lf_text_add(out, "  VRAM: %s; same-host peers: intranode=%s\n",
+                be->hmem           ? "FI_HMEM (CUDA), any rail pair"
+                : be->cuda_driver ? "unreachable (the provider has no CUDA HMEM support)"
+                                   : "unreachable (no CUDA driver here)",
+                be->intranode == LF_INTRANODE_OFF        ? "off (left to shm/cuda_ipc)"
+                : be->intranode == LF_INTRANODE_PROVIDER ? "provider"
+                                                         : "nic");
+    for (unsigned i = 0; i < be->nrails; i++) {
+        const lf_rail_t *r = &be->rails[i];
+        char pci[24] = "-", numa[16] = "-";
+        if (r->has_pci)
+            snprintf(pci, sizeof(pci), "%04x:%02x:%02x.%x", r->pci_domain, r->pci_bus, r->pci_dev, r->pci_func);
+        int node = t ? lf_topo_rail_numa(t, i) : -1;
+        if (node >= 0)
+            snprintf(numa, sizeof(numa), "%d", node);
+        lf_text_add(out, "  rail %-2u  domain %-20s  pci %-12s  numa %s\n", i, r->info->domain_attr->name, pci,
+                    numa);
+    }
+    size_t ngpu = t ? lf_topo_gpus(t, NULL, 0) : 0;
+    if (ngpu == 0) {
+        lf_text_add(out, "  no GPU in the topology\n");
+        return;
+    }
+    char(*ids)[LF_TOPO_BUSID_LEN] = calloc(ngpu, sizeof(*ids));
+    if (!ids) {
+        out->oom = 1;
+        return;
+    }
+    ngpu = lf_topo_gpus(t, ids, ngpu);
+    if (!lf_topo_located(t))
+        lf_text_add(out, "  (no rail has a place in the topology: every GPU gets every rail)\n");
+    for (size_t g = 0; g < ngpu; g++) {
+        char ord[16] = "-";
+        int o = lf_cuda_ordinal(be, ids[g]);
+        if (o >= 0)
+            snprintf(ord, sizeof(ord), "%d", o);
+        uint32_t m = lf_topo_gpu_rails(t, ids[g]);
+        lf_text_add(out, "  gpu %s  cuda %-3s  rails %s%s\n", ids[g], ord, lf_topo_mask_str(m, set, sizeof(set)),
+                    be->rails_local ? "" : " (rails=all: registered on every rail)");
+    }
+    free(ids);
+}
+
+static nixl_status_t lf_describe(void *bev, char *buf, size_t *len)
+{
+    lf_be_t *be = bev;
+    if (!be || !len)
+        return NIXL_ERR_NULL;
+    /* The instance's topology, or one loaded for this answer (rails=all,
+     * one rail or no PCI address: the instance has none). */
+    lf_topo_t *t = be->topo;
+    if (!t) {
+        lf_topo_rail_t tr[LF_MAX_RAILS];
+        lf_rails_topo(be, tr);
+        nixl_status_t st = lf_topo_open(be->host, be->topo_xml, tr, be->nrails, &t);
+        if (st != NIXL_OK)
+            return st;
+    }
+    lf_text_t out = {0};
+    lf_describe_text(be, t, &out);
+    if (t != be->topo)
+        lf_topo_close(t);
+    if (out.oom) {
+        free(out.p);
+        return NIXL_ERR_NO_MEMORY;
+    }
+    size_t need = out.len + 1;
+    nixl_status_t st = NIXL_OK;
+    if (buf && *len >= need)
+        memcpy(buf, out.p, need);
+    else if (buf)
+        st = NIXL_ERR_TOO_BIG;
+    free(out.p);
+    *len = need;
+    return st;
+}
+
 static const nixl_backend_ops_t lf_ops = {
     .abi_version = NIXL_BACKEND_ABI_VERSION,
     .struct_size = sizeof(nixl_backend_ops_t),
     .name = "libfabric",
-    .description = "other hosts over libfabric (EFA, verbs, TCP; shm when forced): RDMA write/read with remote CQ "
-                   "data, notifications released after every write was counted, heartbeats for liveness",
-    .mem_types = NIXL_MEM_BIT(NIXL_MEM_DRAM),
+    .description = "other hosts over libfabric (EFA, verbs, TCP; same host when intranode allows): RDMA write/read "
+                   "with remote CQ data from any rail to any rail, VRAM through FI_HMEM, notifications released after "
+                   "every write was counted, heartbeats for liveness",
+    .mem_types = NIXL_MEM_BIT(NIXL_MEM_DRAM) | NIXL_MEM_BIT(NIXL_MEM_VRAM),
     .caps = NIXL_CAP_CROSS_HOST | NIXL_CAP_NOTIF | NIXL_CAP_PROGRESS,
     .params = lf_params,
     .num_params = LF_NUM_PARAMS,
@@ -286,6 +511,7 @@ static const nixl_backend_ops_t lf_ops = {
     .xfer_release = lf_xfer_release,
     .notif_send = lf_notif_send,
     .progress = lf_progress,
+    .describe = lf_describe,
 };
 
 const nixl_backend_ops_t *nixl_backend_libfabric_ops(void)

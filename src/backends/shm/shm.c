@@ -230,7 +230,7 @@ static const nixl_backend_ops_t shm_ops = {
     .description = "same host, DRAM: maps a peer's shared-file memory (shm.map) or copies with "
                    "process_vm_readv/writev (shm.cma)",
     .mem_types = NIXL_MEM_BIT(NIXL_MEM_DRAM),
-    .caps = NIXL_CAP_LOCAL | NIXL_CAP_SAME_HOST | NIXL_CAP_NOTIF | NIXL_CAP_PROGRESS,
+    .caps = NIXL_CAP_LOCAL | NIXL_CAP_SAME_HOST | NIXL_CAP_NOTIF | NIXL_CAP_PROGRESS | NIXL_CAP_REG_MT,
     .params = shm_params,
     .num_params = SHM_NUM_PARAMS,
     .create = shm_create,

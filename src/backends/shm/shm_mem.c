@@ -9,6 +9,10 @@
  * is reached with process_vm_readv/writev (shm.cma).  When a mapping was
  * offered but cannot be made, the region falls back to shm.cma and the host
  * counts that fallback with its cause.
+ *
+ * reg and dereg may run on several threads at once (NIXL_CAP_REG_MT): what
+ * they share, the list of kept files and the maps snapshot, is touched only
+ * under reg_lock; the rest of a registration is its own.
  */
 #include <dirent.h>
 #include <errno.h>

@@ -15,6 +15,17 @@
  *       every request to end in an error, none in success or a hang, within
  *       2 s of the fault.  Exit 0 when all held, 1 otherwise.
  *
+ *   lf_peer initiator ... --stream SECONDS [--bound MS]
+ *       (netfaults.sh) KV-shaped WRITEs with "chk SEED" and READs back, one
+ *       after the other for SECONDS, while the script injects network faults.
+ *       Each request must end within --bound ms (success or an error); after
+ *       a WRITE succeeds the target's "verified SEED" line must appear in the
+ *       file LF_PEER_LOG (the target's output) before the buffer is reused.
+ *       A request still running at the bound is released (given up).
+ *       Prints "failed SEED STATUS MS" per failed or given-up WRITE and a
+ *       "stream:" line of counts; exit 0 when no READ mismatched, no
+ *       successful WRITE went unverified and no release took over the bound.
+ *
  * The test scripts run the two in separate network namespaces.
  */
 #include <errno.h>
@@ -73,6 +84,7 @@ typedef struct opts {
     const char *role, *iface, *peer, *fault;
     size_t size;
     unsigned requests;
+    unsigned stream_s, bound_ms; /* --stream, --bound (netfaults.sh) */
 } opts_t;
 
 static nixl_agent_t *agent_make(const char *name, const opts_t *o, int listen)
@@ -305,6 +317,160 @@ static int fault_round(conn_t *c, const opts_t *o, uint8_t *lbuf)
     return bad;
 }
 
+/* ---- stream under network faults (netfaults.sh) ---- */
+
+typedef struct stream_stats {
+    unsigned ok[2], err[2], hung, mismatch, verified, corrupt, missing;
+    unsigned codes[128]; /* failed requests by -status */
+    uint64_t max_ok_ms, max_release_ms, err_ms[4096];
+    unsigned nerr_ms;
+} stream_stats_t;
+
+/* Waits for the target's verdict on seed in its output file: 1 verified,
+ * 0 corrupt, -1 none within timeout_ms.  The stream's position carries over
+ * from one call to the next. */
+static int stream_verdict(FILE *log, uint64_t seed, unsigned timeout_ms)
+{
+    uint64_t deadline = now_ms() + timeout_ms;
+    char line[256];
+    unsigned long long s;
+    for (;;) {
+        while (fgets(line, sizeof(line), log)) {
+            if (!strchr(line, '\n')) { /* the target is still writing it */
+                fseek(log, -(long)strlen(line), SEEK_CUR);
+                break;
+            }
+            if (sscanf(line, "verified %llu", &s) == 1 && s == seed)
+                return 1;
+            if (sscanf(line, "corrupt %llu", &s) == 1 && s == seed)
+                return 0;
+        }
+        clearerr(log);
+        if (now_ms() >= deadline)
+            return -1;
+        sleep_ms(1);
+    }
+}
+
+/* Create, post and wait up to the bound; the request is released. */
+static nixl_status_t stream_xfer(conn_t *c, const opts_t *o, nixl_op_t op, const nixl_dlist_t *l,
+                                 const nixl_dlist_t *r, const char *notif, stream_stats_t *ss, uint64_t seed)
+{
+    nixl_opt_args_t opt = {.field_mask = NIXL_OPT_NOTIF, .notif = notif, .notif_len = notif ? strlen(notif) : 0};
+    nixl_xfer_t *x = NULL;
+    uint64_t t0 = now_ms();
+    nixl_status_t st = nixl_xfer_create(c->a, op, l, r, c->peer, notif ? &opt : NULL, &x);
+    if (st == NIXL_OK)
+        st = nixl_xfer_post(x);
+    while (st == NIXL_IN_PROG && now_ms() - t0 < o->bound_ms)
+        st = wait_xfer(x, 10);
+    uint64_t ms = now_ms() - t0;
+    int w = op == NIXL_OP_WRITE;
+    if (st == NIXL_IN_PROG) {
+        /* The caller gives up: release cancels it (its notification must never arrive). */
+        uint64_t t1 = now_ms();
+        nixl_xfer_release(x);
+        x = NULL;
+        uint64_t rel = now_ms() - t1;
+        printf("hung %" PRIu64 " %s still in flight after %u ms; released in %" PRIu64 " ms\n", seed,
+               w ? "write" : "read", o->bound_ms, rel);
+        ss->hung++;
+        if (rel > ss->max_release_ms)
+            ss->max_release_ms = rel;
+        if (w)
+            printf("failed %" PRIu64 " RELEASED %" PRIu64 "\n", seed, ms);
+    } else if (st == NIXL_OK) {
+        ss->ok[w]++;
+        if (ms > ss->max_ok_ms)
+            ss->max_ok_ms = ms;
+    } else {
+        ss->err[w]++;
+        ss->codes[st > -128 ? -st : 127]++;
+        if (ss->nerr_ms < sizeof(ss->err_ms) / sizeof(ss->err_ms[0]))
+            ss->err_ms[ss->nerr_ms++] = ms;
+        if (w)
+            printf("failed %" PRIu64 " %s %" PRIu64 "\n", seed, nixl_status_name(st), ms);
+    }
+    if (x)
+        nixl_xfer_release(x);
+    return st;
+}
+
+static int cmp_ms(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int stream_run(conn_t *c, const opts_t *o, uint8_t *lbuf, uint8_t *back)
+{
+    const char *path = getenv("LF_PEER_LOG");
+    FILE *log = path ? fopen(path, "r") : NULL;
+    if (!log)
+        FAIL("LF_PEER_LOG (the target's output file) is not set or cannot be read");
+    size_t np = o->size / PIECE;
+    nixl_desc_t *ld = calloc(np, sizeof(*ld)), *rd = calloc(np, sizeof(*rd)), *bd = calloc(np, sizeof(*bd));
+    stream_stats_t *ss = calloc(1, sizeof(*ss));
+    if (!ld || !rd || !bd || !ss)
+        FAIL("out of memory");
+    for (size_t i = 0; i < np; i++) {
+        ld[i] = (nixl_desc_t){.addr = (uint64_t)(uintptr_t)lbuf + i * PIECE, .len = PIECE};
+        bd[i] = (nixl_desc_t){.addr = (uint64_t)(uintptr_t)back + i * PIECE, .len = PIECE};
+        rd[i] = (nixl_desc_t){.addr = c->raddr + slot_of(i, np) * PIECE, .len = PIECE};
+    }
+    nixl_dlist_t ll = {NIXL_MEM_DRAM, np, ld}, rl = {NIXL_MEM_DRAM, np, rd}, bl = {NIXL_MEM_DRAM, np, bd};
+    uint64_t end = now_ms() + (uint64_t)o->stream_s * 1000u;
+    for (uint64_t seed = 100; now_ms() < end; seed++) {
+        for (size_t i = 0; i < np; i++)
+            for (size_t k = 0; k < PIECE; k++)
+                lbuf[i * PIECE + k] = pattern(seed, i * PIECE + k);
+        char text[64];
+        snprintf(text, sizeof(text), "chk %" PRIu64, seed);
+        nixl_status_t st = stream_xfer(c, o, NIXL_OP_WRITE, &ll, &rl, text, ss, seed);
+        if (st != NIXL_OK) {
+            sleep_ms(100); /* a refused peer fails at once: do not spin */
+            continue;
+        }
+        /* The target checks the whole buffer at the notification: wait for
+         * its verdict before the next WRITE rewrites it. */
+        int v = stream_verdict(log, seed, 10000);
+        ss->verified += v == 1;
+        ss->corrupt += v == 0;
+        ss->missing += v < 0;
+        if (v < 0)
+            printf("missing %" PRIu64 ": WRITE succeeded, the target reported nothing in 10 s\n", seed);
+        memset(back, 0, o->size);
+        if (stream_xfer(c, o, NIXL_OP_READ, &bl, &rl, NULL, ss, seed) == NIXL_OK &&
+            memcmp(back, lbuf, o->size) != 0) {
+            printf("mismatch %" PRIu64 ": read back differs from what was written\n", seed);
+            ss->mismatch++;
+        }
+    }
+    char codes[512] = "";
+    size_t off = 0;
+    for (int i = 0; i < 128; i++)
+        if (ss->codes[i])
+            off += (size_t)snprintf(codes + off, sizeof(codes) - off, " %s=%u",
+                                    i == 127 ? "other" : nixl_status_name((nixl_status_t)-i), ss->codes[i]);
+    qsort(ss->err_ms, ss->nerr_ms, sizeof(ss->err_ms[0]), cmp_ms);
+    printf("stream: writes ok=%u err=%u, reads ok=%u err=%u, errors:%s; hung=%u (released in max %" PRIu64
+           " ms) mismatch=%u verified=%u corrupt=%u missing=%u; time to error max=%" PRIu64 " median=%" PRIu64
+           " ms, slowest success %" PRIu64 " ms\n",
+           ss->ok[1], ss->err[1], ss->ok[0], ss->err[0], off ? codes : " none", ss->hung, ss->max_release_ms,
+           ss->mismatch, ss->verified, ss->corrupt, ss->missing, ss->nerr_ms ? ss->err_ms[ss->nerr_ms - 1] : 0,
+           ss->nerr_ms ? ss->err_ms[ss->nerr_ms / 2] : 0, ss->max_ok_ms);
+    /* A request past the bound is the caller's to give up (the backend has no
+     * request deadline): the script decides whether that is allowed, but the
+     * release itself must not hang. */
+    int bad = ss->mismatch || ss->corrupt || ss->missing || ss->max_release_ms > o->bound_ms;
+    fclose(log);
+    free(ld);
+    free(rd);
+    free(bd);
+    free(ss);
+    return bad;
+}
+
 static int run_initiator(const opts_t *o)
 {
     conn_t c = {.a = agent_make("lf-initiator", o, 0)};
@@ -320,7 +486,12 @@ static int run_initiator(const opts_t *o)
         FAIL("LF_PEER_BUF (the target's buffer address) is not set");
     c.raddr = strtoull(addr, NULL, 0);
     int rc = 0;
-    if (o->fault) {
+    if (o->stream_s) {
+        rc = stream_run(&c, o, lbuf, back);
+        /* Best effort: under a fault the target may not hear it (the script kills it then). */
+        nixl_notif_send(c.a, c.peer, "quit", 4, NULL);
+        sleep_ms(200);
+    } else if (o->fault) {
         rc = fault_round(&c, o, lbuf);
     } else {
         kv_round(&c, o, lbuf, back, 11);
@@ -338,7 +509,7 @@ static int run_initiator(const opts_t *o)
 
 int main(int argc, char **argv)
 {
-    opts_t o = {.size = 8u << 20, .requests = 4};
+    opts_t o = {.size = 8u << 20, .requests = 4, .bound_ms = 10000};
     if (argc < 2)
         FAIL("usage: lf_peer target|initiator [options] (see the file's header)");
     o.role = argv[1];
@@ -356,6 +527,10 @@ int main(int argc, char **argv)
             o.size = (size_t)strtoull(v, NULL, 0);
         else if (strcmp(argv[i], "--requests") == 0)
             o.requests = (unsigned)atoi(v);
+        else if (strcmp(argv[i], "--stream") == 0)
+            o.stream_s = (unsigned)atoi(v);
+        else if (strcmp(argv[i], "--bound") == 0)
+            o.bound_ms = (unsigned)atoi(v);
         else
             FAIL("unknown option %s", argv[i]);
     }

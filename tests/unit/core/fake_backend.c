@@ -4,16 +4,35 @@
  * It moves bytes with memcpy between agents of one process and can be told,
  * through its parameters, to behave in the ways the core must handle:
  * complete only after N status polls (so a request stays in flight), fail
- * the Nth registration, report its path as a fallback.  Loading it proves
- * the module path of the backend ABI on every build.
+ * the Nth registration or those of a given length, take time to register,
+ * report its path as a fallback.  Loading it proves the module path of the
+ * backend ABI on every build.
+ *
+ * Built twice: "fake" declares NIXL_CAP_REG_MT; "fake_serial" (FAKE_SERIAL)
+ * does not, so the core must never call its reg/dereg concurrently.  Each
+ * counts its registrations (fake_backend.h) so the registration pool's
+ * tests can see caps, concurrency and rollbacks from outside.
  */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "fake_backend.h"
 #include "nixl/backend.h"
+
+#ifdef FAKE_SERIAL
+#define FAKE_NAME "fake_serial"
+#define FAKE_CAP_REG_MT 0u
+#else
+#define FAKE_NAME "fake"
+#define FAKE_CAP_REG_MT NIXL_CAP_REG_MT
+#endif
+#define FAKE_MAX_FAIL_LENS 8
+#define FAKE_MAX_TIDS 256
 
 #define FAKE_CONN_MAGIC 0x46414b45u
 
@@ -28,7 +47,11 @@ typedef struct fake {
     const nixl_host_services_t *host;
     unsigned async_polls;
     unsigned fail_reg_at;
-    unsigned regs;
+    unsigned regs; /* atomic: reg() may run on several threads */
+    unsigned reg_delay_us;
+    size_t num_fail_lens;
+    uint64_t fail_len[FAKE_MAX_FAIL_LENS];
+    int fail_status[FAKE_MAX_FAIL_LENS];
     int fallback;
     pthread_mutex_t lock;
     fake_notif_t *head, **tail; /* delivered on progress() */
@@ -56,7 +79,83 @@ static const nixl_param_info_t fake_params[] = {
     {"async_polls", "0", "complete a request only after this many status polls"},
     {"fail_reg_at", "0", "fail the Nth registration (0 = never)"},
     {"fallback", "0", "1: report every request as a fallback path"},
+    {"reg_delay_us", "0", "each registration takes this many microseconds (sleeping)"},
+    {"fail_len", "", "LEN:STATUS[,LEN:STATUS...]: registrations of exactly LEN bytes fail with that nixl_status_t"},
 };
+
+/* Process-wide counters of this module (fake_backend.h), all atomic. */
+static fake_counters_t g_counters;
+static int64_t g_inside;
+static int64_t g_tids[FAKE_MAX_TIDS];
+
+__attribute__((visibility("default"))) void fake_test_counters(fake_counters_t *out, int reset);
+__attribute__((visibility("default"))) void fake_test_counters(fake_counters_t *out, int reset)
+{
+    out->reg_calls = __atomic_load_n(&g_counters.reg_calls, __ATOMIC_SEQ_CST);
+    out->live = __atomic_load_n(&g_counters.live, __ATOMIC_SEQ_CST);
+    out->max_inside = __atomic_load_n(&g_counters.max_inside, __ATOMIC_SEQ_CST);
+    out->threads = __atomic_load_n(&g_counters.threads, __ATOMIC_SEQ_CST);
+    out->last_tid = __atomic_load_n(&g_counters.last_tid, __ATOMIC_SEQ_CST);
+    if (reset) {
+        /* live is a fact about the backends, not a statistic: kept. */
+        __atomic_store_n(&g_counters.reg_calls, 0, __ATOMIC_SEQ_CST);
+        __atomic_store_n(&g_counters.max_inside, 0, __ATOMIC_SEQ_CST);
+        __atomic_store_n(&g_counters.threads, 0, __ATOMIC_SEQ_CST);
+        for (size_t i = 0; i < FAKE_MAX_TIDS; i++)
+            __atomic_store_n(&g_tids[i], 0, __ATOMIC_SEQ_CST);
+    }
+}
+
+static void inside_enter(void)
+{
+    int64_t now = __atomic_add_fetch(&g_inside, 1, __ATOMIC_SEQ_CST);
+    int64_t max = __atomic_load_n(&g_counters.max_inside, __ATOMIC_SEQ_CST);
+    while (now > max &&
+           !__atomic_compare_exchange_n(&g_counters.max_inside, &max, now, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+        ;
+}
+
+static void inside_leave(void)
+{
+    __atomic_sub_fetch(&g_inside, 1, __ATOMIC_SEQ_CST);
+}
+
+/* Count the calling thread once. */
+static void note_thread(void)
+{
+    int64_t tid = (int64_t)syscall(SYS_gettid);
+    __atomic_store_n(&g_counters.last_tid, tid, __ATOMIC_SEQ_CST);
+    for (size_t i = 0; i < FAKE_MAX_TIDS; i++) {
+        int64_t cur = __atomic_load_n(&g_tids[i], __ATOMIC_SEQ_CST);
+        if (cur == tid)
+            return;
+        if (cur == 0 && __atomic_compare_exchange_n(&g_tids[i], &cur, tid, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+            __atomic_add_fetch(&g_counters.threads, 1, __ATOMIC_SEQ_CST);
+            return;
+        }
+        if (cur == tid)
+            return;
+    }
+}
+
+/* "LEN:STATUS,LEN:STATUS"; 0 on success. */
+static int parse_fail_lens(fake_t *f, const char *v)
+{
+    while (v && *v) {
+        char *end;
+        if (f->num_fail_lens == FAKE_MAX_FAIL_LENS)
+            return -1;
+        f->fail_len[f->num_fail_lens] = strtoull(v, &end, 10);
+        if (*end != ':')
+            return -1;
+        f->fail_status[f->num_fail_lens] = (int)strtol(end + 1, &end, 10);
+        if (*end != ',' && *end != '\0')
+            return -1;
+        f->num_fail_lens++;
+        v = *end ? end + 1 : end;
+    }
+    return 0;
+}
 
 static unsigned param_u(const nixl_param_t *p, size_t n, const char *key)
 {
@@ -73,6 +172,11 @@ static nixl_status_t fake_create(const nixl_host_services_t *host, const nixl_pa
     f->async_polls = param_u(params, n, "async_polls");
     f->fail_reg_at = param_u(params, n, "fail_reg_at");
     f->fallback = (int)param_u(params, n, "fallback");
+    f->reg_delay_us = param_u(params, n, "reg_delay_us");
+    if (parse_fail_lens(f, nixl_param_find(params, n, "fail_len")) != 0) {
+        free(f);
+        return NIXL_ERR_INVALID_PARAM;
+    }
     pthread_mutex_init(&f->lock, NULL);
     f->tail = &f->head;
     *out = f;
@@ -94,19 +198,43 @@ static void fake_destroy(void *be)
 static nixl_status_t fake_reg(void *be, const nixl_be_region_t *r, void **md)
 {
     fake_t *f = be;
-    if (f->fail_reg_at && ++f->regs == f->fail_reg_at)
-        return NIXL_ERR_BACKEND;
-    nixl_be_region_t *c = malloc(sizeof(*c));
-    if (!c)
-        return NIXL_ERR_NO_MEMORY;
-    *c = *r;
-    *md = c;
-    return NIXL_OK;
+    nixl_status_t st = NIXL_OK;
+    inside_enter();
+    note_thread();
+    __atomic_add_fetch(&g_counters.reg_calls, 1, __ATOMIC_SEQ_CST);
+    if (f->reg_delay_us) {
+        struct timespec ts = {f->reg_delay_us / 1000000, (long)(f->reg_delay_us % 1000000) * 1000};
+        while (nanosleep(&ts, &ts) != 0)
+            ;
+    }
+    unsigned nth = __atomic_add_fetch(&f->regs, 1, __ATOMIC_SEQ_CST);
+    if (f->fail_reg_at && nth == f->fail_reg_at)
+        st = NIXL_ERR_BACKEND;
+    for (size_t i = 0; i < f->num_fail_lens && st == NIXL_OK; i++)
+        if (r->len == f->fail_len[i])
+            st = (nixl_status_t)f->fail_status[i];
+    nixl_be_region_t *c = NULL;
+    if (st == NIXL_OK) {
+        c = malloc(sizeof(*c));
+        if (!c)
+            st = NIXL_ERR_NO_MEMORY;
+    }
+    if (st == NIXL_OK) {
+        *c = *r;
+        *md = c;
+        __atomic_add_fetch(&g_counters.live, 1, __ATOMIC_SEQ_CST);
+    }
+    inside_leave();
+    return st;
 }
 
 static void fake_dereg(void *be, void *md)
 {
+    (void)be;
+    inside_enter();
     free(md);
+    __atomic_sub_fetch(&g_counters.live, 1, __ATOMIC_SEQ_CST);
+    inside_leave();
 }
 
 static nixl_status_t fake_conn_pack(void *be, void *buf, size_t *len)
@@ -248,10 +376,10 @@ static nixl_status_t fake_progress(void *be)
 static const nixl_backend_ops_t fake_ops = {
     .abi_version = NIXL_BACKEND_ABI_VERSION,
     .struct_size = sizeof(nixl_backend_ops_t),
-    .name = "fake",
+    .name = FAKE_NAME,
     .description = "test backend: memcpy within one process, scriptable behaviour",
     .mem_types = NIXL_MEM_BIT(NIXL_MEM_DRAM),
-    .caps = NIXL_CAP_LOCAL | NIXL_CAP_NOTIF | NIXL_CAP_PROGRESS,
+    .caps = NIXL_CAP_LOCAL | NIXL_CAP_NOTIF | NIXL_CAP_PROGRESS | FAKE_CAP_REG_MT,
     .params = fake_params,
     .num_params = sizeof(fake_params) / sizeof(fake_params[0]),
     .create = fake_create,

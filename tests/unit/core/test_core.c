@@ -81,7 +81,7 @@ static void test_module_listed(void)
         if (strcmp(infos[i].name, "fake") == 0) {
             found = 1;
             CHECK(strstr(infos[i].origin, "libnixl_backend_fake.so") != NULL);
-            CHECK(infos[i].num_params == 3);
+            CHECK(infos[i].num_params == 5);
         }
     CHECK(found);
     /* Its parameters became config rows. */

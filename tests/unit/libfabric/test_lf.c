@@ -2,11 +2,13 @@
  * test_lf.c - tests of the libfabric backend driven through its ops, with a
  * fake host, two instances in one process (tcp over lo, or shm).
  *
- *   test_lf CASE     one of the names in the table at the bottom
+ *   test_lf CASE [TOPO_DIR]   a name in the table at the bottom; TOPO_DIR
+ *                             holds the hwloc XML fixtures (topo/)
  *
  * Cases that need a provider or a second interface this host lacks print
  * why and exit 77.  LF_TEST_LOG=0..4 chooses the backend's log lines shown
- * (default 1: errors and warnings).
+ * (default 1: errors and warnings).  Both instances run on this host: they
+ * are created with intranode=provider unless a case says otherwise.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -38,6 +40,7 @@
     } while (0)
 
 static const nixl_backend_ops_t *ops;
+static const char *topo_dir = "topo";
 
 /* ---- fake host ---- */
 
@@ -65,14 +68,27 @@ static int log_level(void)
     return e ? atoi(e) : NIXL_LOG_WARN;
 }
 
+/* Error lines logged, and the last one, for cases that check what a
+ * failure says. */
+static unsigned errors_logged;
+static char last_error[512];
+
 static int host_log_enabled(nixl_log_level_t level)
 {
-    return (int)level <= log_level();
+    return level == NIXL_LOG_ERROR || (int)level <= log_level();
 }
 
 static void host_log(nixl_log_level_t level, const char *where, const char *fmt, ...)
 {
     va_list ap;
+    if (level == NIXL_LOG_ERROR) {
+        errors_logged++;
+        va_start(ap, fmt);
+        vsnprintf(last_error, sizeof(last_error), fmt, ap);
+        va_end(ap);
+    }
+    if ((int)level > log_level())
+        return;
     va_start(ap, fmt);
     fprintf(stderr, "[%d %d %s] ", (int)getpid(), (int)level, where);
     vfprintf(stderr, fmt, ap);
@@ -147,15 +163,23 @@ static void sleep_us(unsigned us)
     nanosleep(&ts, NULL);
 }
 
-/* Params as key, value, ..., NULL.  NIXL_ERR_NOT_SUPPORTED: provider absent. */
+/* Params as key, value, ..., NULL (intranode=provider unless given).
+ * NIXL_ERR_NOT_SUPPORTED: provider absent. */
 static nixl_status_t side_create_v(side_t *s, const char *name, va_list ap)
 {
     nixl_param_t p[16];
     size_t n = 0;
+    int intranode = 0;
     const char *k;
-    while ((k = va_arg(ap, const char *)) != NULL && n < 16) {
+    while ((k = va_arg(ap, const char *)) != NULL && n < 15) {
         p[n].key = k;
         p[n].value = va_arg(ap, const char *);
+        intranode |= strcmp(k, "intranode") == 0;
+        n++;
+    }
+    if (!intranode) {
+        p[n].key = "intranode";
+        p[n].value = "provider";
         n++;
     }
     host_init(&s->host, name);
@@ -322,7 +346,7 @@ static void case_params(void)
     static const char *const bad[][2] = {
         {"provider", ""},        {"heartbeat_ms", "0"},     {"heartbeat_ms", "x"},  {"peer_timeout_ms", "100"},
         {"stripe_min", "1000"}, {"max_inflight", "1G"},    {"completion", "soon"}, {"progress_thread", "maybe"},
-        {"no_such_key", "1"},
+        {"no_such_key", "1"},    {"rails", "some"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         nixl_status_t st = side_create(&s, "p", bad[i][0], bad[i][1], NULL);
@@ -346,6 +370,12 @@ static void case_params(void)
     side_destroy(&s);
     side_create_or_skip(&s, "p", "provider", "tcp", "iface", "lo", "completion", "count", NULL);
     CHECK(s.be->sync == LF_SYNC_COUNT);
+    /* Regions go on the rails near them by default; tcp has no PCI
+     * address, so no topology is loaded and every rail takes every region. */
+    CHECK(s.be->rails_local == 1 && s.be->topo == NULL && s.be->all_rails == 1);
+    side_destroy(&s);
+    side_create_or_skip(&s, "p", "provider", "tcp", "iface", "lo", "rails", "all", NULL);
+    CHECK(s.be->rails_local == 0);
     side_destroy(&s);
 }
 
@@ -450,8 +480,10 @@ static void case_rkey_corrupt(void)
     size_t len = 0;
     CHECK_ST(ops->rkey_pack(b.be, m.md, NULL, &len), NIXL_OK);
     uint8_t key[64], copy[64];
-    CHECK(len <= sizeof(key));
+    CHECK(len == 24);
     CHECK_ST(ops->rkey_pack(b.be, m.md, key, &len), NIXL_OK);
+    /* Version 2: the rail set says rail 0 has the one key. */
+    CHECK(key[4] == 2 && key[5] == 1 && lf_get_u32(key + 8) == 1 && lf_get_u32(key + 12) == 0);
     nixl_be_region_t r = {.mem_type = NIXL_MEM_DRAM, .addr = (uint64_t)(uintptr_t)m.p, .len = m.len};
     void *rmd = NULL;
     for (size_t cut = 0; cut < len; cut++)
@@ -465,14 +497,38 @@ static void case_rkey_corrupt(void)
     memcpy(copy, key, len);
     copy[4] = 7;
     CHECK_ST(ops->rkey_load(a.be, l.peer_ab, &r, copy, len, &rmd), NIXL_ERR_MD_VERSION);
+    copy[4] = 1; /* the format before rail sets */
+    CHECK_ST(ops->rkey_load(a.be, l.peer_ab, &r, copy, len, &rmd), NIXL_ERR_MD_VERSION);
+    static const uint32_t bad_sets[] = {0, 2, 3, 0x80000000u};
+    for (size_t i = 0; i < sizeof(bad_sets) / sizeof(bad_sets[0]); i++) {
+        memcpy(copy, key, len);
+        lf_put_u32(copy + 8, bad_sets[i]);
+        CHECK_ST(ops->rkey_load(a.be, l.peer_ab, &r, copy, len, &rmd), NIXL_ERR_BAD_METADATA);
+    }
+    memcpy(copy, key, len);
+    copy[12] = 1; /* reserved */
+    CHECK_ST(ops->rkey_load(a.be, l.peer_ab, &r, copy, len, &rmd), NIXL_ERR_BAD_METADATA);
+    memcpy(copy, key, len);
+    CHECK_ST(ops->rkey_load(a.be, l.peer_ab, &r, copy, len + 8, &rmd), NIXL_ERR_BAD_METADATA);
+    /* "No HMEM" goes with an empty rail set, and with VRAM only. */
+    memcpy(copy, key, len);
+    copy[6] |= 2;
+    CHECK_ST(ops->rkey_load(a.be, l.peer_ab, &r, copy, len, &rmd), NIXL_ERR_BAD_METADATA);
     nixl_be_region_t v = r;
     v.mem_type = NIXL_MEM_VRAM;
-    CHECK_ST(ops->rkey_load(a.be, l.peer_ab, &v, key, len, &rmd), NIXL_ERR_BAD_METADATA);
+    CHECK_ST(ops->rkey_load(a.be, l.peer_ab, &v, copy, len, &rmd), NIXL_ERR_BAD_METADATA);
+    memcpy(copy, key, 16);
+    copy[6] |= 2;
+    lf_put_u32(copy + 8, 0);
+    CHECK_ST(ops->rkey_load(a.be, l.peer_ab, &r, copy, 16, &rmd), NIXL_ERR_BAD_METADATA);
+    nixl_be_region_t other = r;
+    other.mem_type = NIXL_MEM_FILE;
+    CHECK_ST(ops->rkey_load(a.be, l.peer_ab, &other, key, len, &rmd), NIXL_ERR_BAD_METADATA);
+    /* A key of a peer's VRAM registered with HMEM loads like DRAM's. */
+    CHECK_ST(ops->rkey_load(a.be, l.peer_ab, &v, key, len, &rmd), NIXL_OK);
+    ops->rkey_unload(a.be, rmd);
     CHECK_ST(ops->rkey_load(a.be, l.peer_ab, &r, key, len, &rmd), NIXL_OK);
     ops->rkey_unload(a.be, rmd);
-    nixl_be_region_t vr = {.mem_type = NIXL_MEM_VRAM, .addr = (uint64_t)(uintptr_t)m.p, .len = m.len};
-    void *md = NULL;
-    CHECK_ST(ops->reg(a.be, &vr, &md), NIXL_ERR_MEM_TYPE);
     mem_drop(&m, &b);
     link_drop(&l, &a, &b);
     side_destroy(&a);
@@ -927,7 +983,23 @@ static void case_silent_peer(void)
     side_destroy(&b);
 }
 
-/* A peer that never answers the handshake: TIMEOUT, bounded. */
+/* A connection's state, read under the backend lock: the progress thread
+ * writes it. */
+static void conn_get(side_t *sd, const lf_conn_t *c, int *state, nixl_status_t *down, unsigned *retries)
+{
+    lf_be_t *be = sd->be;
+    pthread_mutex_lock(&be->lock);
+    *state = (int)c->state;
+    *down = c->down_status;
+    if (retries)
+        *retries = (unsigned)c->retries;
+    pthread_mutex_unlock(&be->lock);
+}
+
+/* A peer that does not answer the first handshake (not progressing: a
+ * stand-in for a link outage): TIMEOUT, bounded.  The process may well be
+ * alive, so the next request shakes hands again and, the peer answering
+ * now, succeeds with its bytes and its notification. */
 static void case_no_answer(void)
 {
     side_t a, b;
@@ -935,17 +1007,51 @@ static void case_no_answer(void)
                         "300", NULL);
     side_create_or_skip(&b, "targ", "provider", "tcp", "iface", "lo", "progress_thread", "0", NULL);
     void *peer = load_peer(&a, &b);
+    mem_t la, rb;
+    mem_make(&la, &a, 256 << 10, 7);
+    mem_make(&rb, &b, 256 << 10, 9);
+    void *rmd = rkey_of(&b, &rb, &a, peer);
+    static const piece_t pc[] = {{0, 0, 256 << 10}};
+    nixl_be_req_t *w = make_req(&a, NIXL_OP_WRITE, peer, &la, rmd, &rb, pc, 1);
     uint64_t t0 = now_ms();
-    CHECK_ST(ops->notif_send(a.be, peer, "hello?", 6), NIXL_OK);
+    CHECK(ops->xfer_post(a.be, w, "first", 5) >= 0);
+    nixl_status_t st = wait_req(&a, w, 5000);
     lf_conn_t *c = peer;
-    while (c->state != LF_CONN_DOWN && now_ms() - t0 < 5000) {
-        ops->progress(a.be);
-        sleep_us(1000);
-    }
-    printf("handshake unanswered: connection down after %llu ms (%s)\n", (unsigned long long)(now_ms() - t0),
-           nixl_status_name(c->down_status));
-    CHECK(c->state == LF_CONN_DOWN && c->down_status == NIXL_ERR_TIMEOUT);
+    int cs;
+    nixl_status_t cd;
+    unsigned retries;
+    conn_get(&a, c, &cs, &cd, NULL);
+    printf("handshake unanswered: request %s, connection down after %llu ms (%s)\n", nixl_status_name(st),
+           (unsigned long long)(now_ms() - t0), nixl_status_name(cd));
+    CHECK_ST(st, NIXL_ERR_TIMEOUT);
+    CHECK(cs == LF_CONN_DOWN && cd == NIXL_ERR_TIMEOUT);
     CHECK(now_ms() - t0 < 2000);
+    CHECK(memcmp(la.p, rb.p, la.len) != 0);
+
+    /* The peer progresses again: the next post retries and succeeds. */
+    t0 = now_ms();
+    st = ops->xfer_post(a.be, w, "second", 6);
+    CHECK(st == NIXL_OK || st == NIXL_IN_PROG);
+    conn_get(&a, c, &cs, &cd, &retries);
+    CHECK(retries == 1);
+    while ((st = ops->xfer_status(a.be, w)) == NIXL_IN_PROG && now_ms() - t0 < 5000) {
+        ops->progress(b.be);
+        sleep_us(50);
+    }
+    printf("retried handshake: request %s after %llu ms\n", nixl_status_name(st), (unsigned long long)(now_ms() - t0));
+    CHECK_ST(st, NIXL_OK);
+    conn_get(&a, c, &cs, &cd, NULL);
+    CHECK(cs == LF_CONN_UP);
+    CHECK(memcmp(la.p, rb.p, la.len) == 0);
+    CHECK(wait_notifs(&b, 1, 5000));
+    ops->progress(b.be);
+    CHECK(b.host.n == 1 && b.host.q[0].len == 6 && memcmp(b.host.q[0].msg, "second", 6) == 0);
+    CHECK(strcmp(b.host.q[0].sender, "init") == 0);
+
+    ops->xfer_release(a.be, w);
+    ops->rkey_unload(a.be, rmd);
+    mem_drop(&la, &a);
+    mem_drop(&rb, &b);
     ops->peer_unload(a.be, peer);
     side_destroy(&a);
     side_destroy(&b);
@@ -963,35 +1069,490 @@ static void case_bye(void)
     uint64_t t0 = now_ms();
     side_destroy(&b);
     lf_conn_t *c = peer;
-    while (c->state != LF_CONN_DOWN && now_ms() - t0 < 1000) {
+    int cs;
+    nixl_status_t cd;
+    conn_get(&a, c, &cs, &cd, NULL);
+    while (cs != LF_CONN_DOWN && now_ms() - t0 < 1000) {
         ops->progress(a.be);
         sleep_us(1000);
+        conn_get(&a, c, &cs, &cd, NULL);
     }
-    CHECK(c->state == LF_CONN_DOWN && c->down_status == NIXL_ERR_PEER_GONE);
+    CHECK(cs == LF_CONN_DOWN && cd == NIXL_ERR_PEER_GONE);
     printf("peer destroyed: connection down after %llu ms\n", (unsigned long long)(now_ms() - t0));
     CHECK(now_ms() - t0 < 500);
     ops->peer_unload(a.be, peer);
     side_destroy(&a);
 }
 
+/* ---- rail sets: regions on some rails only ---- */
+
+/* Two tcp rails (lo and another interface), or skip. */
+static void two_rails_or_skip(side_t *s, const char *name, ...)
+{
+    const char *other = getenv("LF_TEST_IFACE2") ? getenv("LF_TEST_IFACE2") : "eth0";
+    char ifaces[64];
+    snprintf(ifaces, sizeof(ifaces), "lo,%s", other);
+    va_list ap;
+    va_start(ap, name);
+    const char *k = va_arg(ap, const char *);
+    const char *v = k ? va_arg(ap, const char *) : NULL;
+    va_end(ap);
+    side_create_or_skip(s, name, "provider", "tcp", "iface", ifaces, "stripe_min", "64K", k, v, NULL);
+    if (s->be->nrails < 2) {
+        printf("SKIP: interface %s has no tcp domain here (set LF_TEST_IFACE2)\n", other);
+        side_destroy(s);
+        exit(77);
+    }
+}
+
+/* Leave a registration on the rails in keep only, as if locality had
+ * chosen them. */
+static void reg_keep(side_t *s, mem_t *m, uint32_t keep)
+{
+    lf_reg_t *g = m->md;
+    for (unsigned i = 0; i < s->be->nrails; i++) {
+        if (keep & (1u << i))
+            continue;
+        CHECK(g->mr[i] != NULL);
+        fi_close(&g->mr[i]->fid);
+        g->mr[i] = NULL;
+        g->desc[i] = NULL;
+    }
+    g->rails &= keep;
+}
+
+/* The (our rail, their rail) pairs a request's operations use: bit
+ * 4 * rail + rrail (two rails each side). */
+static uint32_t req_pairs(nixl_be_req_t *req)
+{
+    lf_req_t *r = (lf_req_t *)req;
+    uint32_t m = 0;
+    for (size_t i = 0; i < r->nops; i++) {
+        CHECK(r->ops[i].rail < 4 && r->ops[i].rrail < 4);
+        m |= 1u << (4 * r->ops[i].rail + r->ops[i].rrail);
+    }
+    return m;
+}
+#define PAIR(l, r) (1u << (4 * (l) + (r)))
+
+/* WRITE pc from l (of 'from') into r (of 'to') with a notification, then
+ * READ it back into a cleared l: bytes compared, the notification checked
+ * at the moment it arrives (every write landed before it).  Returns the
+ * pairs the WRITE used. */
+static uint32_t write_read_check(side_t *from, void *peer, mem_t *l, side_t *to, mem_t *r, const piece_t *pc,
+                                 size_t np, const char *note)
+{
+    void *rmd = rkey_of(to, r, from, peer);
+    uint8_t *want = malloc(r->len);
+    CHECK(want);
+    memcpy(want, r->p, r->len);
+    for (size_t i = 0; i < np; i++)
+        memcpy(want + pc[i].roff, l->p + pc[i].loff, pc[i].len);
+    size_t before = to->host.n;
+    to->host.watch = r->p;
+    to->host.want = want;
+    to->host.watch_len = r->len;
+    nixl_be_req_t *w = make_req(from, NIXL_OP_WRITE, peer, l, rmd, r, pc, np);
+    uint32_t pairs = req_pairs(w);
+    CHECK(ops->xfer_post(from->be, w, note, strlen(note)) >= 0);
+    CHECK_ST(wait_req(from, w, 20000), NIXL_OK);
+    CHECK(memcmp(r->p, want, r->len) == 0);
+    CHECK(wait_notifs(to, before + 1, 20000));
+    CHECK(!to->host.watch_bad);
+    notif_t *n = &to->host.q[before];
+    CHECK(n->len == strlen(note) && memcmp(n->msg, note, n->len) == 0);
+    to->host.watch = NULL;
+    /* The fences (fence mode) went pair by pair, as the writes did. */
+    lf_req_t *lr = (lf_req_t *)w;
+    for (unsigned i = 0; i < 2; i++)
+        for (unsigned j = 0; j < 2; j++)
+            CHECK(((lr->pairs_used[i] >> j) & 1) == ((pairs & PAIR(i, j)) != 0));
+    ops->xfer_release(from->be, w);
+    for (size_t i = 0; i < np; i++)
+        memset(l->p + pc[i].loff, 0xab, pc[i].len);
+    nixl_be_req_t *rd = make_req(from, NIXL_OP_READ, peer, l, rmd, r, pc, np);
+    CHECK(req_pairs(rd) == pairs);
+    CHECK(ops->xfer_post(from->be, rd, NULL, 0) >= 0);
+    CHECK_ST(wait_req(from, rd, 20000), NIXL_OK);
+    for (size_t i = 0; i < np; i++)
+        CHECK(memcmp(l->p + pc[i].loff, r->p + pc[i].roff, pc[i].len) == 0);
+    ops->xfer_release(from->be, rd);
+    ops->rkey_unload(from->be, rmd);
+    free(want);
+    return pairs;
+}
+
+/* Any rail to any rail: regions registered on different rails of the two
+ * sides still reach each other (our rail 0 into their rail 1 and back),
+ * pairs prefer the same index, and striping uses every rail of ours that
+ * holds the local region.  The target counts a transfer's writes whatever
+ * rail of its own they landed on. */
+static void run_rail_sets(const char *completion)
+{
+    side_t a, b;
+    two_rails_or_skip(&a, "init", "completion", completion);
+    two_rails_or_skip(&b, "targ", "completion", completion);
+    link_t l;
+    link_make(&l, &a, &b);
+    const size_t len = 8u << 20;
+    mem_t la, la0, rb, rb0, rb1;
+    mem_make(&la, &a, len, 1);
+    mem_make(&la0, &a, len, 2);
+    mem_make(&rb, &b, len, 3);
+    mem_make(&rb0, &b, len, 4);
+    mem_make(&rb1, &b, len, 5);
+    reg_keep(&a, &la0, 1u);
+    reg_keep(&b, &rb0, 1u);
+    reg_keep(&b, &rb1, 2u);
+    size_t klen = 0;
+    CHECK_ST(ops->rkey_pack(b.be, rb1.md, NULL, &klen), NIXL_OK);
+    CHECK(klen == 24); /* one key, for rail 1 */
+    void *rmd = rkey_of(&b, &rb1, &a, l.peer_ab);
+    CHECK(((lf_rmd_t *)rmd)->rails == 2u);
+    ops->rkey_unload(a.be, rmd);
+
+    /* Striped, medium and small pieces, many of them: with our region on
+     * rail 0 only and theirs on rail 1 only, every operation goes 0 -> 1. */
+    piece_t pc[40];
+    size_t np = 0;
+    pc[np++] = (piece_t){0, 0, 4u << 20};
+    pc[np++] = (piece_t){5u << 20, 4u << 20, 100000};
+    for (size_t i = 0; i < 38; i++)
+        pc[np++] = (piece_t){(6u << 20) + i * 8192, (7u << 20) - i * 8192, 4096 + i};
+    CHECK(write_read_check(&a, l.peer_ab, &la0, &b, &rb1, pc, np, "0->1") == PAIR(0, 1));
+    /* And back: their rail 1 into our rail 0, notified to us. */
+    CHECK(write_read_check(&b, l.peer_ba, &rb1, &a, &la0, pc, np, "1->0") == PAIR(1, 0));
+    /* Ours on both rails, theirs on rail 1: both of ours write (striping
+     * keeps every local rail busy), into their rail 1. */
+    CHECK(write_read_check(&a, l.peer_ab, &la, &b, &rb1, pc, np, "01->1") == (PAIR(0, 1) | PAIR(1, 1)));
+    /* ... theirs on rail 0: 0 -> 0 by index, 1 -> 0. */
+    CHECK(write_read_check(&a, l.peer_ab, &la, &b, &rb0, pc, np, "01->0") == (PAIR(0, 0) | PAIR(1, 0)));
+    /* Both on both: the same index only. */
+    CHECK(write_read_check(&a, l.peer_ab, &la, &b, &rb, pc, np, "01->01") == (PAIR(0, 0) | PAIR(1, 1)));
+    /* One request mixing pieces of different region pairs. */
+    {
+        void *r1 = rkey_of(&b, &rb1, &a, l.peer_ab), *r0 = rkey_of(&b, &rb0, &a, l.peer_ab);
+        nixl_be_iov_t iov[3] = {
+            {(uint64_t)(uintptr_t)la0.p, (uint64_t)(uintptr_t)rb1.p, 65536, la0.md, r1},
+            {(uint64_t)(uintptr_t)la0.p + 65536, (uint64_t)(uintptr_t)rb0.p, 65536, la0.md, r0},
+            {(uint64_t)(uintptr_t)la.p, (uint64_t)(uintptr_t)rb1.p + 65536, 2u << 20, la.md, r1},
+        };
+        nixl_be_xfer_t x = {NIXL_OP_WRITE, l.peer_ab, NIXL_MEM_DRAM, NIXL_MEM_DRAM, iov, 3, 65536 * 2 + (2u << 20)};
+        nixl_be_req_t *w = NULL;
+        CHECK_ST(ops->xfer_prepare(a.be, &x, &w), NIXL_OK);
+        CHECK(req_pairs(w) == (PAIR(0, 1) | PAIR(0, 0) | PAIR(1, 1)));
+        size_t before = b.host.n;
+        CHECK(ops->xfer_post(a.be, w, "mixed", 5) >= 0);
+        CHECK_ST(wait_req(&a, w, 20000), NIXL_OK);
+        CHECK(memcmp(rb1.p, la0.p, 65536) == 0 && memcmp(rb0.p, la0.p + 65536, 65536) == 0 &&
+              memcmp(rb1.p + 65536, la.p, 2u << 20) == 0);
+        CHECK(wait_notifs(&b, before + 1, 20000));
+        ops->xfer_release(a.be, w);
+        ops->rkey_unload(a.be, r1);
+        ops->rkey_unload(a.be, r0);
+    }
+    /* Nothing left counted at the target: every tag was released. */
+    pthread_mutex_lock(&b.be->lock);
+    for (size_t i = 0; i < b.be->nconns; i++)
+        CHECK(!b.be->conns[i] || b.be->conns[i]->ntags == 0);
+    pthread_mutex_unlock(&b.be->lock);
+    mem_drop(&la, &a);
+    mem_drop(&la0, &a);
+    mem_drop(&rb, &b);
+    mem_drop(&rb0, &b);
+    mem_drop(&rb1, &b);
+    link_drop(&l, &a, &b);
+    side_destroy(&a);
+    side_destroy(&b);
+}
+
+static void case_rail_sets(void)
+{
+    run_rail_sets("auto");
+}
+
+static void case_rail_sets_count(void)
+{
+    run_rail_sets("count");
+}
+
+/* VRAM where the provider has no CUDA HMEM (tcp; and no driver here): the
+ * registration succeeds on no rail, its key says so, and any request
+ * touching it, ours or the peer's, is NO_PATH with one line that says why.
+ * A fake region: the backend never touches the memory of such a one. */
+static void case_vram_no_hmem(void)
+{
+    CHECK(ops->mem_types & NIXL_MEM_BIT(NIXL_MEM_VRAM));
+    side_t a, b;
+    side_create_or_skip(&a, "init", "provider", "tcp", "iface", "lo", NULL);
+    side_create_or_skip(&b, "targ", "provider", "tcp", "iface", "lo", NULL);
+    CHECK(a.be->hmem == 0 && b.be->hmem == 0);
+    link_t l;
+    link_make(&l, &a, &b);
+    static uint8_t fake_gpu[2][65536];
+    void *vmd[2];
+    for (int i = 0; i < 2; i++) {
+        nixl_be_region_t vr = {.mem_type = NIXL_MEM_VRAM, .addr = (uint64_t)(uintptr_t)fake_gpu[i],
+                               .len = sizeof(fake_gpu[i])};
+        snprintf(vr.cuda.pci_bus_id, sizeof(vr.cuda.pci_bus_id), "0000:1b:00.0");
+        CHECK_ST(ops->reg(i ? b.be : a.be, &vr, &vmd[i]), NIXL_OK);
+        lf_reg_t *g = vmd[i];
+        CHECK(g->rails == 0 && g->no_hmem && g->mr[0] == NULL);
+    }
+    /* The peer's VRAM: an empty rail set, flagged. */
+    uint8_t key[64];
+    size_t klen = sizeof(key);
+    CHECK_ST(ops->rkey_pack(b.be, vmd[1], key, &klen), NIXL_OK);
+    CHECK(klen == 16 && key[6] == 2 && lf_get_u32(key + 8) == 0);
+    nixl_be_region_t vr = {.mem_type = NIXL_MEM_VRAM, .addr = (uint64_t)(uintptr_t)fake_gpu[1],
+                           .len = sizeof(fake_gpu[1])};
+    nixl_be_region_t dr = vr;
+    dr.mem_type = NIXL_MEM_DRAM;
+    void *vrmd = NULL;
+    CHECK_ST(ops->rkey_load(a.be, l.peer_ab, &dr, key, klen, &vrmd), NIXL_ERR_BAD_METADATA);
+    CHECK_ST(ops->rkey_load(a.be, l.peer_ab, &vr, key, klen, &vrmd), NIXL_OK);
+    CHECK(((lf_rmd_t *)vrmd)->no_hmem && ((lf_rmd_t *)vrmd)->rails == 0);
+
+    mem_t la, rb;
+    mem_make(&la, &a, 65536, 1);
+    mem_make(&rb, &b, 65536, 2);
+    void *rmd = rkey_of(&b, &rb, &a, l.peer_ab);
+    static const char *const why =
+        "libfabric provider tcp;ofi_rxm has no CUDA HMEM support: VRAM cannot be moved over it (cross-host GPU "
+        "needs EFA/verbs with HMEM)";
+    struct {
+        nixl_op_t op;
+        nixl_mem_t lm, rm;
+        void *lmd, *rmd;
+        uint64_t laddr, raddr;
+    } tries[] = {
+        {NIXL_OP_WRITE, NIXL_MEM_DRAM, NIXL_MEM_VRAM, la.md, vrmd, (uint64_t)(uintptr_t)la.p, vr.addr},
+        {NIXL_OP_READ, NIXL_MEM_DRAM, NIXL_MEM_VRAM, la.md, vrmd, (uint64_t)(uintptr_t)la.p, vr.addr},
+        {NIXL_OP_WRITE, NIXL_MEM_VRAM, NIXL_MEM_DRAM, vmd[0], rmd, (uint64_t)(uintptr_t)fake_gpu[0],
+         (uint64_t)(uintptr_t)rb.p},
+        {NIXL_OP_READ, NIXL_MEM_VRAM, NIXL_MEM_VRAM, vmd[0], vrmd, (uint64_t)(uintptr_t)fake_gpu[0], vr.addr},
+    };
+    for (size_t i = 0; i < sizeof(tries) / sizeof(tries[0]); i++) {
+        nixl_be_iov_t iov = {tries[i].laddr, tries[i].raddr, 4096, tries[i].lmd, tries[i].rmd};
+        nixl_be_xfer_t x = {tries[i].op, l.peer_ab, tries[i].lm, tries[i].rm, &iov, 1, 4096};
+        nixl_be_req_t *req = NULL;
+        unsigned before = errors_logged;
+        CHECK_ST(ops->xfer_prepare(a.be, &x, &req), NIXL_ERR_NO_PATH);
+        CHECK(req == NULL);
+        CHECK(errors_logged == before + 1);
+        CHECK(strncmp(last_error, why, strlen(why)) == 0);
+        CHECK(strstr(last_error, tries[i].lm == NIXL_MEM_VRAM ? "GPU memory of ours" : "GPU memory of peer targ"));
+    }
+    /* DRAM still moves; other memory types are refused. */
+    static const piece_t one[] = {{0, 0, 4096}};
+    nixl_be_req_t *w = make_req(&a, NIXL_OP_WRITE, l.peer_ab, &la, rmd, &rb, one, 1);
+    CHECK(ops->xfer_post(a.be, w, NULL, 0) >= 0);
+    CHECK_ST(wait_req(&a, w, 20000), NIXL_OK);
+    CHECK(memcmp(la.p, rb.p, 4096) == 0);
+    ops->xfer_release(a.be, w);
+    nixl_be_iov_t iov = {(uint64_t)(uintptr_t)la.p, (uint64_t)(uintptr_t)rb.p, 4096, la.md, rmd};
+    nixl_be_xfer_t x = {NIXL_OP_WRITE, l.peer_ab, NIXL_MEM_FILE, NIXL_MEM_DRAM, &iov, 1, 4096};
+    nixl_be_req_t *req = NULL;
+    CHECK_ST(ops->xfer_prepare(a.be, &x, &req), NIXL_ERR_MEM_TYPE);
+    nixl_be_region_t fr = {.mem_type = NIXL_MEM_FILE, .addr = 4096, .len = 4096};
+    void *fmd = NULL;
+    CHECK_ST(ops->reg(a.be, &fr, &fmd), NIXL_ERR_MEM_TYPE);
+    /* describe says so. */
+    char text[4096];
+    size_t tlen = sizeof(text);
+    CHECK_ST(ops->describe(a.be, text, &tlen), NIXL_OK);
+    CHECK(strstr(text, "VRAM: unreachable") != NULL);
+    ops->rkey_unload(a.be, rmd);
+    ops->rkey_unload(a.be, vrmd);
+    ops->dereg(a.be, vmd[0]);
+    ops->dereg(b.be, vmd[1]);
+    mem_drop(&la, &a);
+    mem_drop(&rb, &b);
+    link_drop(&l, &a, &b);
+    side_destroy(&a);
+    side_destroy(&b);
+}
+
+/* The intranode parameter at load time: a same-host peer is refused with
+ * off and taken with provider or nic; a peer of another kernel or of
+ * another network or pid namespace is always taken. */
+static void case_intranode(void)
+{
+    CHECK_ST(side_create(&(side_t){0}, "p", "intranode", "sometimes", NULL), NIXL_ERR_INVALID_PARAM);
+    side_t off, prov, nic, b;
+    side_create_or_skip(&off, "off", "provider", "tcp", "iface", "lo", "intranode", "off", NULL);
+    side_create_or_skip(&prov, "prov", "provider", "tcp", "iface", "lo", "intranode", "provider", NULL);
+    side_create_or_skip(&nic, "nic", "provider", "tcp", "iface", "lo", "intranode", "nic", NULL);
+    side_create_or_skip(&b, "b", "provider", "tcp", "iface", "lo", "intranode", "off", NULL);
+    CHECK(off.be->intranode == LF_INTRANODE_OFF && nic.be->intranode == LF_INTRANODE_NIC);
+    /* This host's identity was read and is the same for every instance. */
+    static const uint8_t zero[LF_HOST_ID_LEN];
+    CHECK(memcmp(b.be->host_id, zero, 16) != 0 && lf_get_u64(b.be->host_id + 16) && lf_get_u64(b.be->host_id + 24));
+    CHECK(lf_host_same(b.be->host_id, off.be->host_id) && !lf_host_same(zero, zero));
+    size_t len = 0;
+    CHECK_ST(ops->conn_pack(b.be, NULL, &len), NIXL_OK);
+    uint8_t *blob = malloc(len);
+    CHECK(blob);
+    CHECK_ST(ops->conn_pack(b.be, blob, &len), NIXL_OK);
+    CHECK(memcmp(blob + 24, b.be->host_id, LF_HOST_ID_LEN) == 0);
+    void *peer = NULL;
+    CHECK_ST(ops->peer_load(off.be, "b", blob, len, &peer), NIXL_ERR_NO_PATH);
+    CHECK(peer == NULL);
+    CHECK_ST(ops->peer_load(prov.be, "b", blob, len, &peer), NIXL_OK);
+    ops->peer_unload(prov.be, peer);
+    CHECK_ST(ops->peer_load(nic.be, "b", blob, len, &peer), NIXL_OK);
+    ops->peer_unload(nic.be, peer);
+    /* Another boot, another network namespace, another pid namespace, or
+     * an identity unknown: another host as far as libfabric goes. */
+    static const size_t flip[] = {24, 24 + 16, 24 + 24};
+    for (size_t i = 0; i < 3; i++) {
+        blob[flip[i]] ^= 1;
+        CHECK_ST(ops->peer_load(off.be, "b", blob, len, &peer), NIXL_OK);
+        ops->peer_unload(off.be, peer);
+        blob[flip[i]] ^= 1;
+    }
+    memset(blob + 24, 0, LF_HOST_ID_LEN);
+    CHECK_ST(ops->peer_load(off.be, "b", blob, len, &peer), NIXL_OK);
+    ops->peer_unload(off.be, peer);
+    free(blob);
+    /* A same-host peer that took us (intranode=provider) may still send to
+     * an off instance: off decides what this instance loads, not whom it
+     * answers. */
+    void *p_ab = load_peer(&prov, &b);
+    CHECK_ST(ops->notif_send(prov.be, p_ab, "hi", 2), NIXL_OK);
+    CHECK(wait_notifs(&b, 1, 20000));
+    CHECK(strcmp(b.host.q[0].sender, "prov") == 0);
+    ops->peer_unload(prov.be, p_ab);
+    side_destroy(&off);
+    side_destroy(&prov);
+    side_destroy(&nic);
+    side_destroy(&b);
+    /* shm reaches only this host: nic is impossible there. */
+    side_t s;
+    nixl_status_t st = side_create(&s, "s", "provider", "shm", "intranode", "nic", NULL);
+    CHECK(st == NIXL_ERR_INVALID_PARAM || st == NIXL_ERR_NOT_SUPPORTED);
+}
+
+/* A region's rails from its memory's place: the two tcp rails pretend to be
+ * NICs of the p5 fixture (switch 0 and switch 5), so lf_rails_locality
+ * loads the fixture as it would on EFA. */
+static void case_gpu_rails(void)
+{
+    if (!lf_topo_have_hwloc()) {
+        printf("SKIP: built without hwloc (test_topo_nohwloc covers that build)\n");
+        exit(77);
+    }
+    char xml[1024];
+    snprintf(xml, sizeof(xml), "%s/p5.xml", topo_dir);
+    static const struct {
+        const char *bus_id;
+        uint32_t rails;
+    } gpus[] = {
+        {"0000:03:00.0", 1u},     /* switch 0: rail 0's NIC */
+        {"0000:A3:00.0", 2u},     /* switch 5: rail 1's NIC */
+        {"0000:43:00.0", 1u},     /* switch 2: no NIC of ours, NUMA node 0 */
+        {"c3:00.0", 2u},          /* switch 6: NUMA node 1 */
+        {"0000:ff:00.0", 3u},     /* not in the topology */
+    };
+    for (int policy = 0; policy < 2; policy++) {
+        side_t s;
+        two_rails_or_skip(&s, "gpu", "rails", policy ? "local" : "all");
+        lf_be_t *be = s.be;
+        CHECK(be->topo == NULL);
+        be->rails[0].has_pci = 1;
+        be->rails[0].pci_bus = 0x04;
+        be->rails[1].has_pci = 1;
+        be->rails[1].pci_bus = 0xa6;
+        CHECK(strlen(xml) < sizeof(be->topo_xml));
+        memcpy(be->topo_xml, xml, strlen(xml) + 1);
+        CHECK_ST(lf_rails_locality(be), NIXL_OK);
+        CHECK((be->topo != NULL) == policy);
+        for (size_t i = 0; i < sizeof(gpus) / sizeof(gpus[0]); i++) {
+            nixl_be_region_t r = {.mem_type = NIXL_MEM_VRAM, .addr = 0x10000, .len = 4096};
+            snprintf(r.cuda.pci_bus_id, sizeof(r.cuda.pci_bus_id), "%s", gpus[i].bus_id);
+            uint32_t got = lf_reg_rails(be, &r);
+            if (got != (policy ? gpus[i].rails : 3u)) {
+                fprintf(stderr, "rails=%s, GPU %s: rails 0x%x\n", policy ? "local" : "all", gpus[i].bus_id, got);
+                exit(1);
+            }
+        }
+        /* Host memory: an XML topology is not this host, its node unknown. */
+        static uint8_t page[4096];
+        nixl_be_region_t d = {.mem_type = NIXL_MEM_DRAM, .addr = (uint64_t)(uintptr_t)page, .len = sizeof(page)};
+        CHECK(lf_reg_rails(be, &d) == 3u);
+        mem_t m;
+        mem_make(&m, &s, 65536, 1);
+        CHECK(((lf_reg_t *)m.md)->rails == 3u);
+        mem_drop(&m, &s);
+        side_destroy(&s);
+    }
+    /* A topology file that does not load fails create when it is used. */
+    side_t s;
+    two_rails_or_skip(&s, "gpu", "topo_xml", "/no/such/topology.xml");
+    s.be->rails[0].has_pci = 1;
+    CHECK_ST(lf_rails_locality(s.be), NIXL_ERR_INVALID_PARAM);
+    CHECK(s.be->topo == NULL);
+    side_destroy(&s);
+}
+
+/* describe: the text nixl-info -t prints, with the size convention of
+ * conn_pack. */
+static void case_describe(void)
+{
+    char xml[1024];
+    snprintf(xml, sizeof(xml), "%s/p5.xml", topo_dir);
+    side_t s;
+    side_create_or_skip(&s, "desc", "provider", "tcp", "iface", "lo", "topo_xml", xml, NULL);
+    size_t len = 0;
+    CHECK_ST(ops->describe(s.be, NULL, &len), NIXL_OK);
+    CHECK(len > 1);
+    char *buf = malloc(len);
+    CHECK(buf);
+    size_t small = len - 1;
+    CHECK_ST(ops->describe(s.be, buf, &small), NIXL_ERR_TOO_BIG);
+    CHECK(small == len);
+    CHECK_ST(ops->describe(s.be, buf, &small), NIXL_OK);
+    CHECK(small == len && buf[len - 1] == '\0' && strlen(buf) == len - 1);
+    printf("%s", buf);
+    CHECK(strstr(buf, "provider tcp") && strstr(buf, "rails=local") && strstr(buf, "rail 0 ") &&
+          strstr(buf, "domain lo"));
+    size_t gpus = 0;
+    for (const char *p = buf; (p = strstr(p, "  gpu ")) != NULL; p++)
+        gpus++;
+    if (lf_topo_have_hwloc()) {
+        /* tcp's rail has no place: each of the 8 GPUs gets it (all rails). */
+        CHECK(gpus == 8 && strstr(buf, "gpu 0000:03:00.0") && strstr(buf, "gpu 0000:e3:00.0"));
+        CHECK(strstr(buf, "rails 0\n") != NULL);
+    } else {
+        CHECK(gpus == 0 && strstr(buf, "without hwloc") && strstr(buf, "no GPU in the topology"));
+    }
+    free(buf);
+    side_destroy(&s);
+}
+
 static const struct {
     const char *name;
     void (*fn)(void);
 } cases[] = {
+    {"rail_sets", case_rail_sets}, {"rail_sets_count", case_rail_sets_count}, {"gpu_rails", case_gpu_rails},
+    {"describe", case_describe},     {"vram_no_hmem", case_vram_no_hmem}, {"intranode", case_intranode},
     {"params", case_params},         {"conn_corrupt", case_conn_corrupt}, {"rkey_corrupt", case_rkey_corrupt},
     {"xfer_tcp", case_xfer_tcp},     {"xfer_shm", case_xfer_shm},         {"rails", case_rails},
     {"xfer_tcp_count", case_xfer_tcp_count}, {"xfer_tcp_delivery", case_xfer_tcp_delivery},
-    {"counting", case_counting},     {"cancel", case_cancel},             {"cancel_count", case_cancel_count},             {"silent_peer", case_silent_peer},
+    {"counting", case_counting},     {"cancel", case_cancel},             {"cancel_count", case_cancel_count},
+    {"silent_peer", case_silent_peer},
     {"no_answer", case_no_answer},   {"bye", case_bye},
 };
 
 int main(int argc, char **argv)
 {
     ops = nixl_backend_libfabric_ops();
-    if (argc != 2) {
-        fprintf(stderr, "usage: %s CASE\n", argv[0]);
+    if (argc != 2 && argc != 3) {
+        fprintf(stderr, "usage: %s CASE [TOPO_DIR]\n", argv[0]);
         return 2;
     }
+    if (argc == 3)
+        topo_dir = argv[2];
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         if (strcmp(cases[i].name, argv[1]) == 0) {
             cases[i].fn();

@@ -430,7 +430,7 @@ static void case_params(void)
     const nixl_backend_ops_t *ops = test_ops();
     CHECK(ops->abi_version == NIXL_BACKEND_ABI_VERSION && ops->struct_size == sizeof(nixl_backend_ops_t));
     CHECK(strcmp(ops->name, "shm") == 0 && ops->mem_types == NIXL_MEM_BIT(NIXL_MEM_DRAM));
-    CHECK(ops->caps == (NIXL_CAP_LOCAL | NIXL_CAP_SAME_HOST | NIXL_CAP_NOTIF | NIXL_CAP_PROGRESS));
+    CHECK(ops->caps == (NIXL_CAP_LOCAL | NIXL_CAP_SAME_HOST | NIXL_CAP_NOTIF | NIXL_CAP_PROGRESS | NIXL_CAP_REG_MT));
     printf("params: ok\n");
 }
 
