@@ -83,7 +83,7 @@ typedef struct fault_spec {
 
 typedef struct fault_rule {
     fault_spec_t s;
-    atomic_int pending; /* xfer_status call nth found nothing in flight */
+    atomic_int pending; /* xfer_status call nth could not fail: the next one that can does */
     atomic_int warned;  /* delay rules warn once, then log at debug */
 } fault_rule_t;
 

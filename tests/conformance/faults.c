@@ -331,7 +331,8 @@ int conf_fault_summary(size_t faulted)
     }
     unsigned long long n = atomic_load(&s->tte_n);
     printf("fault: spec '%s': %zu case(s) ended by an injected error\n", conf_opts.fault, faulted);
-    printf("fault: requests posted %llu: succeeded %llu, failed %llu, the rest released in flight; errors: %s\n",
+    printf("fault: requests posted %llu: succeeded %llu, failed %llu (the rest: re-post refused or released in "
+           "flight); errors: %s\n",
            (unsigned long long)atomic_load(&s->posted), (unsigned long long)atomic_load(&s->ok),
            (unsigned long long)atomic_load(&s->failed), used ? codes : "none");
     if (n)
