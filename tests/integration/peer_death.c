@@ -789,11 +789,21 @@ static int case_kill(nixl_agent_t *a, dpeer_t *surv, int use_map)
     if (!dpeer_idle(&d))
         die("the doomed peer's loop did not settle");
     uint64_t rounds = dpeer_writes_ok(&d);
-    dpeer_pump(&d, 1, NULL, 0);
-    dpeer_pump(&d, 0, NULL, 0); /* those already done are not in flight */
+    /* On a loaded machine a whole round can finish between the post and the
+     * poll: then let it settle and post again, so the kill lands on requests
+     * still running (at most 50 rounds). */
     int inflight = 0;
-    for (size_t s = 0; s < NSLOT; s++)
-        inflight += d.inflight[s];
+    for (int attempt = 0; attempt < 50 && inflight == 0; attempt++) {
+        t_end = now_us() + 5000000u;
+        while (!dpeer_idle(&d) && now_us() < t_end) {
+            dpeer_pump(&d, 0, NULL, 0);
+            dpeer_pump(surv, 1, NULL, 0);
+        }
+        dpeer_pump(&d, 1, NULL, 0);
+        dpeer_pump(&d, 0, NULL, 0); /* those already done are not in flight */
+        for (size_t s = 0; s < NSLOT; s++)
+            inflight += d.inflight[s];
+    }
     uint64_t reap_us;
     uint64_t t_kill = child_kill(&d.c, &reap_us);
     printf("  before the kill: %" PRIu64 " WRITEs to the doomed peer done, %d of %d requests in flight at the "
