@@ -243,6 +243,7 @@ NIXL_API nixl_status_t nixl_backend_describe(nixl_backend_t *backend, char *buf,
 enum {
     NIXL_OPT_BACKENDS = 1u << 0, /* restrict to these backends */
     NIXL_OPT_NOTIF = 1u << 1,    /* attach this notification */
+    NIXL_OPT_TIMEOUT_MS = 1u << 2, /* requests: deadline of each post */
 };
 
 typedef struct nixl_opt_args {
@@ -251,6 +252,9 @@ typedef struct nixl_opt_args {
     size_t num_backends;
     const void *notif;
     size_t notif_len; /* at most NIXL_NOTIF_MAX */
+    /* Requests only: each post must end within this many ms, 0 = no
+     * deadline (default NIXL_XFER_TIMEOUT_MS); see nixl_xfer_status. */
+    uint32_t timeout_ms;
 } nixl_opt_args_t;
 
 #define NIXL_NOTIF_MAX 65536
@@ -382,7 +386,16 @@ NIXL_API nixl_status_t nixl_xfer_make(nixl_agent_t *agent, nixl_op_t op, const n
  * completed already, NIXL_IN_PROG when it runs, an error otherwise.
  * Posting a request still in flight is NIXL_ERR_IN_FLIGHT. */
 NIXL_API nixl_status_t nixl_xfer_post(nixl_xfer_t *xfer);
-/* NIXL_OK done, NIXL_IN_PROG running, an error if it failed. */
+/* NIXL_OK done, NIXL_IN_PROG running, an error if it failed.  When an
+ * error comes back the library no longer touches the request's memory.
+ * Deadline (NIXL_OPT_TIMEOUT_MS or NIXL_XFER_TIMEOUT_MS): the first status
+ * call after it passed starts canceling the request; a later call returns
+ * NIXL_ERR_TIMEOUT once the backend let go of the memory (at once for shm
+ * and cuda_ipc; libfabric waits for its posted operations, bounded by the
+ * peer timeout).  A timed-out request's notification is never delivered;
+ * its data may have landed in part.  Re-post it to try again.  NIXL_OK can
+ * still come after the deadline when the request had already reached its
+ * notification (every byte had landed). */
 NIXL_API nixl_status_t nixl_xfer_status(nixl_xfer_t *xfer);
 /* Release a request; one in flight is canceled first (its notification is
  * not delivered). */
@@ -416,7 +429,8 @@ typedef void (*nixl_notif_cb_t)(const char *sender, const void *msg, size_t len,
  * order per sender) and forget it.  *count_out (may be NULL) gets how many. */
 NIXL_API nixl_status_t nixl_notifs_get(nixl_agent_t *agent, nixl_notif_cb_t cb, void *arg, size_t *count_out);
 
-/* Drive backends once (when no progress thread runs). */
+/* Drive backends once (when no progress thread runs).  Every backend is
+ * driven; the first one's error is returned (and logged, rate-limited). */
 NIXL_API nixl_status_t nixl_agent_progress(nixl_agent_t *agent);
 
 /* ------------------------------------------------------------------------

@@ -217,7 +217,21 @@ typedef struct nixl_backend_ops {
      * chosen to reach a peer's memory of these types (cuda_ipc: local DRAM
      * <-> a peer's VRAM, while shm keeps DRAM <-> DRAM). */
     uint32_t local_mem_types;
+    /* OPTIONAL (the core enforces request deadlines with it; without it a
+     * deadline is not enforced, said once).  Start canceling a request in
+     * flight; must not block.  From then on xfer_status says how it ended:
+     * NIXL_ERR_CANCELED once the backend no longer touches the memory and
+     * the notification will never be delivered; NIXL_OK when it was too
+     * late (the notification was already on its way: every byte landed);
+     * or the error it failed with.  A request no longer in flight is left
+     * as it is. */
+    void (*xfer_cancel)(void *be, nixl_be_req_t *req);
 } nixl_backend_ops_t;
+
+/* Whether ops (of struct_size bytes) has member m: members appended after
+ * version 1 exist only in tables built with a header that has them. */
+#define NIXL_BACKEND_OPS_HAS(ops, m) \
+    ((ops)->struct_size >= offsetof(nixl_backend_ops_t, m) + sizeof((ops)->m) && (ops)->m)
 
 typedef const nixl_backend_ops_t *(*nixl_backend_entry_fn)(void);
 

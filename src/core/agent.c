@@ -33,11 +33,33 @@ static int agent_name_valid(const char *name)
     return n > 0 && n <= NIXL_NAME_MAX;
 }
 
-void nixl_agent_progress_locked(nixl_agent_t *a)
+/* A backend's progress error is logged when it changes, and at most every
+ * 10 s while it repeats (a progress thread calls 10,000 times a second). */
+#define PROGRESS_ERR_LOG_NS (10ull * 1000000000ull)
+
+nixl_status_t nixl_agent_progress_locked(nixl_agent_t *a)
 {
-    for (int b = 0; b < a->num_backends; b++)
-        if (a->backends[b]->ops->progress)
-            a->backends[b]->ops->progress(a->backends[b]->be);
+    nixl_status_t first = NIXL_OK;
+    for (int i = 0; i < a->num_backends; i++) {
+        nixl_backend_t *b = a->backends[i];
+        if (!b->ops->progress)
+            continue;
+        nixl_status_t st = b->ops->progress(b->be);
+        if (nixl_likely(st >= 0)) {
+            b->progress_err = NIXL_OK;
+            continue;
+        }
+        if (first == NIXL_OK)
+            first = st;
+        uint64_t now = nixl_now_ns();
+        if (st != b->progress_err || now - b->progress_err_ns > PROGRESS_ERR_LOG_NS) {
+            NIXL_ERROR("agent %s: backend %s: progress failed: %s (logged again if it changes, or in 10 s)",
+                       a->name, b->ops->name, nixl_strerror(st));
+            b->progress_err_ns = now;
+        }
+        b->progress_err = st;
+    }
+    return first;
 }
 
 static void *progress_main(void *arg)
@@ -140,6 +162,8 @@ NIXL_API nixl_status_t nixl_agent_create(const nixl_agent_config_t *cfg, nixl_ag
     a->progress_interval_us = (cfg->field_mask & NIXL_AGENT_CONFIG_PROGRESS_INTERVAL_US)
                                   ? cfg->progress_interval_us
                                   : (uint32_t)nixl_cfg_size("NIXL_PROGRESS_INTERVAL_US");
+    uint64_t timeout_ms = nixl_cfg_size("NIXL_XFER_TIMEOUT_MS");
+    a->xfer_timeout_ns = (timeout_ms > UINT32_MAX ? UINT32_MAX : timeout_ms) * 1000000ull;
     if (a->progress_interval_us == 0)
         a->progress_interval_us = 1;
 
@@ -222,9 +246,9 @@ NIXL_API nixl_status_t nixl_agent_progress(nixl_agent_t *agent)
     if (!agent)
         return NIXL_ERR_NULL;
     nixl_agent_lock(agent);
-    nixl_agent_progress_locked(agent);
+    nixl_status_t st = nixl_agent_progress_locked(agent);
     nixl_agent_unlock(agent);
-    return NIXL_OK;
+    return st;
 }
 
 /* ---- notifications ---- */

@@ -46,6 +46,9 @@ struct nixl_backend {
     /* What the registry hands it: ops->mem_types plus the local-only
      * ops->local_mem_types (never published to peers, see peer.c). */
     uint32_t reg_mem_types;
+    int cancel_warned; /* no xfer_cancel op: said once that deadlines are not enforced */
+    nixl_status_t progress_err; /* last progress() status, for the rate-limited log */
+    uint64_t progress_err_ns;
 };
 
 /* ---- local registrations (registry.c) ---- */
@@ -134,6 +137,8 @@ struct nixl_xfer {
     nixl_status_t error;
     uint64_t t_post, post_ns, xfer_ns, posts;
     void *cuda_ctx; /* local VRAM: the context bound around backend calls */
+    uint64_t timeout_ns; /* deadline of each post after t_post; 0 = none */
+    int canceling;       /* the deadline passed: the backend is canceling it */
 };
 
 /* Cancel and free every request (agent destroy). */
@@ -190,6 +195,7 @@ struct nixl_agent {
     pthread_t progress_thread;
     atomic_int progress_running;
     uint32_t progress_interval_us;
+    uint64_t xfer_timeout_ns; /* NIXL_XFER_TIMEOUT_MS at creation; 0 = none */
 };
 
 static inline void nixl_agent_lock(nixl_agent_t *a)
@@ -204,8 +210,9 @@ static inline void nixl_agent_unlock(nixl_agent_t *a)
         pthread_mutex_unlock(&a->lock);
 }
 
-/* Progress every backend (agent lock held). */
-void nixl_agent_progress_locked(nixl_agent_t *agent);
+/* Progress every backend (agent lock held): every one is driven; the first
+ * error is returned, and logged (rate-limited per backend). */
+nixl_status_t nixl_agent_progress_locked(nixl_agent_t *agent);
 /* Metadata calls with the agent lock held (used by the listener too). */
 nixl_status_t nixl_md_get_local_locked(nixl_agent_t *agent, void **blob_out, size_t *len_out);
 nixl_status_t nixl_md_load_remote_locked(nixl_agent_t *agent, const void *blob, size_t len,

@@ -122,6 +122,7 @@ struct fault_req {
     uint8_t *notif;           /* the held notification (has_notif: even of length 0) */
     size_t notif_len, notif_cap;
     int has_notif;
+    int cancel_held;          /* canceled before its held notification went: ends NIXL_ERR_CANCELED */
 };
 
 /* ---- parsing ---- */
@@ -629,6 +630,7 @@ static nixl_status_t fault_xfer_post(void *p, nixl_be_req_t *req, const void *no
         }
     }
     r->notif_sent = 0;
+    r->cancel_held = 0;
     r->settled = NIXL_IN_PROG;
     if (!fb->hold) {
         st = fb->real->xfer_post(fb->be, r->real, notif, notif_len);
@@ -687,7 +689,32 @@ static nixl_status_t fault_xfer_status(void *p, nixl_be_req_t *req)
         return r->settled;
     st = fb->real->xfer_status(fb->be, r->real);
     req_sync(r);
+    if (r->cancel_held && st != NIXL_IN_PROG)
+        return r->settled = st == NIXL_OK ? NIXL_ERR_CANCELED : st;
     return r->held && st != NIXL_IN_PROG ? held_settle(fb, r, st) : st;
+}
+
+/* A deadline's cancel.  A notification we hold and have not sent loses
+ * to it: dropped, so the request ends NIXL_ERR_CANCELED even when the real
+ * one completes.  The real backend's cancel stops the rest. */
+static void fault_xfer_cancel(void *p, nixl_be_req_t *req)
+{
+    fault_be_t *fb = p;
+    fault_req_t *r = (fault_req_t *)req;
+    if (!r || !r->real)
+        return;
+    if (r->held) {
+        held_del(fb, r);
+        r->cancel_held = 1;
+    }
+    if (NIXL_BACKEND_OPS_HAS(fb->real, xfer_cancel))
+        fb->real->xfer_cancel(fb->be, r->real);
+}
+
+static nixl_status_t fault_describe(void *p, char *buf, size_t *len)
+{
+    fault_be_t *fb = p;
+    return fb->real->describe(fb->be, buf, len);
 }
 
 static void fault_xfer_release(void *p, nixl_be_req_t *req)
@@ -775,12 +802,13 @@ nixl_status_t nixl_fault_install(nixl_backend_t *b)
     fault_be_t *fb = calloc(1, sizeof(*fb) + n * sizeof(fault_rule_t));
     if (!fb)
         return NIXL_ERR_NO_MEMORY;
-    /* The version-1 members only, every one that takes 'be' wrapped below:
-     * ops appended later would get our pointer for theirs, so the shadow
-     * table is the version-1 size and hides them until this file wraps
-     * them too. */
+    /* The version-1 members are copied, every one that takes 'be' wrapped
+     * below; the appended ones are set one by one (an op this file does not
+     * wrap would get our pointer for the real instance's). */
     memcpy(&fb->ops, real, FAULT_OPS_V1_SIZE);
-    fb->ops.struct_size = FAULT_OPS_V1_SIZE;
+    fb->ops.struct_size = sizeof(fb->ops);
+    fb->ops.describe = NIXL_BACKEND_OPS_HAS(real, describe) ? fault_describe : NULL;
+    fb->ops.local_mem_types = NIXL_BACKEND_OPS_HAS(real, local_mem_types) ? real->local_mem_types : 0;
     fb->ops.destroy = fault_destroy;
     fb->ops.reg = fault_reg;
     fb->ops.dereg = fault_dereg;
@@ -817,6 +845,7 @@ nixl_status_t nixl_fault_install(nixl_backend_t *b)
     /* Held notifications are also sent from progress, so the core must
      * call it even when the backend has none. */
     fb->ops.progress = real->progress || fb->hold ? fault_progress : NULL;
+    fb->ops.xfer_cancel = NIXL_BACKEND_OPS_HAS(real, xfer_cancel) || fb->hold ? fault_xfer_cancel : NULL;
     b->ops = &fb->ops;
     b->be = fb;
     NIXL_WARN("agent %s: backend %s runs under NIXL_FAULT: %zu rule(s) of '%s' apply", b->agent->name, real->name,

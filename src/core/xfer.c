@@ -403,6 +403,8 @@ static nixl_status_t xfer_make_locked(nixl_agent_t *a, nixl_op_t op, nixl_prep_t
     x->descs_in = count;
     x->bytes = bytes;
     x->reg_epoch = a->reg_epoch;
+    x->timeout_ns = opt && (opt->field_mask & NIXL_OPT_TIMEOUT_MS) ? (uint64_t)opt->timeout_ms * 1000000ull
+                                                                   : a->xfer_timeout_ns;
     if (lp->mem == NIXL_MEM_VRAM)
         x->cuda_ctx = ((const nixl_region_t *)ld[li ? li[0] : 0].h)->cuda.ctx;
     if (notif_len) {
@@ -530,13 +532,41 @@ static nixl_status_t xfer_revalidate(nixl_xfer_t *x)
     return NIXL_OK;
 }
 
+/* The request's deadline passed (context bound): have the backend cancel
+ * it, and say how it stands now.  Its status then ends NIXL_ERR_CANCELED
+ * (reported as NIXL_ERR_TIMEOUT), or NIXL_OK when the notification was
+ * already on its way. */
+static nixl_status_t xfer_deadline(nixl_xfer_t *x)
+{
+    nixl_backend_t *b = x->backend;
+    if (!NIXL_BACKEND_OPS_HAS(b->ops, xfer_cancel)) {
+        if (!b->cancel_warned) {
+            b->cancel_warned = 1;
+            NIXL_WARN("agent %s: backend %s cannot cancel requests: their deadlines are not enforced",
+                      x->agent->name, b->ops->name);
+        }
+        x->timeout_ns = 0;
+        return NIXL_IN_PROG;
+    }
+    NIXL_INFO("agent %s: request to %s over %s passed its deadline of %llu ms: canceling it", x->agent->name,
+              x->peer->name, x->req->path ? x->req->path : "?", (unsigned long long)(x->timeout_ns / 1000000));
+    x->canceling = 1;
+    b->ops->xfer_cancel(b->be, x->req);
+    return b->ops->xfer_status(b->be, x->req);
+}
+
 static nixl_status_t xfer_poll_locked(nixl_xfer_t *x)
 {
     if (x->state != NIXL_XFER_IN_FLIGHT)
         return NIXL_OK;
     void *saved = xfer_bind(x);
     nixl_status_t st = x->backend->ops->xfer_status(x->backend->be, x->req);
+    if (nixl_unlikely(st == NIXL_IN_PROG && x->timeout_ns && !x->canceling) &&
+        nixl_now_ns() - x->t_post > x->timeout_ns)
+        st = xfer_deadline(x);
     xfer_unbind(x, saved);
+    if (st == NIXL_ERR_CANCELED && x->canceling)
+        st = NIXL_ERR_TIMEOUT;
     if (st != NIXL_IN_PROG)
         xfer_finish(x, st);
     return st;
@@ -571,6 +601,7 @@ NIXL_API nixl_status_t nixl_xfer_post(nixl_xfer_t *x)
     }
     x->t_post = nixl_now_ns();
     x->posts++;
+    x->canceling = 0;
     void *saved = xfer_bind(x);
     st = x->backend->ops->xfer_post(x->backend->be, x->req, x->notif, x->notif_len);
     xfer_unbind(x, saved);

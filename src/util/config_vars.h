@@ -9,6 +9,7 @@
     X(NIXL_LOG_LEVEL, "warn", "log level: error, warn, info, debug or trace")                    \
     X(NIXL_PLUGIN_DIR, "", "directories (separated by :) searched first for backend modules libnixl_backend_*.so") \
     X(NIXL_MD_TIMEOUT_MS, "5000", "timeout of metadata socket operations, in milliseconds")      \
+    X(NIXL_XFER_TIMEOUT_MS, "0", "deadline of each post of a request that sets no NIXL_OPT_TIMEOUT_MS, in milliseconds: past it nixl_xfer_status cancels the request and returns NIXL_ERR_TIMEOUT; 0 = none") \
     X(NIXL_FALLBACK_WARN_MS, "1000", "at most one fallback warning per path and cause per this many ms") \
     X(NIXL_CUDA_LIB, "libcuda.so.1", "the CUDA driver library loaded at run time (VRAM support)")         \
     X(NIXL_ALLOW_FALLBACK, "1", "0 refuses fallback paths: requests that would take one fail instead") \

@@ -404,6 +404,80 @@ static void case_release_in_flight(conf_ctx_t *ctx)
     local_drop(ctx, &lb);
 }
 
+/* A deadline (NIXL_OPT_TIMEOUT_MS, 1 ms) shorter than a 64 MiB WRITE.  Each
+ * post ends NIXL_OK (every byte there when the notification arrives: it
+ * had left before the cancel) or NIXL_ERR_TIMEOUT: then no notification
+ * ever arrives, the target's memory is not written after the status said
+ * so, and a request without deadline still works.  A DRAM run must see at
+ * least one timeout (no backend here moves 64 MiB in 1 ms); VRAM over
+ * NVLink may finish first, which is said. */
+#define DEADLINE_ROUNDS 4
+
+static void case_deadline(conf_ctx_t *ctx)
+{
+    conf_target_start(ctx, BIG_LEN, 61);
+    local_buf_t lb = local_make(ctx, BIG_LEN, 62);
+    enum { NP = 64 };
+    piece_t pc[NP];
+    for (size_t i = 0; i < NP; i++) {
+        pc[i].loff = i * (BIG_LEN / NP);
+        pc[i].roff = (NP - 1 - i) * (BIG_LEN / NP);
+        pc[i].len = BIG_LEN / NP;
+    }
+    lists_t s = lists_make(ctx, &lb, pc, NP);
+    nixl_opt_args_t opt = {.field_mask = NIXL_OPT_NOTIF | NIXL_OPT_TIMEOUT_MS, .notif = "dl", .notif_len = 2,
+                           .timeout_ms = 1};
+    nixl_xfer_t *x = NULL;
+    CHECK_OK(conf_xfer_create(ctx->agent, NIXL_OP_WRITE, &s.ll, &s.rl, CONF_TARGET_NAME, &opt, &x));
+    lists_free(&s);
+    nixl_xfer_t *y = xfer_make_pieces(ctx, NIXL_OP_WRITE, &lb, pc, NP, "after");
+    uint8_t *img = image_after_write(ctx, 61, &lb, pc, NP);
+    uint8_t *fill = malloc(BIG_LEN);
+    CHECK(fill != NULL);
+    int timeouts = 0, oks = 0;
+    uint64_t max_ms = 0;
+    for (int round = 0; round < DEADLINE_ROUNDS; round++) {
+        conf_target_fill(ctx, 0, BIG_LEN, 61);
+        uint64_t t0 = conf_now_ms();
+        nixl_status_t st = conf_xfer_post(x);
+        if (st == NIXL_IN_PROG)
+            st = conf_wait(x, XFER_TIMEOUT_MS);
+        uint64_t ms = conf_now_ms() - t0;
+        if (st == NIXL_OK) {
+            oks++;
+            expect_notif(ctx, "dl", img);
+            continue;
+        }
+        if (st != NIXL_ERR_TIMEOUT)
+            conf_fail_st(st, __FILE__, __LINE__, "a post with a 1 ms deadline ended %s", nixl_status_name(st));
+        timeouts++;
+        max_ms = ms > max_ms ? ms : max_ms;
+        if (ms > 10000)
+            conf_fail(__FILE__, __LINE__, "NIXL_ERR_TIMEOUT came %llu ms after the post of a 1 ms deadline",
+                      (unsigned long long)ms);
+        /* Nothing writes the target any more: a fresh pattern stays. */
+        conf_target_fill(ctx, 0, BIG_LEN, 63 + (uint64_t)round);
+        conf_sleep_us(100 * 1000);
+        conf_pattern_fill(fill, BIG_LEN, 63 + (uint64_t)round, 0);
+        conf_target_expect(ctx, 0, fill, BIG_LEN);
+        CHECK_EQ_U64(conf_target_count_notifs(ctx, 200), 0);
+        /* The agent, the peer and the memory still work. */
+        conf_target_fill(ctx, 0, BIG_LEN, 61);
+        xfer_run(y);
+        expect_notif(ctx, "after", img);
+    }
+    CHECK_EQ_U64(conf_target_count_notifs(ctx, 100), 0);
+    conf_note("%d of %d posts timed out (NIXL_ERR_TIMEOUT at most %llu ms after the post), %d completed first",
+              timeouts, DEADLINE_ROUNDS, (unsigned long long)max_ms, oks);
+    if (timeouts == 0 && conf_mem_type() == NIXL_MEM_DRAM)
+        conf_fail(__FILE__, __LINE__, "no 64 MiB WRITE outlived a 1 ms deadline: the deadline was not enforced");
+    conf_xfer_release(x);
+    conf_xfer_release(y);
+    free(fill);
+    free(img);
+    local_drop(ctx, &lb);
+}
+
 /* A series of requests, each with its own notification when it is a
  * WRITE: every one succeeds with exact bytes and exactly its notification,
  * or (with --expect-fault) fails with an injected error, sends nothing, and
@@ -793,6 +867,8 @@ const conf_case_t conf_cases_xfer[] = {
      "release in flight cancels: no notification, no late writes"},
     {"release_in_flight_shared", case_release_in_flight, CONF_NEED_XFER | CONF_NEED_NOTIF, 1,
      "release_in_flight on nixl_mem_alloc memory"},
+    {"deadline", case_deadline, CONF_NEED_XFER | CONF_NEED_NOTIF, 0,
+     "1 ms deadline on 64 MiB: NIXL_ERR_TIMEOUT with no notification and no late writes, or NIXL_OK complete"},
     {"series", case_series, CONF_NEED_XFER | CONF_NEED_NOTIF, 0,
      "16 requests: each succeeds with its notification or fails with an injected error and is posted again"},
     {"series_shared", case_series, CONF_NEED_XFER | CONF_NEED_NOTIF, 1, "series on nixl_mem_alloc memory"},

@@ -59,6 +59,12 @@ if [ "$ngpu" -ge 2 ]; then
     tail -1 "$R/conformance-cross.log" | tee -a "$R/summary.txt"
     grep -E '^FAIL' "$R/conformance-cross.log" | head -10
 fi
+# Deadlines on the staged path (slow enough to pass a 1 ms deadline): the
+# staging worker's cancel, no notification, no late writes.
+say "== conformance deadline, VRAM, staged fallback (NIXL_CUDA_IPC_MAP=0)"
+NIXL_CUDA_IPC_MAP=0 timeout 120 "$B/tests/conformance/conformance" --backend cuda_ipc --procs 2 --mem vram \
+    --devs 0,$([ "$ngpu" -ge 2 ] && echo 1 || echo 0) --filter deadline >"$R/conformance-deadline-staged.log" 2>&1 || status=1
+grep -E 'deadline|^summary' "$R/conformance-deadline-staged.log" | tee -a "$R/summary.txt"
 
 say "== benchmarks"
 i_dev=0; t_dev=0
@@ -112,6 +118,11 @@ for line in open(os.path.join(r, "tests.log")):
 try:
     last = open(os.path.join(r, "conformance-cross.log")).read().strip().splitlines()[-1]
     print("%-44s %s" % ("conformance cuda_ipc vram procs 2 (GPU 1->0)", last.replace("summary: ", "")))
+except (OSError, IndexError):
+    pass
+try:
+    last = open(os.path.join(r, "conformance-deadline-staged.log")).read().strip().splitlines()[-1]
+    print("%-44s %s" % ("conformance deadline, staged", last.replace("summary: ", "")))
 except (OSError, IndexError):
     pass
 print()

@@ -2,6 +2,7 @@
 telemetry and path accounting, backends by NIXL's names, handle life cycle."""
 
 import logging
+import time
 
 import numpy as np
 import pytest
@@ -239,3 +240,32 @@ def test_handles_after_close_and_release():
         a.get_agent_metadata()
     del h2, lh  # handles of a closed agent are not freed again
     b.close()
+
+
+def test_deadline_times_out_without_notification(pair):
+    """timeout_ms (ours): a 64 MiB WRITE cannot finish in 1 ms, so the request
+    raises NIXL_ERR_TIMEOUT, the target never sees its notification, and the
+    same memory still moves with a request without deadline."""
+    a, b = pair
+    n = 64 << 20
+    src = np.full(n, 7, np.uint8)
+    dst = np.zeros(n, np.uint8)
+    a.register_memory(src)
+    rb = b.register_memory(dst)
+    introduce(a, b)
+    with pytest.raises(nixl.nixlInvalidParamError):
+        a.initialize_xfer("WRITE", a.get_xfer_descs(src), rb.trim(), b.name, b"late", timeout_ms=-1)
+    h = a.initialize_xfer("WRITE", a.get_xfer_descs(src), rb.trim(), b.name, b"late", timeout_ms=1)
+    a.transfer(h)
+    with pytest.raises(nixl.nixlBackendError) as e:
+        wait_state(a, h)
+    assert e.value.status_name == "NIXL_ERR_TIMEOUT"
+    time.sleep(0.2)
+    assert b.get_new_notifs().get(a.name, []) == []
+    a.release_xfer_handle(h)
+    h = a.initialize_xfer("WRITE", a.get_xfer_descs(src), rb.trim(), b.name, b"whole", timeout_ms=0)
+    a.transfer(h)
+    assert wait_state(a, h) == "DONE"
+    wait_notif(b, a.name, b"whole")
+    assert np.array_equal(src, dst)
+    a.release_xfer_handle(h)

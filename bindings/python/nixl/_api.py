@@ -303,16 +303,23 @@ class nixl_agent:
         self.backend_options[name] = dict(eff)
         return out.value
 
-    def _opt(self, backends: Optional[list[str]], notif: Optional[bytes], call: str, mem: Optional[str] = None):
+    def _opt(self, backends: Optional[list[str]], notif: Optional[bytes], call: str, mem: Optional[str] = None,
+             timeout_ms: Optional[int] = None):
         """A nixl_opt_args_t (and what it points to, to keep alive), or None when nothing is set.
 
         With mem (registration), a NIXL name stands only for those of its
         backends that take that memory type: libnixl wants each one listed to.
         """
-        if not backends and notif is None:
+        if not backends and notif is None and timeout_ms is None:
             return None, None
         opt = _lib.nixl_opt_args_t()
         keep: list[Any] = []
+        if timeout_ms is not None:
+            if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or not 0 <= timeout_ms <= 0xFFFFFFFF:
+                raise make_error(nixlInvalidParamError, call,
+                                 f"timeout_ms must be an int from 0 (no deadline) to 2**32-1, not {timeout_ms!r}")
+            opt.field_mask |= _lib.OPT_TIMEOUT_MS
+            opt.timeout_ms = timeout_ms
         if backends:
             hs: list[int] = []
             for b in backends:
@@ -492,8 +499,13 @@ class nixl_agent:
     def make_prepped_xfer(self, operation: str, local_xfer_side: nixl_prepped_dlist_handle, local_indices: Any,
                           remote_xfer_side: nixl_prepped_dlist_handle, remote_indices: Any,
                           notif_msg: Union[bytes, str] = b"", backends: Optional[list[str]] = None,
-                          skip_desc_merge: bool = False) -> nixl_xfer_handle:
-        """A request from index arrays into two prepared lists (skip_desc_merge is ignored: we always merge)."""
+                          skip_desc_merge: bool = False, timeout_ms: Optional[int] = None) -> nixl_xfer_handle:
+        """A request from index arrays into two prepared lists (skip_desc_merge is ignored: we always merge).
+
+        timeout_ms (ours): each post must end within it, else check_xfer_state
+        raises NIXL_ERR_TIMEOUT (a nixlBackendError) and the notification is
+        never delivered; 0 = no deadline; None = NIXL_XFER_TIMEOUT_MS.
+        """
         call = "make_prepped_xfer"
         op = self._op(operation, call)
         lkeep, laddr, ln = index_array(local_indices, call)
@@ -505,7 +517,7 @@ class nixl_agent:
         notif = _to_bytes(notif_msg)
 
         def make(msg: bytes) -> int:
-            opt, _keep = self._opt(backends, msg if msg else None, call)
+            opt, _keep = self._opt(backends, msg if msg else None, call, timeout_ms=timeout_ms)
             first, second = sorted((local_xfer_side, remote_xfer_side), key=id)
             with first._lock, second._lock:
                 lp = local_xfer_side._get(self, call)
@@ -521,8 +533,12 @@ class nixl_agent:
         return nixl_xfer_handle(self, make(notif), remote_xfer_side.peer, notif, remake)
 
     def initialize_xfer(self, operation: str, local_descs: Any, remote_descs: Any, remote_agent: str,
-                        notif_msg: Union[bytes, str] = b"", backends: Optional[list[str]] = None) -> nixl_xfer_handle:
-        """A one-shot request: descriptor i of local_descs pairs with descriptor i of remote_descs."""
+                        notif_msg: Union[bytes, str] = b"", backends: Optional[list[str]] = None,
+                        timeout_ms: Optional[int] = None) -> nixl_xfer_handle:
+        """A one-shot request: descriptor i of local_descs pairs with descriptor i of remote_descs.
+
+        timeout_ms: as for make_prepped_xfer.
+        """
         call = "initialize_xfer"
         op = self._op(operation, call)
         ld = to_dlist(local_descs, None, False, call)
@@ -530,7 +546,7 @@ class nixl_agent:
         notif = _to_bytes(notif_msg)
 
         def make(msg: bytes) -> int:
-            opt, _keep = self._opt(backends, msg if msg else None, call)
+            opt, _keep = self._opt(backends, msg if msg else None, call, timeout_ms=timeout_ms)
             lc, rc = ld._c(), rd._c()
             out = ctypes.c_void_p()
             check(L.nixl_xfer_create(self._ptr(call), op, ctypes.byref(lc), ctypes.byref(rc), remote_agent.encode(),

@@ -116,7 +116,7 @@ class nixl_backend_info_t(Structure):
 
 class nixl_opt_args_t(Structure):
     _fields_ = [("field_mask", c_uint64), ("backends", c_void_p), ("num_backends", c_size_t), ("notif", c_void_p),
-                ("notif_len", c_size_t)]
+                ("notif_len", c_size_t), ("timeout_ms", c_uint32)]
 
 
 class nixl_xfer_info_t(Structure):
@@ -152,7 +152,7 @@ MEM_NAMES = {MEM_DRAM: "DRAM", MEM_VRAM: "VRAM", MEM_BLOCK: "BLOCK", MEM_OBJ: "O
 THREAD_SERIALIZED = 1
 OP_READ, OP_WRITE = 0, 1
 CFG_NAME, CFG_PROGRESS_THREAD, CFG_LISTEN, CFG_LISTEN_PORT, CFG_THREAD_MODE = 1, 2, 4, 8, 16
-OPT_BACKENDS, OPT_NOTIF = 1, 2
+OPT_BACKENDS, OPT_NOTIF, OPT_TIMEOUT_MS = 1, 2, 4
 ETCD_ARG_LABEL, ETCD_ARG_TIMEOUT_MS = 1, 2
 CAP_NAMES = {1: "LOCAL", 2: "SAME_HOST", 4: "CROSS_HOST", 8: "NOTIF", 16: "PROGRESS"}
 

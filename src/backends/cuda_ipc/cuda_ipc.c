@@ -400,6 +400,7 @@ static const nixl_backend_ops_t cip_ops = {
     .notif_send = cip_notif_send,
     .progress = cip_progress,
     .local_mem_types = NIXL_MEM_BIT(NIXL_MEM_DRAM),
+    .xfer_cancel = cip_xfer_cancel,
 };
 
 const nixl_backend_ops_t *nixl_backend_cuda_ipc_ops(void)

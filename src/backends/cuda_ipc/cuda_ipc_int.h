@@ -272,6 +272,7 @@ nixl_status_t cip_xfer_prepare(void *be, const nixl_be_xfer_t *xfer, nixl_be_req
 nixl_status_t cip_xfer_post(void *be, nixl_be_req_t *req, const void *notif, size_t notif_len);
 nixl_status_t cip_xfer_status(void *be, nixl_be_req_t *req);
 void cip_xfer_release(void *be, nixl_be_req_t *req);
+void cip_xfer_cancel(void *be, nixl_be_req_t *req);
 /* The completion and staging workers: init at create, stopped (joined)
  * at destroy.  Their threads start on first use. */
 nixl_status_t cip_workers_init(cip_be_t *be);

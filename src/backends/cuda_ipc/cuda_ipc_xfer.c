@@ -684,6 +684,17 @@ nixl_status_t cip_xfer_status(void *bev, nixl_be_req_t *hdr)
     return NIXL_OK;
 }
 
+/* A worker (completion or staging) checks the flag before each slot and
+ * before the notification.  Copies already issued to the GPU cannot be
+ * recalled: without a worker the request simply completes. */
+void cip_xfer_cancel(void *bev, nixl_be_req_t *hdr)
+{
+    (void)bev;
+    cip_req_t *r = (cip_req_t *)hdr;
+    if (r && r->in_flight && r->watched)
+        atomic_store(&r->cancel, 1);
+}
+
 void cip_xfer_release(void *bev, nixl_be_req_t *hdr)
 {
     cip_be_t *be = bev;

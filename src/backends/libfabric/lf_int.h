@@ -343,7 +343,8 @@ typedef struct lf_req {
     uint32_t tag;
     int use_data;
     uint64_t posted_data; /* writes posted with remote CQ data */
-    int canceling;        /* released in flight: waiting for posted operations */
+    int canceling;        /* released or canceled in flight: waiting for posted operations */
+    int forget_owed;      /* canceled: tell the peer to forget the tag once it ended */
     int has_stale;        /* operations of an older generation may still complete */
     uint8_t *notif;
     size_t notif_len, notif_cap;
@@ -557,6 +558,7 @@ nixl_status_t lf_xfer_prepare(void *be, const nixl_be_xfer_t *xfer, nixl_be_req_
 nixl_status_t lf_xfer_post(void *be, nixl_be_req_t *req, const void *notif, size_t notif_len);
 nixl_status_t lf_xfer_status(void *be, nixl_be_req_t *req);
 void lf_xfer_release(void *be, nixl_be_req_t *req);
+void lf_xfer_cancel(void *be, nixl_be_req_t *req);
 /* Post what the windows allow for every active request.  in_op: called
  * from an op, where requests of local VRAM are posted with their context
  * bound; the progress thread (in_op 0) leaves those to the ops. */

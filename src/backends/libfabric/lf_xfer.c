@@ -545,6 +545,7 @@ nixl_status_t lf_xfer_post(void *bev, nixl_be_req_t *req, const void *notif, siz
     r->next = 0;
     r->inflight = 0;
     r->canceling = 0;
+    r->forget_owed = 0;
     r->posted_data = 0;
     r->rails_used = 0;
     memset(r->pairs_used, 0, sizeof(r->pairs_used));
@@ -560,6 +561,23 @@ out:
     return st;
 }
 
+/* A canceled request wrote with remote CQ data the peer counts under its
+ * tag: make the peer forget the tag (counted fences did already; a
+ * notification that left does it too). */
+static void lf_req_forget(lf_be_t *be, lf_req_t *r)
+{
+    if (!r->use_data || !r->posted_data || be->sync == LF_SYNC_COUNT || r->conn->state != LF_CONN_UP)
+        return;
+    lf_cmsg_t *m = lf_cmsg_new(r->conn, LF_MSG_CANCEL, LF_CANCEL_BODY);
+    if (!m)
+        return;
+    lf_put_u32(m->data + LF_HDR_SIZE, r->tag);
+    lf_put_u32(m->data + LF_HDR_SIZE + 4, 0);
+    lf_put_u64(m->data + LF_HDR_SIZE + 8, r->posted_data);
+    lf_txq_push(be, m);
+    lf_txq_flush(be);
+}
+
 nixl_status_t lf_xfer_status(void *bev, nixl_be_req_t *req)
 {
     lf_be_t *be = bev;
@@ -570,6 +588,10 @@ nixl_status_t lf_xfer_status(void *bev, nixl_be_req_t *req)
     if (r->state == LF_REQ_RUN || r->state == LF_REQ_SYNC)
         lf_progress_op_locked(be);
     nixl_status_t st = lf_req_status(r);
+    if (st != NIXL_IN_PROG && r->forget_owed) {
+        lf_req_forget(be, r);
+        r->forget_owed = 0;
+    }
     pthread_mutex_unlock(&be->lock);
     return st;
 }
@@ -604,6 +626,48 @@ static void lf_req_detach(lf_be_t *be, lf_req_t *r)
     }
 }
 
+/* Stop a running request: post nothing more, and drop its notification if
+ * it is still queued (a counted FENCE replaces it where it was to be the
+ * fence).  It ends NIXL_ERR_CANCELED once its posted operations completed
+ * and landed.  Returns 1 when the notification was already handed to the
+ * provider: nothing can stop that one. */
+static int lf_req_cancel_begin(lf_be_t *be, lf_req_t *r)
+{
+    int notif_out = r->notif_wait && !r->notif_msg;
+    r->canceling = 1;
+    if (r->notif_msg) {
+        lf_req_detach(be, r);
+        r->notif_wait = 0;
+        if (r->notif_ack) {
+            r->notif_ack = 0;
+            r->fence_wait = lf_req_fence(be, r);
+        }
+        lf_req_sync_check(be, r);
+    }
+    return notif_out;
+}
+
+/* The deadline's cancel: never waits.  With the notification already out
+ * the request runs to its end (NIXL_OK once it is sent); otherwise it ends
+ * NIXL_ERR_CANCELED when its posted operations are over (bounded by the
+ * peer's liveness), and lf_xfer_status then makes the peer forget it. */
+void lf_xfer_cancel(void *bev, nixl_be_req_t *req)
+{
+    lf_be_t *be = bev;
+    lf_req_t *r = (lf_req_t *)req;
+    if (!r)
+        return;
+    pthread_mutex_lock(&be->lock);
+    if ((r->state == LF_REQ_RUN || r->state == LF_REQ_SYNC) && !r->canceling &&
+        !(r->notif_wait && !r->notif_msg)) {
+        lf_req_cancel_begin(be, r);
+        r->forget_owed = 1;
+        lf_req_check(be, r);
+        lf_progress_op_locked(be);
+    }
+    pthread_mutex_unlock(&be->lock);
+}
+
 void lf_xfer_release(void *bev, nixl_be_req_t *req)
 {
     lf_be_t *be = bev;
@@ -615,18 +679,9 @@ void lf_xfer_release(void *bev, nixl_be_req_t *req)
         /* Posted writes cannot be recalled: wait until they landed (or the
          * peer is declared gone) so nothing touches memory after we return.
          * A notification not handed to the provider yet is never sent. */
-        int notif_out = r->notif_wait && !r->notif_msg;
-        r->canceling = 1;
-        if (r->notif_msg) {
-            lf_req_detach(be, r);
-            r->notif_wait = 0;
-            if (r->notif_ack) {
-                /* The NOTIF was to be the fence: a counted FENCE instead. */
-                r->notif_ack = 0;
-                r->fence_wait = lf_req_fence(be, r);
-            }
-            lf_req_sync_check(be, r);
-        }
+        int notif_out = r->canceling ? 0 : lf_req_cancel_begin(be, r);
+        if (!notif_out)
+            r->forget_owed = 1;
         uint64_t limit = be->timeout_ns + 500000000ull, deadline = lf_now_ns() + limit;
         while ((r->state == LF_REQ_RUN || r->state == LF_REQ_SYNC) && r->conn->state != LF_CONN_DOWN &&
                lf_now_ns() < deadline) {
@@ -642,19 +697,9 @@ void lf_xfer_release(void *bev, nixl_be_req_t *req)
         if ((r->state == LF_REQ_RUN || r->state == LF_REQ_SYNC) && r->conn->state != LF_CONN_DOWN)
             LF_ERROR(be, "libfabric: released a request to %s still in flight after %llu ms", r->conn->name,
                      (unsigned long long)(limit / 1000000));
-        /* Counted fences already made the peer forget the tag. */
-        if (r->use_data && r->posted_data && !notif_out && be->sync != LF_SYNC_COUNT &&
-            r->conn->state == LF_CONN_UP) {
-            lf_cmsg_t *m = lf_cmsg_new(r->conn, LF_MSG_CANCEL, LF_CANCEL_BODY);
-            if (m) {
-                lf_put_u32(m->data + LF_HDR_SIZE, r->tag);
-                lf_put_u32(m->data + LF_HDR_SIZE + 4, 0);
-                lf_put_u64(m->data + LF_HDR_SIZE + 8, r->posted_data);
-                lf_txq_push(be, m);
-                lf_txq_flush(be);
-            }
-        }
     }
+    if (r->forget_owed)
+        lf_req_forget(be, r);
     lf_req_list_del(be, r);
     lf_req_detach(be, r);
     pthread_mutex_unlock(&be->lock);

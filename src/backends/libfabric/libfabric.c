@@ -512,6 +512,7 @@ static const nixl_backend_ops_t lf_ops = {
     .notif_send = lf_notif_send,
     .progress = lf_progress,
     .describe = lf_describe,
+    .xfer_cancel = lf_xfer_cancel,
 };
 
 const nixl_backend_ops_t *nixl_backend_libfabric_ops(void)

@@ -249,6 +249,7 @@ static const nixl_backend_ops_t shm_ops = {
     .xfer_release = shm_xfer_release,
     .notif_send = shm_notif_send,
     .progress = shm_progress,
+    .xfer_cancel = shm_xfer_cancel,
 };
 
 const nixl_backend_ops_t *nixl_backend_shm_ops(void)

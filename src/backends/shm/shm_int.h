@@ -198,6 +198,7 @@ nixl_status_t shm_xfer_prepare(void *be, const nixl_be_xfer_t *xfer, nixl_be_req
 nixl_status_t shm_xfer_post(void *be, nixl_be_req_t *req, const void *notif, size_t notif_len);
 nixl_status_t shm_xfer_status(void *be, nixl_be_req_t *req);
 void shm_xfer_release(void *be, nixl_be_req_t *req);
+void shm_xfer_cancel(void *be, nixl_be_req_t *req);
 /* Run item i of r; called by the poster or a worker. */
 nixl_status_t shm_req_run_item(shm_req_t *r, size_t i);
 /* After the last item: send the notification unless canceled or failed,

@@ -349,6 +349,17 @@ nixl_status_t shm_xfer_status(void *bev, nixl_be_req_t *hdr)
     return (nixl_status_t)atomic_load_explicit(&r->status, memory_order_acquire);
 }
 
+/* The pool's workers only count the items left, and the last one sends
+ * the notification only if the flag is still clear when it does (the
+ * status then says which happened). */
+void shm_xfer_cancel(void *bev, nixl_be_req_t *hdr)
+{
+    (void)bev;
+    shm_req_t *r = (shm_req_t *)hdr;
+    if (r && r->pooled)
+        atomic_store(&r->cancel, 1);
+}
+
 void shm_xfer_release(void *bev, nixl_be_req_t *hdr)
 {
     shm_be_t *be = bev;

@@ -15,9 +15,10 @@
  *       every request to end in an error, none in success or a hang, within
  *       2 s of the fault.  Exit 0 when all held, 1 otherwise.
  *
- *   lf_peer initiator ... --stream SECONDS [--bound MS]
+ *   lf_peer initiator ... --stream SECONDS [--bound MS] [--deadline MS]
  *       (netfaults.sh) KV-shaped WRITEs with "chk SEED" and READs back, one
  *       after the other for SECONDS, while the script injects network faults.
+ *       --deadline gives every request that NIXL_OPT_TIMEOUT_MS.
  *       Each request must end within --bound ms (success or an error); after
  *       a WRITE succeeds the target's "verified SEED" line must appear in the
  *       file LF_PEER_LOG (the target's output) before the buffer is reused.
@@ -85,6 +86,7 @@ typedef struct opts {
     size_t size;
     unsigned requests;
     unsigned stream_s, bound_ms; /* --stream, --bound (netfaults.sh) */
+    unsigned deadline_ms;        /* --deadline: NIXL_OPT_TIMEOUT_MS of each request (0: none) */
 } opts_t;
 
 static nixl_agent_t *agent_make(const char *name, const opts_t *o, int listen)
@@ -356,10 +358,15 @@ static int stream_verdict(FILE *log, uint64_t seed, unsigned timeout_ms)
 static nixl_status_t stream_xfer(conn_t *c, const opts_t *o, nixl_op_t op, const nixl_dlist_t *l,
                                  const nixl_dlist_t *r, const char *notif, stream_stats_t *ss, uint64_t seed)
 {
-    nixl_opt_args_t opt = {.field_mask = NIXL_OPT_NOTIF, .notif = notif, .notif_len = notif ? strlen(notif) : 0};
+    nixl_opt_args_t opt = {.field_mask = notif ? NIXL_OPT_NOTIF : 0, .notif = notif,
+                           .notif_len = notif ? strlen(notif) : 0};
+    if (o->deadline_ms) {
+        opt.field_mask |= NIXL_OPT_TIMEOUT_MS;
+        opt.timeout_ms = o->deadline_ms;
+    }
     nixl_xfer_t *x = NULL;
     uint64_t t0 = now_ms();
-    nixl_status_t st = nixl_xfer_create(c->a, op, l, r, c->peer, notif ? &opt : NULL, &x);
+    nixl_status_t st = nixl_xfer_create(c->a, op, l, r, c->peer, opt.field_mask ? &opt : NULL, &x);
     if (st == NIXL_OK)
         st = nixl_xfer_post(x);
     while (st == NIXL_IN_PROG && now_ms() - t0 < o->bound_ms)
@@ -459,8 +466,8 @@ static int stream_run(conn_t *c, const opts_t *o, uint8_t *lbuf, uint8_t *back)
            ss->ok[1], ss->err[1], ss->ok[0], ss->err[0], off ? codes : " none", ss->hung, ss->max_release_ms,
            ss->mismatch, ss->verified, ss->corrupt, ss->missing, ss->nerr_ms ? ss->err_ms[ss->nerr_ms - 1] : 0,
            ss->nerr_ms ? ss->err_ms[ss->nerr_ms / 2] : 0, ss->max_ok_ms);
-    /* A request past the bound is the caller's to give up (the backend has no
-     * request deadline): the script decides whether that is allowed, but the
+    /* A request past the bound is the caller's to give up (without
+     * --deadline): the script decides whether that is allowed, but the
      * release itself must not hang. */
     int bad = ss->mismatch || ss->corrupt || ss->missing || ss->max_release_ms > o->bound_ms;
     fclose(log);
@@ -531,6 +538,8 @@ int main(int argc, char **argv)
             o.stream_s = (unsigned)atoi(v);
         else if (strcmp(argv[i], "--bound") == 0)
             o.bound_ms = (unsigned)atoi(v);
+        else if (strcmp(argv[i], "--deadline") == 0)
+            o.deadline_ms = (unsigned)atoi(v);
         else
             FAIL("unknown option %s", argv[i]);
     }

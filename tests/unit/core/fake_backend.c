@@ -5,11 +5,12 @@
  * through its parameters, to behave in the ways the core must handle:
  * complete only after N status polls (so a request stays in flight), fail
  * the Nth registration or those of a given length, take time to register,
- * report its path as a fallback.  Loading it proves the module path of the
- * backend ABI on every build.
+ * report its path as a fallback, cancel too late.  Loading it proves the
+ * module path of the backend ABI on every build.
  *
- * Built twice: "fake" declares NIXL_CAP_REG_MT; "fake_serial" (FAKE_SERIAL)
- * does not, so the core must never call its reg/dereg concurrently.  Each
+ * Built twice: "fake" declares NIXL_CAP_REG_MT and has xfer_cancel;
+ * "fake_serial" (FAKE_SERIAL) has neither, so the core must never call its
+ * reg/dereg concurrently and cannot enforce deadlines on it.  Each
  * counts its registrations (fake_backend.h) so the registration pool's
  * tests can see caps, concurrency and rollbacks from outside.
  */
@@ -53,6 +54,7 @@ typedef struct fake {
     uint64_t fail_len[FAKE_MAX_FAIL_LENS];
     int fail_status[FAKE_MAX_FAIL_LENS];
     int fallback;
+    int cancel_late; /* xfer_cancel comes too late: requests complete anyway */
     pthread_mutex_t lock;
     fake_notif_t *head, **tail; /* delivered on progress() */
 } fake_t;
@@ -73,6 +75,7 @@ typedef struct fake_req {
     void *notif;
     size_t notif_len;
     int has_notif;
+    int canceled;
 } fake_req_t;
 
 static const nixl_param_info_t fake_params[] = {
@@ -80,6 +83,7 @@ static const nixl_param_info_t fake_params[] = {
     {"fail_reg_at", "0", "fail the Nth registration (0 = never)"},
     {"fallback", "0", "1: report every request as a fallback path"},
     {"reg_delay_us", "0", "each registration takes this many microseconds (sleeping)"},
+    {"cancel_late", "0", "1: xfer_cancel is always too late (the request completes, notification included)"},
     {"fail_len", "", "LEN:STATUS[,LEN:STATUS...]: registrations of exactly LEN bytes fail with that nixl_status_t"},
 };
 
@@ -173,6 +177,7 @@ static nixl_status_t fake_create(const nixl_host_services_t *host, const nixl_pa
     f->fail_reg_at = param_u(params, n, "fail_reg_at");
     f->fallback = (int)param_u(params, n, "fallback");
     f->reg_delay_us = param_u(params, n, "reg_delay_us");
+    f->cancel_late = (int)param_u(params, n, "cancel_late");
     if (parse_fail_lens(f, nixl_param_find(params, n, "fail_len")) != 0) {
         free(f);
         return NIXL_ERR_INVALID_PARAM;
@@ -332,6 +337,7 @@ static nixl_status_t fake_post(void *be, nixl_be_req_t *h, const void *notif, si
         return fake_complete(r);
     r->polls_left = r->be->async_polls;
     r->in_flight = 1;
+    r->canceled = 0;
     return NIXL_IN_PROG;
 }
 
@@ -339,10 +345,20 @@ static nixl_status_t fake_status(void *be, nixl_be_req_t *h)
 {
     fake_req_t *r = (fake_req_t *)h;
     if (!r->in_flight)
-        return NIXL_OK;
+        return r->canceled ? NIXL_ERR_CANCELED : NIXL_OK;
     if (--r->polls_left > 0)
         return NIXL_IN_PROG;
     return fake_complete(r);
+}
+
+/* Canceled: nothing copied, no notification (unless cancel_late). */
+__attribute__((unused)) static void fake_cancel(void *be, nixl_be_req_t *h)
+{
+    fake_req_t *r = (fake_req_t *)h;
+    if (!r->in_flight || r->be->cancel_late)
+        return;
+    r->in_flight = 0;
+    r->canceled = 1;
 }
 
 static void fake_release(void *be, nixl_be_req_t *h)
@@ -397,6 +413,9 @@ static const nixl_backend_ops_t fake_ops = {
     .xfer_release = fake_release,
     .notif_send = fake_notif_send,
     .progress = fake_progress,
+#ifndef FAKE_SERIAL
+    .xfer_cancel = fake_cancel, /* fake_serial has none: deadlines are not enforced there */
+#endif
 };
 
 __attribute__((visibility("default"))) const nixl_backend_ops_t *nixl_backend_get_ops(void);

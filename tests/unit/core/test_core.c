@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "nixl.h"
@@ -81,7 +82,7 @@ static void test_module_listed(void)
         if (strcmp(infos[i].name, "fake") == 0) {
             found = 1;
             CHECK(strstr(infos[i].origin, "libnixl_backend_fake.so") != NULL);
-            CHECK(infos[i].num_params == 5);
+            CHECK(infos[i].num_params == 6);
         }
     CHECK(found);
     /* Its parameters became config rows. */
@@ -397,6 +398,148 @@ static void test_vram_without_driver(void)
     unsetenv("NIXL_CUDA_LIB");
 }
 
+static size_t notifs_of(nixl_agent_t *a)
+{
+    size_t cnt = 0;
+    seen_t s = {0};
+    CHECK_ST(nixl_notifs_get(a, on_notif, &s, &cnt), NIXL_OK);
+    return cnt;
+}
+
+/* Poll until the request leaves IN_PROG or max_ms passed (then IN_PROG);
+ * *ms gets the time it took. */
+static nixl_status_t poll_for(nixl_xfer_t *x, unsigned max_ms, double *ms)
+{
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    nixl_status_t st;
+    do {
+        st = nixl_xfer_status(x);
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        *ms = (double)(t.tv_sec - t0.tv_sec) * 1e3 + (double)(t.tv_nsec - t0.tv_nsec) / 1e6;
+    } while (st == NIXL_IN_PROG && *ms < max_ms);
+    return st;
+}
+
+/* Deadlines: NIXL_OPT_TIMEOUT_MS, the NIXL_XFER_TIMEOUT_MS default, 0 =
+ * none, a cancel that comes too late, a backend that cannot cancel. */
+static void test_deadline(void)
+{
+    const char *backends[] = {"fake", "fake", "fake_serial"};
+    for (int mode = 0; mode < 3; mode++) {
+        /* mode 0: cancel works; 1: cancel_late; 2: no xfer_cancel op */
+        nixl_agent_t *a = mk_agent("dl-ini"), *b = mk_agent("dl-tgt");
+        nixl_param_t p[2] = {{"async_polls", "1000000000"}, {"cancel_late", mode == 1 ? "1" : "0"}};
+        nixl_backend_t *ba = NULL, *bb = NULL;
+        CHECK_ST(nixl_backend_create(a, backends[mode], p, mode == 2 ? 1 : 2, &ba), NIXL_OK);
+        CHECK_ST(nixl_backend_create(b, backends[mode], NULL, 0, &bb), NIXL_OK);
+        unsigned char *src = malloc(4096), *dst = malloc(4096);
+        memset(src, 0x11, 4096);
+        memset(dst, 0, 4096);
+        nixl_desc_t ds = {(uintptr_t)src, 4096, 0, 0, NULL}, dd = {(uintptr_t)dst, 4096, 0, 0, NULL};
+        nixl_dlist_t ls = dl(&ds, 1), ld = dl(&dd, 1);
+        CHECK_ST(nixl_mem_register(a, &ls, NULL), NIXL_OK);
+        CHECK_ST(nixl_mem_register(b, &ld, NULL), NIXL_OK);
+        exchange(a, b);
+
+        nixl_opt_args_t opt = {.field_mask = NIXL_OPT_NOTIF | NIXL_OPT_TIMEOUT_MS, .notif = "dl", .notif_len = 2,
+                               .timeout_ms = 30};
+        nixl_xfer_t *x = NULL;
+        CHECK_ST(nixl_xfer_create(a, NIXL_OP_WRITE, &ls, &ld, "dl-tgt", &opt, &x), NIXL_OK);
+        for (int round = 0; round < 2 && x; round++) {
+            CHECK_ST(nixl_xfer_post(x), NIXL_IN_PROG);
+            double ms;
+            nixl_status_t st = poll_for(x, 300, &ms);
+            if (mode == 0) {
+                /* Canceled at the deadline: TIMEOUT, nothing moved, no notification. */
+                CHECK_ST(st, NIXL_ERR_TIMEOUT);
+                CHECK(ms >= 29.0 && ms < 250.0);
+                CHECK(dst[0] == 0 && dst[4095] == 0);
+                CHECK(notifs_of(b) == 0);
+                CHECK_ST(nixl_xfer_status(x), NIXL_ERR_TIMEOUT); /* it stays so until posted again */
+            } else if (mode == 1) {
+                /* Too late to cancel: the request runs to its end. */
+                CHECK_ST(st, NIXL_IN_PROG);
+            } else {
+                /* No xfer_cancel: the deadline cannot be enforced. */
+                CHECK_ST(st, NIXL_IN_PROG);
+            }
+            if (st == NIXL_IN_PROG) {
+                nixl_xfer_release(x); /* canceled by release */
+                x = NULL;
+            }
+        }
+        if (x)
+            nixl_xfer_release(x);
+
+        /* timeout_ms 0 with the bit set: no deadline, whatever the default. */
+        opt.timeout_ms = 0;
+        CHECK_ST(nixl_xfer_create(a, NIXL_OP_WRITE, &ls, &ld, "dl-tgt", &opt, &x), NIXL_OK);
+        CHECK_ST(nixl_xfer_post(x), NIXL_IN_PROG);
+        double ms;
+        CHECK_ST(poll_for(x, 80, &ms), NIXL_IN_PROG);
+        nixl_xfer_release(x);
+        CHECK(notifs_of(b) == 0);
+        nixl_agent_destroy(a);
+        nixl_agent_destroy(b);
+        free(src);
+        free(dst);
+    }
+
+    /* The default for requests that set none: NIXL_XFER_TIMEOUT_MS, read at
+     * agent creation; a cancel too late ends NIXL_OK with data and notification. */
+    setenv("NIXL_XFER_TIMEOUT_MS", "20", 1);
+    nixl_agent_t *a = mk_agent("dl-ini"), *b = mk_agent("dl-tgt");
+    unsetenv("NIXL_XFER_TIMEOUT_MS");
+    nixl_param_t p[2] = {{"async_polls", "1000000000"}, {"cancel_late", "0"}};
+    nixl_backend_t *ba = NULL, *bb = NULL;
+    CHECK_ST(nixl_backend_create(a, "fake", p, 2, &ba), NIXL_OK);
+    CHECK_ST(nixl_backend_create(b, "fake", NULL, 0, &bb), NIXL_OK);
+    unsigned char *src = malloc(4096), *dst = malloc(4096);
+    memset(src, 0x22, 4096);
+    memset(dst, 0, 4096);
+    nixl_desc_t ds = {(uintptr_t)src, 4096, 0, 0, NULL}, dd = {(uintptr_t)dst, 4096, 0, 0, NULL};
+    nixl_dlist_t ls = dl(&ds, 1), ld = dl(&dd, 1);
+    CHECK_ST(nixl_mem_register(a, &ls, NULL), NIXL_OK);
+    CHECK_ST(nixl_mem_register(b, &ld, NULL), NIXL_OK);
+    exchange(a, b);
+    nixl_opt_args_t opt = {.field_mask = NIXL_OPT_NOTIF, .notif = "x", .notif_len = 1};
+    nixl_xfer_t *x = NULL;
+    CHECK_ST(nixl_xfer_create(a, NIXL_OP_WRITE, &ls, &ld, "dl-tgt", &opt, &x), NIXL_OK);
+    CHECK_ST(nixl_xfer_post(x), NIXL_IN_PROG);
+    double ms;
+    CHECK_ST(poll_for(x, 300, &ms), NIXL_ERR_TIMEOUT);
+    CHECK(ms >= 19.0 && ms < 250.0);
+    CHECK(dst[0] == 0 && notifs_of(b) == 0);
+    nixl_xfer_release(x);
+    nixl_agent_destroy(a);
+    nixl_agent_destroy(b);
+
+    /* cancel_late with a short async_polls: the request completes after its
+     * deadline passed: NIXL_OK, bytes and notification there. */
+    a = mk_agent("dl-ini");
+    b = mk_agent("dl-tgt");
+    nixl_param_t q[2] = {{"async_polls", "3"}, {"cancel_late", "1"}};
+    CHECK_ST(nixl_backend_create(a, "fake", q, 2, &ba), NIXL_OK);
+    CHECK_ST(nixl_backend_create(b, "fake", NULL, 0, &bb), NIXL_OK);
+    CHECK_ST(nixl_mem_register(a, &ls, NULL), NIXL_OK);
+    CHECK_ST(nixl_mem_register(b, &ld, NULL), NIXL_OK);
+    exchange(a, b);
+    opt.field_mask |= NIXL_OPT_TIMEOUT_MS;
+    opt.timeout_ms = 1;
+    CHECK_ST(nixl_xfer_create(a, NIXL_OP_WRITE, &ls, &ld, "dl-tgt", &opt, &x), NIXL_OK);
+    CHECK_ST(nixl_xfer_post(x), NIXL_IN_PROG);
+    struct timespec nap = {0, 5000000};
+    nanosleep(&nap, NULL); /* past the deadline before the first poll */
+    CHECK_ST(poll_for(x, 300, &ms), NIXL_OK);
+    CHECK(memcmp(src, dst, 4096) == 0 && notifs_of(b) == 1);
+    nixl_xfer_release(x);
+    nixl_agent_destroy(a);
+    nixl_agent_destroy(b);
+    free(src);
+    free(dst);
+}
+
 static void test_status_names(void)
 {
     CHECK(strcmp(nixl_status_name(NIXL_ERR_STALE), "NIXL_ERR_STALE") == 0);
@@ -412,6 +555,7 @@ int main(void)
     test_fallback_accounting();
     test_mem_alloc_sealed();
     test_vram_without_driver();
+    test_deadline();
     test_status_names();
     if (failures) {
         fprintf(stderr, "test_core: %d check(s) failed\n", failures);
