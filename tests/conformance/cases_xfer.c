@@ -325,17 +325,23 @@ static void case_repost(conf_ctx_t *ctx)
 
 #define BIG_LEN (64u << 20)
 
+#define BIG_PIECES 64
+
+/* BIG_LEN in 64 pieces in reverse order so nothing merges and the backend has work. */
+static void big_pieces(piece_t pc[BIG_PIECES])
+{
+    for (size_t i = 0; i < BIG_PIECES; i++) {
+        pc[i].loff = i * (BIG_LEN / BIG_PIECES);
+        pc[i].roff = (BIG_PIECES - 1 - i) * (BIG_LEN / BIG_PIECES);
+        pc[i].len = BIG_LEN / BIG_PIECES;
+    }
+}
+
 static nixl_xfer_t *big_write(conf_ctx_t *ctx, local_buf_t *lb, const char *notif)
 {
-    /* 64 pieces in reverse order so nothing merges and the backend has work. */
-    enum { NP = 64 };
-    piece_t pc[NP];
-    for (size_t i = 0; i < NP; i++) {
-        pc[i].loff = i * (BIG_LEN / NP);
-        pc[i].roff = (NP - 1 - i) * (BIG_LEN / NP);
-        pc[i].len = BIG_LEN / NP;
-    }
-    return xfer_make_pieces(ctx, NIXL_OP_WRITE, lb, pc, NP, notif);
+    piece_t pc[BIG_PIECES];
+    big_pieces(pc);
+    return xfer_make_pieces(ctx, NIXL_OP_WRITE, lb, pc, BIG_PIECES, notif);
 }
 
 static void case_post_in_flight(conf_ctx_t *ctx)
@@ -417,13 +423,9 @@ static void case_deadline(conf_ctx_t *ctx)
 {
     conf_target_start(ctx, BIG_LEN, 61);
     local_buf_t lb = local_make(ctx, BIG_LEN, 62);
-    enum { NP = 64 };
+    enum { NP = BIG_PIECES };
     piece_t pc[NP];
-    for (size_t i = 0; i < NP; i++) {
-        pc[i].loff = i * (BIG_LEN / NP);
-        pc[i].roff = (NP - 1 - i) * (BIG_LEN / NP);
-        pc[i].len = BIG_LEN / NP;
-    }
+    big_pieces(pc);
     lists_t s = lists_make(ctx, &lb, pc, NP);
     nixl_opt_args_t opt = {.field_mask = NIXL_OPT_NOTIF | NIXL_OPT_TIMEOUT_MS, .notif = "dl", .notif_len = 2,
                            .timeout_ms = 1};

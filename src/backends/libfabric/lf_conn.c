@@ -417,6 +417,13 @@ nixl_status_t lf_conn_use(lf_be_t *be, lf_conn_t *c)
     case LF_CONN_HELLO:
         return NIXL_OK;
     case LF_CONN_DOWN:
+        if (c->down_retry) {
+            /* We reset it ourselves: the peer may be fine. */
+            c->down_retry = 0;
+            c->state = LF_CONN_IDLE;
+            c->have_ridx = 0;
+            break;
+        }
         if (c->down_status != NIXL_ERR_TIMEOUT)
             return c->down_status;
         /* Only the handshake went unanswered: a link outage or heavy loss
@@ -534,6 +541,8 @@ void lf_conn_down(lf_be_t *be, lf_conn_t *c, nixl_status_t st, const char *why)
     c->hb_queued = 0;
     if (st == NIXL_ERR_PEER_GONE && strcmp(why, "it closed") == 0)
         LF_INFO(be, "libfabric: %s: peer %s %s", be->agent_name, c->name[0] ? c->name : "?", why);
+    else if (st == NIXL_ERR_XFER_FAILED)
+        ; /* lf_conn_reset said why */
     else if (st == NIXL_ERR_TIMEOUT)
         LF_WARN(be, "libfabric: %s: peer %s did not answer the handshake (%s): its requests fail, the next one "
                     "tries again",
@@ -551,6 +560,15 @@ void lf_conn_down(lf_be_t *be, lf_conn_t *c, nixl_status_t st, const char *why)
         lf_conn_av_remove(be, c, be->nrails);
         c->av_done = 0;
     }
+}
+
+void lf_conn_reset(lf_be_t *be, lf_conn_t *c, const char *why)
+{
+    if (c->state == LF_CONN_DOWN)
+        return;
+    LF_WARN(be, "libfabric: %s: resetting the connection to %s: %s", be->agent_name, c->name[0] ? c->name : "?", why);
+    lf_conn_down(be, c, NIXL_ERR_XFER_FAILED, why);
+    c->down_retry = 1;
 }
 
 void lf_conn_tick(lf_be_t *be, uint64_t now)

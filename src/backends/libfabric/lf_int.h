@@ -297,6 +297,7 @@ typedef struct lf_conn {
     int hb_queued; /* a heartbeat waits in the send queue */
     /* handshakes tried again after one went unanswered (TIMEOUT) */
     uint64_t retries, retry_quiet, retry_log_ns;
+    int down_retry; /* reset (lf_conn_reset): the next use shakes hands again */
     int closed;    /* it said BYE */
     /* sending */
     uint32_t next_tag;
@@ -344,6 +345,8 @@ typedef struct lf_req {
     int use_data;
     uint64_t posted_data; /* writes posted with remote CQ data */
     int canceling;        /* released or canceled in flight: waiting for posted operations */
+    uint64_t cancel_ns;   /* when canceling (or a cancel that came too late) began */
+    int cancel_late;      /* xfer_cancel found the notification out: it runs on, bounded */
     int forget_owed;      /* canceled: tell the peer to forget the tag once it ended */
     int has_stale;        /* operations of an older generation may still complete */
     uint8_t *notif;
@@ -518,6 +521,10 @@ nixl_status_t lf_conn_get(lf_be_t *be, const lf_conn_info_t *info, lf_conn_t **o
 nixl_status_t lf_conn_use(lf_be_t *be, lf_conn_t *c);
 /* The connection is gone: every request on it fails with st. */
 void lf_conn_down(lf_be_t *be, lf_conn_t *c, nixl_status_t st, const char *why);
+/* Tear the connection down so the provider lets go of every operation on
+ * it (requests on it fail NIXL_ERR_XFER_FAILED, a canceled one
+ * NIXL_ERR_CANCELED); the next use shakes hands again. */
+void lf_conn_reset(lf_be_t *be, lf_conn_t *c, const char *why);
 /* Heartbeats and deadlines. */
 void lf_conn_tick(lf_be_t *be, uint64_t now);
 void lf_conn_on_hello(lf_be_t *be, const uint8_t *msg, size_t len);
@@ -575,6 +582,9 @@ unsigned lf_fence_queue(lf_be_t *be, lf_conn_t *c, const uint32_t *pairs, uint64
                         uint64_t expect);
 /* Fail every active request on c. */
 void lf_reqs_fail_conn(lf_be_t *be, lf_conn_t *c, nixl_status_t st);
+/* Canceled requests whose operations outlived the peer timeout: reset
+ * their connections (the bound on a deadline's cancel). */
+void lf_reqs_tick(lf_be_t *be, uint64_t now);
 
 /* lf_progress.c */
 /* Read every CQ, post what waits; returns completions seen.  in_op as

@@ -127,6 +127,8 @@ size_t lf_progress_locked(lf_be_t *be, int in_op)
     uint64_t now = lf_now_ns();
     if (now >= be->next_tick_ns) {
         lf_conn_tick(be, now);
+        if (be->active)
+            lf_reqs_tick(be, now);
         uint64_t tick = be->hb_ns / 4 < LF_TICK_NS ? be->hb_ns / 4 : LF_TICK_NS;
         be->next_tick_ns = now + (tick ? tick : 1);
     }

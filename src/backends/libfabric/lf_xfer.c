@@ -65,13 +65,17 @@ static void lf_req_list_del(lf_be_t *be, lf_req_t *r)
 /* The status of a request whose operation failed with fi_err: a peer
  * known dead explains any failure (flushed operations come back
  * -FI_ECANCELED, which the caller did not ask for); NIXL_ERR_CANCELED is
- * only ever a released request's. */
+ * only ever a released or canceled request's.  A provider's timeout is
+ * NIXL_ERR_XFER_FAILED here: for requests NIXL_ERR_TIMEOUT promises that
+ * no notification went out (a deadline, or a handshake never answered),
+ * and after a lost acknowledgment one may have. */
 static nixl_status_t lf_req_err_of(const lf_req_t *r, int fi_err)
 {
     const lf_conn_t *c = r->conn;
     if (c->state == LF_CONN_DOWN && c->down_status == NIXL_ERR_PEER_GONE)
         return NIXL_ERR_PEER_GONE;
-    return lf_status_of(fi_err);
+    nixl_status_t st = lf_status_of(fi_err);
+    return st == NIXL_ERR_TIMEOUT ? NIXL_ERR_XFER_FAILED : st;
 }
 
 static void lf_req_finish(lf_be_t *be, lf_req_t *r, nixl_status_t st)
@@ -318,6 +322,17 @@ void lf_reqs_pump(lf_be_t *be, int in_op)
     }
 }
 
+void lf_reqs_tick(lf_be_t *be, uint64_t now)
+{
+    for (lf_req_t *r = be->active; r; r = r->anext) {
+        if ((r->canceling || r->cancel_late) && (r->state == LF_REQ_RUN || r->state == LF_REQ_SYNC) &&
+            r->conn->state != LF_CONN_DOWN && now - r->cancel_ns > be->timeout_ns) {
+            lf_conn_reset(be, r->conn, "a canceled request was not over within the peer timeout");
+            return; /* the list changed: the next tick goes on */
+        }
+    }
+}
+
 void lf_reqs_fail_conn(lf_be_t *be, lf_conn_t *c, nixl_status_t st)
 {
     lf_req_t *r = be->active;
@@ -545,6 +560,7 @@ nixl_status_t lf_xfer_post(void *bev, nixl_be_req_t *req, const void *notif, siz
     r->next = 0;
     r->inflight = 0;
     r->canceling = 0;
+    r->cancel_late = 0;
     r->forget_owed = 0;
     r->posted_data = 0;
     r->rails_used = 0;
@@ -626,6 +642,16 @@ static void lf_req_detach(lf_be_t *be, lf_req_t *r)
     }
 }
 
+/* The notification of this post was handed to the provider (its send may
+ * even have completed while the NOTIF's answer, in count mode, is still
+ * awaited): nothing can take it back.  In SYNC a request with one has
+ * queued it; only the hand-off clears notif_msg (a failed send or a dead
+ * peer ends the request). */
+static int lf_req_notif_out(const lf_req_t *r)
+{
+    return r->state == LF_REQ_SYNC && r->has_notif && !r->canceling && !r->notif_msg;
+}
+
 /* Stop a running request: post nothing more, and drop its notification if
  * it is still queued (a counted FENCE replaces it where it was to be the
  * fence).  It ends NIXL_ERR_CANCELED once its posted operations completed
@@ -633,8 +659,9 @@ static void lf_req_detach(lf_be_t *be, lf_req_t *r)
  * provider: nothing can stop that one. */
 static int lf_req_cancel_begin(lf_be_t *be, lf_req_t *r)
 {
-    int notif_out = r->notif_wait && !r->notif_msg;
+    int notif_out = lf_req_notif_out(r);
     r->canceling = 1;
+    r->cancel_ns = lf_now_ns();
     if (r->notif_msg) {
         lf_req_detach(be, r);
         r->notif_wait = 0;
@@ -658,11 +685,17 @@ void lf_xfer_cancel(void *bev, nixl_be_req_t *req)
     if (!r)
         return;
     pthread_mutex_lock(&be->lock);
-    if ((r->state == LF_REQ_RUN || r->state == LF_REQ_SYNC) && !r->canceling &&
-        !(r->notif_wait && !r->notif_msg)) {
-        lf_req_cancel_begin(be, r);
-        r->forget_owed = 1;
-        lf_req_check(be, r);
+    if ((r->state == LF_REQ_RUN || r->state == LF_REQ_SYNC) && !r->canceling && !r->cancel_late) {
+        if (lf_req_notif_out(r)) {
+            /* Too late to cancel; still, it must end: lf_reqs_tick resets
+             * the connection if it is not over within the peer timeout. */
+            r->cancel_late = 1;
+            r->cancel_ns = lf_now_ns();
+        } else {
+            lf_req_cancel_begin(be, r);
+            r->forget_owed = 1;
+            lf_req_check(be, r);
+        }
         lf_progress_op_locked(be);
     }
     pthread_mutex_unlock(&be->lock);
@@ -694,9 +727,10 @@ void lf_xfer_release(void *bev, nixl_be_req_t *req)
             nanosleep(&ts, NULL);
             pthread_mutex_lock(&be->lock);
         }
+        /* Past the wait: take the connection down so the provider lets go
+         * of the memory before we return. */
         if ((r->state == LF_REQ_RUN || r->state == LF_REQ_SYNC) && r->conn->state != LF_CONN_DOWN)
-            LF_ERROR(be, "libfabric: released a request to %s still in flight after %llu ms", r->conn->name,
-                     (unsigned long long)(limit / 1000000));
+            lf_conn_reset(be, r->conn, "a released request was still in flight after the peer timeout");
     }
     if (r->forget_owed)
         lf_req_forget(be, r);
