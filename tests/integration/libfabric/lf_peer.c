@@ -4,7 +4,8 @@
  *   lf_peer target    --iface IF [--size BYTES]
  *       Listens for metadata (prints "ready PORT PID"), registers a buffer
  *       and checks it each time a notification "chk SEED" arrives (prints
- *       "verified SEED" or "corrupt SEED OFFSET"); "quit" ends it.
+ *       "verified SEED" or "corrupt SEED OFFSET"); "quit" ends it; any
+ *       other notification is printed as "notif TEXT (from SENDER)".
  *
  *   lf_peer initiator --iface IF --peer IP:PORT [--size BYTES]
  *                     [--fault CMD] [--requests N]
@@ -146,6 +147,11 @@ static void on_target_notif(const char *sender, const void *msg, size_t len, voi
             }
         }
         printf("verified %llu (from %s)\n", seed, sender);
+        fflush(stdout);
+    } else {
+        /* Any other one ("never": a request that had to fail) is shown for
+         * the scripts to count. */
+        printf("notif %s (from %s)\n", text, sender);
         fflush(stdout);
     }
 }

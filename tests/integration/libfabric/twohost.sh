@@ -100,6 +100,14 @@ linkdown)
         --requests 4 --fault "ip link set $vA down"
     rc=$?
     [ $rc = 0 ] || { cat "$out"; exit 1; }
+    # The requests carried the notification "never": each failed, so the
+    # target (alive behind the dead link) must not have seen one.
+    if grep -q '^notif never' "$out"; then
+        cat "$out"
+        echo "the target was notified of a request that failed"
+        exit 1
+    fi
+    echo "target: $(grep -c '^notif never' "$out") notifications of the failed requests"
     ;;
 *)
     echo "unknown mode $mode"
