@@ -51,18 +51,8 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM
-ip netns add "$nsA" 2>/dev/null || skip "cannot create network namespaces here"
-ip netns add "$nsB" || exit 1
-ip link add "$vA" netns "$nsA" type veth peer name "$vB" netns "$nsB" 2>/dev/null || skip "cannot create a veth pair"
-ip -n "$nsA" addr add "$net.1/24" dev "$vA" && ip -n "$nsB" addr add "$net.2/24" dev "$vB" || exit 1
-for ns in "$nsA" "$nsB"; do ip -n "$ns" link set lo up || exit 1; done
-ip -n "$nsA" link set "$vA" up && ip -n "$nsB" link set "$vB" up || exit 1
-i=0
-until ip -n "$nsA" link show "$vA" | grep -q LOWER_UP && ip -n "$nsB" link show "$vB" | grep -q LOWER_UP; do
-    i=$((i + 1))
-    [ $i -gt 50 ] && { echo "the veth pair did not come up"; exit 1; }
-    sleep 0.1
-done
+. "$(dirname "$0")/netns_pair.sh"
+netns_pair_up
 ip netns exec "$nsB" nft add table inet nxfault 2>/dev/null || skip "nftables does not work in a namespace here"
 ip netns exec "$nsB" nft delete table inet nxfault
 
