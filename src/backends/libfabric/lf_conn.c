@@ -17,8 +17,11 @@
  * every request on it fails (PEER_GONE; TIMEOUT when the handshake itself
  * was never answered).  BYE at destroy makes it immediate.  An unanswered
  * handshake proves nothing about the process (a link outage, packet loss):
- * the next request or notification shakes hands again; only a peer that
- * was up and went silent, or said BYE, stays refused.
+ * the next request or notification shakes hands again.  Neither does
+ * silence alone: a peer declared dead for it is refused at once for twice
+ * the peer timeout, then the next use shakes hands again.  A peer that
+ * said BYE, or whose connection the provider reported broken, stays
+ * refused (until its metadata is loaded again).
  *
  * Every peer rail is in every local rail's address vector, so any rail of
  * ours reaches any rail of theirs: a region registered on our rail 0 can
@@ -424,6 +427,21 @@ nixl_status_t lf_conn_use(lf_be_t *be, lf_conn_t *c)
             c->have_ridx = 0;
             break;
         }
+        if (c->down_silent) {
+            /* Declared gone for silence alone: heavy loss or a stall looks
+             * the same.  Refused at once for twice the peer timeout, then
+             * the next use shakes hands again (a dead process then fails
+             * that handshake, bounded by the same timeout). */
+            if (lf_now_ns() - c->since_ns < 2 * be->timeout_ns)
+                return c->down_status;
+            LF_INFO(be, "libfabric: %s: peer %s was declared gone for its silence %llu ms ago: trying it again",
+                    be->agent_name, c->name[0] ? c->name : "?",
+                    (unsigned long long)((lf_now_ns() - c->since_ns) / 1000000));
+            c->down_silent = 0;
+            c->state = LF_CONN_IDLE;
+            c->have_ridx = 0;
+            break;
+        }
         if (c->down_status != NIXL_ERR_TIMEOUT)
             return c->down_status;
         /* Only the handshake went unanswered: a link outage or heavy loss
@@ -536,6 +554,8 @@ void lf_conn_down(lf_be_t *be, lf_conn_t *c, nixl_status_t st, const char *why)
         return;
     int was_up = c->state == LF_CONN_UP;
     c->state = LF_CONN_DOWN;
+    c->down_retry = 0;
+    c->down_silent = 0;
     c->down_status = st;
     c->since_ns = lf_now_ns();
     c->hb_queued = 0;
@@ -587,6 +607,7 @@ void lf_conn_tick(lf_be_t *be, uint64_t now)
             char why[64];
             snprintf(why, sizeof(why), "silent for %llu ms", (unsigned long long)((now - c->last_rx_ns) / 1000000));
             lf_conn_down(be, c, NIXL_ERR_PEER_GONE, why);
+            c->down_silent = 1;
             continue;
         }
         if (!c->hb_queued && now - c->last_tx_ns >= be->hb_ns) {

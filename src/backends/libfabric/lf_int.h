@@ -297,7 +297,8 @@ typedef struct lf_conn {
     int hb_queued; /* a heartbeat waits in the send queue */
     /* handshakes tried again after one went unanswered (TIMEOUT) */
     uint64_t retries, retry_quiet, retry_log_ns;
-    int down_retry; /* reset (lf_conn_reset): the next use shakes hands again */
+    int down_retry;  /* reset (lf_conn_reset): the next use shakes hands again */
+    int down_silent; /* gone for silence alone: tried again 2 x peer timeout later */
     int closed;    /* it said BYE */
     /* sending */
     uint32_t next_tag;

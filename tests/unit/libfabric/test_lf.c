@@ -940,7 +940,8 @@ static void case_cancel_count(void)
 }
 
 /* A peer that stops answering (no progress, no thread) is declared gone
- * within its timeout; its requests fail, new ones are refused at once. */
+ * within its timeout; its requests fail, new ones are refused at once for
+ * twice the timeout; then a request shakes hands again and lands. */
 static void case_silent_peer(void)
 {
     side_t a, b;
@@ -974,6 +975,22 @@ static void case_silent_peer(void)
     CHECK(ms < 2000);
     CHECK_ST(ops->xfer_post(a.be, w, NULL, 0), NIXL_ERR_PEER_GONE);
     CHECK_ST(ops->notif_send(a.be, l.peer_ab, "x", 1), NIXL_ERR_PEER_GONE);
+    /* Silence alone proves nothing: twice the peer timeout after it was
+     * declared gone, the next request shakes hands again and, the peer
+     * answering now, lands. */
+    sleep_us(2 * 400 * 1000 + 100 * 1000);
+    memset(rb.p, 0, 1 << 20);
+    st = ops->xfer_post(a.be, w, NULL, 0);
+    CHECK(st >= 0);
+    deadline = now_ms() + 20000;
+    while (st == NIXL_IN_PROG && now_ms() < deadline) {
+        ops->progress(b.be);
+        sleep_us(50);
+        st = ops->xfer_status(a.be, w);
+    }
+    printf("request to the peer once it answers again: %s\n", nixl_status_name(st));
+    CHECK_ST(st, NIXL_OK);
+    CHECK(memcmp(la.p, rb.p, 1 << 20) == 0);
     ops->xfer_release(a.be, w);
     ops->rkey_unload(a.be, rmd);
     mem_drop(&la, &a);
