@@ -16,24 +16,7 @@
 
 #include "nixl.h"
 
-static int failures;
-
-#define CHECK(cond)                                                                                              \
-    do {                                                                                                         \
-        if (!(cond)) {                                                                                           \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);                             \
-            failures++;                                                                                          \
-        }                                                                                                        \
-    } while (0)
-#define CHECK_ST(expr, want)                                                                                     \
-    do {                                                                                                         \
-        nixl_status_t st_ = (expr);                                                                              \
-        if (st_ != (want)) {                                                                                     \
-            fprintf(stderr, "%s:%d: %s -> %s, want %s\n", __FILE__, __LINE__, #expr, nixl_status_name(st_),     \
-                    nixl_status_name(want));                                                                     \
-            failures++;                                                                                          \
-        }                                                                                                        \
-    } while (0)
+#include "../../common/test_check.h"
 
 static nixl_agent_t *mk_agent(const char *name)
 {

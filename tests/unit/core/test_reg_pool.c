@@ -28,24 +28,7 @@
 #include "fake_backend.h"
 #include "nixl.h"
 
-static int failures;
-
-#define CHECK(cond)                                                                                              \
-    do {                                                                                                         \
-        if (!(cond)) {                                                                                           \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);                             \
-            failures++;                                                                                          \
-        }                                                                                                        \
-    } while (0)
-#define CHECK_ST(expr, want)                                                                                     \
-    do {                                                                                                         \
-        nixl_status_t st_ = (expr);                                                                              \
-        if (st_ != (want)) {                                                                                     \
-            fprintf(stderr, "%s:%d: %s -> %s, want %s\n", __FILE__, __LINE__, #expr, nixl_status_name(st_),     \
-                    nixl_status_name(want));                                                                     \
-            failures++;                                                                                          \
-        }                                                                                                        \
-    } while (0)
+#include "../../common/test_check.h"
 #define CHECK_EQ(a, b)                                                                                           \
     do {                                                                                                         \
         long long a_ = (long long)(a), b_ = (long long)(b);                                                      \
@@ -61,13 +44,6 @@ static int failures;
 static char peers_path[256];
 
 /* ---- helpers ---- */
-
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 static fake_counters_fn counters_of(const char *backend)
 {
@@ -225,9 +201,9 @@ static void test_serial_backend(void)
     setenv("NIXL_REG_CONCURRENCY", "4", 1);
     take(serial_ctr);
     take(fake_ctr);
-    uint64_t t0 = now_ms();
+    uint64_t t0 = test_now_ms();
     CHECK_ST(nixl_mem_register(a, &s.l, NULL), NIXL_OK);
-    uint64_t ms = now_ms() - t0;
+    uint64_t ms = test_now_ms() - t0;
     fake_counters_t cs = take(serial_ctr), cf = take(fake_ctr);
     CHECK_EQ(cs.max_inside, 1);
     CHECK(cf.max_inside >= 2 && cf.max_inside <= 4);

@@ -20,38 +20,7 @@
 
 #define LEN (64u * 1024u)
 
-static int failures;
-
-#define CHECK(cond)                                                                                                \
-    do {                                                                                                           \
-        if (!(cond)) {                                                                                             \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);                              \
-            failures++;                                                                                            \
-        }                                                                                                          \
-    } while (0)
-
-#define CHECK_ST(expr, want)                                                                                       \
-    do {                                                                                                           \
-        nixl_status_t st_ = (expr);                                                                                \
-        if (st_ != (want)) {                                                                                       \
-            fprintf(stderr, "%s:%d: %s returned %s, expected %s\n", __FILE__, __LINE__, #expr,                      \
-                    nixl_status_name(st_), nixl_status_name(want));                                                \
-            failures++;                                                                                            \
-        }                                                                                                          \
-    } while (0)
-
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-static void sleep_ms(unsigned ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
+#include "../../common/test_check.h"
 
 /* Callback outcomes, polled by the test. */
 typedef struct result {
@@ -73,14 +42,14 @@ static void on_done(nixl_agent_t *agent, const char *peer, nixl_status_t st, voi
 
 static nixl_status_t result_wait(result_t *r, unsigned ms)
 {
-    for (uint64_t end = now_ms() + ms;; sleep_ms(5)) {
+    for (uint64_t end = test_now_ms() + ms;; test_sleep_ms(5)) {
         pthread_mutex_lock(&r->mu);
         int done = r->done;
         nixl_status_t st = r->st;
         pthread_mutex_unlock(&r->mu);
         if (done)
             return st;
-        if (now_ms() > end)
+        if (test_now_ms() > end)
             return NIXL_IN_PROG;
     }
 }
@@ -139,7 +108,7 @@ static nixl_status_t read_from(nixl_agent_t *a, void *local, const char *peer, v
 static nixl_status_t run(nixl_xfer_t *x)
 {
     nixl_status_t st = nixl_xfer_post(x);
-    for (uint64_t end = now_ms() + 10000; st == NIXL_IN_PROG && now_ms() < end;)
+    for (uint64_t end = test_now_ms() + 10000; st == NIXL_IN_PROG && test_now_ms() < end;)
         st = nixl_xfer_status(x);
     return st;
 }
@@ -148,7 +117,7 @@ static nixl_status_t run(nixl_xfer_t *x)
  * agent's etcd thread). */
 static int becomes(nixl_xfer_t *x, nixl_status_t want, unsigned ms)
 {
-    for (uint64_t end = now_ms() + ms; now_ms() < end; sleep_ms(10))
+    for (uint64_t end = test_now_ms() + ms; test_now_ms() < end; test_sleep_ms(10))
         if (run(x) == want)
             return 1;
     return 0;
@@ -174,16 +143,16 @@ static void test_reload(void)
 
     /* The same metadata again: nothing to reload, x stays good. */
     CHECK_ST(publish_wait(a), NIXL_OK);
-    sleep_ms(500);
+    test_sleep_ms(500);
     CHECK_ST(run(x), NIXL_OK);
 
     /* Changed metadata: the watch reloads it, x turns stale, new requests
      * see the new region. */
     reg(a, a2);
-    uint64_t t0 = now_ms();
+    uint64_t t0 = test_now_ms();
     CHECK_ST(publish_wait(a), NIXL_OK);
     CHECK(becomes(x, NIXL_ERR_STALE, 5000));
-    fprintf(stderr, "reloaded within %llu ms of the publish\n", (unsigned long long)(now_ms() - t0));
+    fprintf(stderr, "reloaded within %llu ms of the publish\n", (unsigned long long)(test_now_ms() - t0));
     nixl_xfer_release(x);
     CHECK_ST(read_from(b, bl, "ua", a2, &y), NIXL_OK);
     CHECK_ST(run(y), NIXL_OK);
@@ -196,7 +165,7 @@ static void test_reload(void)
     nixl_dlist_t l1 = {NIXL_MEM_DRAM, 1, &d1};
     CHECK_ST(nixl_mem_deregister(a, &l1, NULL), NIXL_OK);
     CHECK_ST(publish_wait(a), NIXL_OK);
-    sleep_ms(700);
+    test_sleep_ms(700);
     CHECK_ST(nixl_md_check_remote(b, "ua"), NIXL_ERR_UNKNOWN_PEER);
     /* A fetch takes it back. */
     CHECK_ST(fetch_wait(b, "ua"), NIXL_OK);
@@ -217,16 +186,16 @@ static void test_name_taken_and_cancel(void)
      * plus the timeout for the name, then gives up. */
     result_t r;
     nixl_etcd_args_t args = cb_args(&r);
-    uint64_t t0 = now_ms();
+    uint64_t t0 = test_now_ms();
     CHECK_ST(nixl_md_etcd_publish(a2, NULL, &args), NIXL_IN_PROG);
     CHECK_ST(result_wait(&r, 15000), NIXL_ERR_NAME_TAKEN);
-    CHECK(now_ms() - t0 >= 2000);
+    CHECK(test_now_ms() - t0 >= 2000);
 
     /* A fetch still waiting when its agent goes is canceled. */
     result_t f;
     nixl_etcd_args_t fa = cb_args(&f);
     CHECK_ST(nixl_md_etcd_fetch(c, "never-there", &fa), NIXL_IN_PROG);
-    sleep_ms(100);
+    test_sleep_ms(100);
     nixl_agent_destroy(c);
     CHECK_ST(result_wait(&f, 0), NIXL_ERR_CANCELED);
 

@@ -15,25 +15,7 @@
 #include "util/log.h"
 #include "util/time.h"
 
-static int failures;
-
-#define CHECK(cond)                                                                                                \
-    do {                                                                                                           \
-        if (!(cond)) {                                                                                             \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);                              \
-            failures++;                                                                                            \
-        }                                                                                                          \
-    } while (0)
-
-#define CHECK_ST(expr, want)                                                                                       \
-    do {                                                                                                           \
-        nixl_status_t st_ = (expr);                                                                                \
-        if (st_ != (want)) {                                                                                       \
-            fprintf(stderr, "%s:%d: %s returned %s, expected %s\n", __FILE__, __LINE__, #expr,                      \
-                    nixl_status_name(st_), nixl_status_name(want));                                                \
-            failures++;                                                                                            \
-        }                                                                                                          \
-    } while (0)
+#include "../../common/test_check.h"
 
 typedef struct seen {
     int puts, deletes, created;

@@ -10,15 +10,7 @@
 
 #include "md/etcd_parse.h"
 
-static int failures;
-
-#define CHECK(cond)                                                                                                \
-    do {                                                                                                           \
-        if (!(cond)) {                                                                                             \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);                              \
-            failures++;                                                                                            \
-        }                                                                                                          \
-    } while (0)
+#include "../../common/test_check.h"
 
 #define HDR "\"header\":{\"cluster_id\":\"324952591200643719\",\"member_id\":\"3319814642761637952\",\"revision\":\"7\",\"raft_term\":\"2\"}"
 

@@ -14,25 +14,7 @@
 #include "util/log.h"
 #include "util/time.h"
 
-static int failures;
-
-#define CHECK(cond)                                                                              \
-    do {                                                                                         \
-        if (!(cond)) {                                                                           \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);             \
-            failures++;                                                                          \
-        }                                                                                        \
-    } while (0)
-
-#define CHECK_ST(expr, expected)                                                                 \
-    do {                                                                                         \
-        nixl_status_t st_ = (expr);                                                              \
-        if (st_ != (expected)) {                                                                 \
-            fprintf(stderr, "%s:%d: %s returned %s, expected %s\n", __FILE__, __LINE__, #expr,   \
-                    nixl_status_name(st_), nixl_status_name(expected));                          \
-            failures++;                                                                          \
-        }                                                                                        \
-    } while (0)
+#include "../../common/test_check.h"
 
 static const md_case_t *find_case(const md_case_t *cases, size_t n, const char *name)
 {

@@ -22,15 +22,7 @@
 #include "util/log.h"
 #include "util/str.h"
 
-static int failures;
-
-#define CHECK(cond)                                                                              \
-    do {                                                                                         \
-        if (!(cond)) {                                                                           \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);             \
-            failures++;                                                                          \
-        }                                                                                        \
-    } while (0)
+#include "../../common/test_check.h"
 
 #define CHECK_STR(a, b)                                                                          \
     do {                                                                                         \
