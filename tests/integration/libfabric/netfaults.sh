@@ -82,18 +82,7 @@ run() {
     before=${3:-}
     action=${4:-}
     : >"$out"
-    ip netns exec "$nsB" "$peer" target --iface "$vB" --size "$size" >"$out" 2>&1 &
-    tpid=$!
-    i=0
-    while ! grep -q '^ready ' "$out" 2>/dev/null; do
-        i=$((i + 1))
-        if [ $i -gt 100 ] || ! kill -0 "$tpid" 2>/dev/null; then
-            echo "target did not start:"
-            cat "$out"
-            exit 1
-        fi
-        sleep 0.1
-    done
+    netns_target_start "$size"
     set -- $(grep '^ready ' "$out")
     mdport=$2
     [ -n "$before" ] && $before

@@ -47,18 +47,7 @@ if [ "$mode" != transfer ]; then
     done
 fi
 
-ip netns exec "$nsB" "$peer" target --iface "$vB" --size "$size" >"$out" 2>&1 &
-tpid=$!
-i=0
-while ! grep -q '^ready ' "$out" 2>/dev/null; do
-    i=$((i + 1))
-    if [ $i -gt 100 ] || ! kill -0 "$tpid" 2>/dev/null; then
-        echo "target did not start:"
-        cat "$out"
-        exit 1
-    fi
-    sleep 0.1
-done
+netns_target_start "$size"
 set -- $(grep '^ready ' "$out")
 port=$2
 pid=$3

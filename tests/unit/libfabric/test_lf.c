@@ -21,23 +21,7 @@
 #include "backends/libfabric/libfabric.h"
 #include "nixl.h"
 
-#define CHECK(cond)                                                                               \
-    do {                                                                                          \
-        if (!(cond)) {                                                                            \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);              \
-            exit(1);                                                                              \
-        }                                                                                         \
-    } while (0)
-
-#define CHECK_ST(expr, want)                                                                      \
-    do {                                                                                          \
-        nixl_status_t st_ = (expr), want_ = (want);                                               \
-        if (st_ != want_) {                                                                       \
-            fprintf(stderr, "%s:%d: %s = %s, expected %s\n", __FILE__, __LINE__, #expr,           \
-                    nixl_status_name(st_), nixl_status_name(want_));                              \
-            exit(1);                                                                              \
-        }                                                                                         \
-    } while (0)
+#include "../../common/test_check_exit.h"
 
 static const nixl_backend_ops_t *ops;
 static const char *topo_dir = "topo";

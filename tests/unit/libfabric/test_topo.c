@@ -19,13 +19,7 @@
 
 #include "backends/libfabric/lf_topo.h"
 
-#define CHECK(cond)                                                                               \
-    do {                                                                                          \
-        if (!(cond)) {                                                                            \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);              \
-            exit(1);                                                                              \
-        }                                                                                         \
-    } while (0)
+#include "../../common/test_check_exit.h"
 
 #define CHECK_MASK(got, want)                                                                     \
     do {                                                                                          \
