@@ -6,7 +6,10 @@ import threading
 import time
 
 
+import pytest
+
 import nixl
+from nixl._api import nixl_thread_sync_t
 
 from conftest import introduce, make_agent, wait_state
 
@@ -48,8 +51,13 @@ def test_gil_is_released_while_a_call_blocks(pair):
     assert spins > 100000, f"only {spins} loop turns in {result['secs']:.1f} s: the GIL was held"
 
 
-def test_threads_post_on_one_agent_and_notifications_arrive_once():
-    a, b = make_agent("mt"), make_agent("mt", enable_prog_thread=True)
+# NIXL's RW mode promises concurrent posts and polls from many threads; every
+# mode gives the same serialized C agent here, so each must hold it.
+@pytest.mark.parametrize("sync_mode", [None, nixl_thread_sync_t.NIXL_THREAD_SYNC_RW,
+                                       nixl_thread_sync_t.NIXL_THREAD_SYNC_NONE])
+def test_threads_post_on_one_agent_and_notifications_arrive_once(sync_mode):
+    a = make_agent("mt", sync_mode=sync_mode)
+    b = make_agent("mt", enable_prog_thread=True, sync_mode=sync_mode)
     threads, rounds, n = 4, 25, 1 << 16
     src = [nixl.alloc_array(n) for _ in range(threads)]
     dst = [nixl.alloc_array(n) for _ in range(threads)]

@@ -6,8 +6,9 @@ docs/python.md lists the methods, what differs and what we add (per-request
 path and telemetry, the agent's path and fallback counters, shareable host
 memory).
 
-Threads: the C agent is always created NIXL_THREAD_SERIALIZED, so any method
-may be called from any thread; every C call releases the GIL (ctypes.CDLL).
+Threads: the C agent is always created NIXL_THREAD_SERIALIZED, whatever
+sync_mode (nixl_thread_sync_t) says, so any method may be called from any
+thread; every C call releases the GIL (ctypes.CDLL).
 The Python-side state (notification map, backends) has its own lock, and
 handles (_types.py) lock themselves.
 """
@@ -21,8 +22,10 @@ import os
 import threading
 import time
 import weakref
+from enum import Enum
 from typing import Any, Optional, Union
 
+from . import _bindings as nixlBind
 from . import _lib
 from ._descs import _DList, index_array, nixlRegDList, nixlXferDList, to_dlist
 from ._errors import (check, make_error, nixlInvalidParamError, nixlMismatchError, nixlNoTelemetryError,
@@ -34,8 +37,8 @@ from ._types import (_Handle, nixl_path_stat, nixl_prepped_dlist_handle, nixl_xf
 log = logging.getLogger("nixl")
 L = _lib.lib
 
-DEFAULT_COMM_PORT = 8888
-NIXL_INIT_AGENT = "NIXL_INIT_AGENT"
+DEFAULT_COMM_PORT = nixlBind.DEFAULT_COMM_PORT
+NIXL_INIT_AGENT = nixlBind.NIXL_INIT_AGENT
 ETCD_ISSUE = "issue 5 (metadata at scale: etcd)"
 
 # NIXL backend names -> libnixl backends.  An alias stands for every backend of
@@ -90,6 +93,22 @@ def available_backends() -> dict[str, Any]:
     return _avail()
 
 
+class nixl_thread_sync_t(Enum):
+    """NIXL's thread synchronization modes; DEFAULT is NONE, as in NIXL.
+
+    Each one gives the same C agent, NIXL_THREAD_SERIALIZED (one lock per
+    agent; every call from any thread at any time): NONE and STRICT because
+    an uncontended lock costs nothing beside a ctypes call, RW because it
+    must allow concurrent posts and polls from many threads, which the lock
+    serializes safely.  docs/python.md, "Threads", has the table.
+    """
+
+    NIXL_THREAD_SYNC_NONE = nixlBind.NIXL_THREAD_SYNC_NONE
+    NIXL_THREAD_SYNC_STRICT = nixlBind.NIXL_THREAD_SYNC_STRICT
+    NIXL_THREAD_SYNC_RW = nixlBind.NIXL_THREAD_SYNC_RW
+    NIXL_THREAD_SYNC_DEFAULT = nixlBind.NIXL_THREAD_SYNC_DEFAULT
+
+
 class nixl_agent_config:
     """NIXL's agent configuration.
 
@@ -99,16 +118,23 @@ class nixl_agent_config:
     is accepted and ignored: libnixl always records per-request telemetry.
     num_threads > 0 sets the copy threads of backends that have them (shm
     "threads").  backends: NIXL names (see BACKEND_ALIASES) or ours.
+    sync_mode: a nixl_thread_sync_t or None (NIXL's rule: STRICT with a
+    listener, else NONE); anything else is TypeError, as in NIXL.
     """
 
     def __init__(self, enable_prog_thread: bool = True, enable_listen_thread: bool = False, listen_port: int = 0,
-                 capture_telemetry: bool = False, num_threads: int = 0, backends: Optional[list[str]] = None):
+                 capture_telemetry: bool = False, num_threads: int = 0, backends: Optional[list[str]] = None,
+                 sync_mode: Optional[nixl_thread_sync_t] = None):
+        if sync_mode is not None and not isinstance(sync_mode, nixl_thread_sync_t):
+            raise TypeError(f"sync_mode must be a nixl_thread_sync_t or None, not {type(sync_mode).__name__} "
+                            f"{sync_mode!r}")
         self.backends = list(backends) if backends is not None else ["UCX"]
         self.enable_pthread = bool(enable_prog_thread)
         self.enable_listen = bool(enable_listen_thread)
         self.port = int(listen_port)
         self.capture_telemetry = bool(capture_telemetry)
         self.num_threads = int(num_threads)
+        self.sync_mode = sync_mode
 
 
 class nixl_agent:
@@ -121,6 +147,9 @@ class nixl_agent:
             instantiate_all = False
         conf = nixl_conf or nixl_agent_config()
         self.name = agent_name
+        # NIXL's mode, kept for whoever reads it; the C agent is serialized in every mode.
+        self.sync_mode = conf.sync_mode or (nixl_thread_sync_t.NIXL_THREAD_SYNC_STRICT if conf.enable_listen
+                                            else nixl_thread_sync_t.NIXL_THREAD_SYNC_NONE)
         if not 0 <= conf.port <= 65535:
             raise make_error(nixlInvalidParamError, "nixl_agent", f"listen_port {conf.port} is not a TCP port")
         cfg = _lib.nixl_agent_config_t()
