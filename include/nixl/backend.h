@@ -35,6 +35,7 @@
 #include <stdint.h>
 
 #include "../nixl.h"
+#include "backend_util.h" /* nixl_log_level_t; the backend kit */
 
 #ifdef __cplusplus
 extern "C" {
@@ -42,14 +43,6 @@ extern "C" {
 
 #define NIXL_BACKEND_ABI_VERSION 1
 #define NIXL_BACKEND_ENTRY "nixl_backend_get_ops"
-
-typedef enum {
-    NIXL_LOG_ERROR = 0,
-    NIXL_LOG_WARN = 1,
-    NIXL_LOG_INFO = 2,
-    NIXL_LOG_DEBUG = 3,
-    NIXL_LOG_TRACE = 4,
-} nixl_log_level_t;
 
 /* Facts about GPU memory the core recorded when it was registered (all
  * zero for other memory).  Queried with pointer attributes, which answer
@@ -84,6 +77,40 @@ typedef struct nixl_host_cuda {
     /* "CUDA_ERROR_...: message" for a CUresult. */
     const char *(*strerror)(int cu_result);
 } nixl_host_cuda_t;
+
+/* What nixl_be_ctx_enter changed on the calling thread, for nixl_be_ctx_leave. */
+typedef struct nixl_be_ctx_scope {
+    void *saved; /* the context that was current before */
+    int changed; /* 1: ctx was made current, saved must be restored */
+} nixl_be_ctx_scope_t;
+
+/* The context rule in one place, for the core and every backend: make ctx
+ * (a CUcontext; NULL when the memory needs none) current on this thread.
+ * NIXL_OK with scope->changed 0 when ctx is NULL or already current;
+ * NIXL_ERR_NOT_SUPPORTED without GPU helpers; the bind's error otherwise
+ * (nothing changed).  Every call is paired with nixl_be_ctx_leave. */
+static inline nixl_status_t nixl_be_ctx_enter(const nixl_host_cuda_t *cuda, void *ctx, nixl_be_ctx_scope_t *scope)
+{
+    scope->saved = NULL;
+    scope->changed = 0;
+    if (!ctx)
+        return NIXL_OK;
+    if (!cuda || !cuda->ctx_bind || !cuda->ctx_restore)
+        return NIXL_ERR_NOT_SUPPORTED;
+    void *prev = NULL;
+    nixl_status_t st = cuda->ctx_bind(ctx, &prev);
+    if (st != NIXL_OK)
+        return st;
+    scope->saved = prev;
+    scope->changed = prev != ctx;
+    return NIXL_OK;
+}
+
+static inline void nixl_be_ctx_leave(const nixl_host_cuda_t *cuda, const nixl_be_ctx_scope_t *scope)
+{
+    if (scope->changed)
+        cuda->ctx_restore(scope->saved);
+}
 
 /* Services the core offers a backend.  Handed to create(); valid until
  * destroy() returns. */

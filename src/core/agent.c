@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "core/agent.h"
+#include "core/be_call.h"
 #include "md/socket.h"
 #include "util/config.h"
 #include "util/log.h"
@@ -42,9 +43,7 @@ nixl_status_t nixl_agent_progress_locked(nixl_agent_t *a)
     nixl_status_t first = NIXL_OK;
     for (int i = 0; i < a->num_backends; i++) {
         nixl_backend_t *b = a->backends[i];
-        if (!b->ops->progress)
-            continue;
-        nixl_status_t st = b->ops->progress(b->be);
+        nixl_status_t st = be_progress(b);
         if (nixl_likely(st >= 0)) {
             b->progress_err = NIXL_OK;
             continue;
@@ -54,7 +53,7 @@ nixl_status_t nixl_agent_progress_locked(nixl_agent_t *a)
         uint64_t now = nixl_now_ns();
         if (st != b->progress_err || now - b->progress_err_ns > PROGRESS_ERR_LOG_NS) {
             NIXL_ERROR("agent %s: backend %s: progress failed: %s (logged again if it changes, or in 10 s)",
-                       a->name, b->ops->name, nixl_strerror(st));
+                       a->name, be_name(b), nixl_strerror(st));
             b->progress_err_ns = now;
         }
         b->progress_err = st;
@@ -215,10 +214,8 @@ NIXL_API void nixl_agent_destroy(nixl_agent_t *a)
     nixl_xfers_destroy(a);
     nixl_peers_destroy(a);
     nixl_registry_destroy(a);
-    for (int b = 0; b < a->num_backends; b++) {
-        a->backends[b]->ops->destroy(a->backends[b]->be);
-        free(a->backends[b]);
-    }
+    for (int b = 0; b < a->num_backends; b++)
+        nixl_backend_free(a->backends[b]);
     a->num_backends = 0;
     while (a->notif_head) {
         nixl_notif_item_t *it = a->notif_head;
@@ -275,7 +272,7 @@ NIXL_API nixl_status_t nixl_notif_send(nixl_agent_t *a, const char *peer, const 
     int best_rank = 99;
     for (int b = 0; b < a->num_backends; b++) {
         nixl_peer_backend_t *bk = &inc->bk[b];
-        if (!bk->backend || !(bk->backend->ops->caps & NIXL_CAP_NOTIF) || !bk->backend->ops->notif_send)
+        if (!bk->backend || !be_can_notify(bk->backend))
             continue;
         if (opt && (opt->field_mask & NIXL_OPT_BACKENDS)) {
             int ok = 0;
@@ -284,7 +281,7 @@ NIXL_API nixl_status_t nixl_notif_send(nixl_agent_t *a, const char *peer, const 
             if (!ok)
                 continue;
         }
-        uint32_t caps = bk->backend->ops->caps;
+        uint32_t caps = be_caps(bk->backend);
         int rank = (inc->same_process && (caps & NIXL_CAP_LOCAL))      ? 0
                    : (inc->same_host && (caps & NIXL_CAP_SAME_HOST)) ? 1
                                                                      : 2;
@@ -298,9 +295,9 @@ NIXL_API nixl_status_t nixl_notif_send(nixl_agent_t *a, const char *peer, const 
         st = NIXL_ERR_NO_PATH;
         goto out;
     }
-    st = best->backend->ops->notif_send(best->backend->be, best->peer, msg, len);
+    st = be_notif_send(best->backend, best->peer, msg, len);
     if (st != NIXL_OK)
-        NIXL_ERROR("agent %s: notification to %s over %s failed: %s", a->name, peer, best->backend->ops->name,
+        NIXL_ERROR("agent %s: notification to %s over %s failed: %s", a->name, peer, be_name(best->backend),
                    nixl_strerror(st));
 out:
     nixl_agent_unlock(a);

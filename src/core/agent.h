@@ -17,14 +17,6 @@
 
 #define NIXL_AGENT_MAX_BACKENDS 8
 
-#if defined(__GNUC__)
-#define nixl_likely(x) __builtin_expect(!!(x), 1)
-#define nixl_unlikely(x) __builtin_expect(!!(x), 0)
-#else
-#define nixl_likely(x) (x)
-#define nixl_unlikely(x) (x)
-#endif
-
 /* ---- backends (backends.c) ---- */
 
 /* An entry of the process-wide list of backend implementations. */
@@ -36,6 +28,8 @@ typedef struct nixl_backend_impl {
 
 /* Enumerate built-in and module backends once per process. */
 void nixl_backend_impls(const nixl_backend_impl_t **impls_out, size_t *count_out);
+/* Destroy an instance (its fault wrapper first) and free it. */
+void nixl_backend_free(nixl_backend_t *b);
 
 struct nixl_backend {
     nixl_agent_t *agent;
@@ -43,9 +37,10 @@ struct nixl_backend {
     void *be;
     int index; /* in agent->backends */
     nixl_host_services_t host;
-    /* What the registry hands it: ops->mem_types plus the local-only
-     * ops->local_mem_types (never published to peers, see peer.c). */
+    /* What the registry hands it: the ops' mem_types plus the local-only
+     * local_mem_types (never published to peers, see peer.c). */
     uint32_t reg_mem_types;
+    struct nixl_fault *fault; /* NIXL_FAULT rules naming this backend (fault.c), else NULL */
     int cancel_warned; /* no xfer_cancel op: said once that deadlines are not enforced */
     nixl_status_t progress_err; /* last progress() status, for the rate-limited log */
     uint64_t progress_err_ns;

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "core/agent.h"
+#include "core/be_call.h"
 #include "core/fault.h"
 #include "cuda/cuda.h"
 #include "util/config.h"
@@ -372,16 +373,14 @@ NIXL_API nixl_status_t nixl_backend_create(nixl_agent_t *agent, const char *name
      * the fault-injection wrapper between the core and it (fault.c). */
     st = nixl_fault_install(b);
     if (st != NIXL_OK) {
-        ops->destroy(b->be);
-        free(b);
+        nixl_backend_free(b);
         goto out;
     }
     agent->backends[agent->num_backends++] = b;
     st = nixl_registry_add_backend(agent, b);
     if (st != NIXL_OK) {
         agent->backends[--agent->num_backends] = NULL;
-        b->ops->destroy(b->be);
-        free(b);
+        nixl_backend_free(b);
         goto out;
     }
     *backend_out = b;
@@ -390,24 +389,28 @@ out:
     return st;
 }
 
+void nixl_backend_free(nixl_backend_t *b)
+{
+    nixl_fault_uninstall(b);
+    b->ops->destroy(b->be);
+    free(b);
+}
+
 NIXL_API const char *nixl_backend_name(const nixl_backend_t *backend)
 {
-    return backend ? backend->ops->name : "";
+    return backend ? be_name(backend) : "";
 }
 
 /* nixl_backend_describe: describe was appended to the ops after version 1,
- * so a module built before it has a shorter struct and no such member. */
+ * so a module built before it has a shorter struct and no such member
+ * (be_describe says NOT_SUPPORTED then). */
 NIXL_API nixl_status_t nixl_backend_describe(nixl_backend_t *backend, char *buf, size_t *len)
 {
     if (!backend || !len)
         return NIXL_ERR_NULL;
-    const nixl_backend_ops_t *ops = backend->ops;
-    size_t need = offsetof(nixl_backend_ops_t, describe) + sizeof(ops->describe);
-    if (ops->struct_size < need || !ops->describe)
-        return NIXL_ERR_NOT_SUPPORTED;
     size_t n = buf ? *len : 0;
     nixl_agent_lock(backend->agent);
-    nixl_status_t st = ops->describe(backend->be, buf, &n);
+    nixl_status_t st = be_describe(backend, buf, &n);
     nixl_agent_unlock(backend->agent);
     if (st == NIXL_OK && buf && n > *len)
         st = NIXL_ERR_TOO_BIG;

@@ -11,10 +11,11 @@
  *   ACTION   fail (NIXL_ERR_BACKEND), fail=NIXL_ERR_... (that code), or
  *            delay=DURATION (10us, 5ms, 1s...) before the real call
  *
- * The wrapper is a shadow ops table per backend instance: the core calls it
- * through b->ops / b->be like any backend, and it calls the real backend.
- * Nothing changes for backends no rule names, so an unset NIXL_FAULT costs
- * nothing on any path.
+ * The core's doorway (be_call.h) takes an unlikely branch into this file
+ * when b->fault is set, for the ops a rule can name (and the request ops,
+ * whose requests are shadowed here); this file calls the real op through
+ * BE_OP.  Backends no rule names have no b->fault, so an unset NIXL_FAULT
+ * costs one predicted branch per call.
  *
  * What a failed call does, and why:
  * - reg, peer_load, rkey_load, xfer_prepare, xfer_post, notif_send,
@@ -49,12 +50,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/be_call.h"
 #include "core/fault.h"
 #include "util/config.h"
 #include "util/log.h"
 
 #define FAULT_MAX_RULES 32
-#define FAULT_OPS_V1_SIZE (offsetof(nixl_backend_ops_t, progress) + sizeof(((nixl_backend_ops_t *)0)->progress))
 #define FAULT_MAX_DELAY_NS (60ull * 1000000000ull)
 
 typedef enum {
@@ -89,11 +90,8 @@ typedef struct fault_rule {
 
 typedef struct fault_req fault_req_t;
 
-typedef struct fault_be {
-    nixl_backend_ops_t ops; /* the shadow table the core calls */
-    const nixl_backend_ops_t *real;
-    void *be; /* the real instance */
-    nixl_agent_t *agent;
+typedef struct nixl_fault {
+    nixl_backend_t *b; /* the real instance: b->ops, b->be */
     atomic_uint_fast64_t calls[FAULT_OP_COUNT];
     /* Status rules: notifications held until their request succeeded.
      * The list changes only under the agent lock (or, without one, on the
@@ -207,7 +205,7 @@ static int backend_known(tok_t t)
     size_t n;
     nixl_backend_impls(&impls, &n);
     for (size_t i = 0; i < n; i++)
-        if (tok_is(t, impls[i].ops->name))
+        if (tok_is(t, impls[i].info.name))
             return 1;
     return 0;
 }
@@ -355,10 +353,10 @@ static void fault_delay(fault_be_t *fb, fault_op_t op, uint64_t n)
             continue;
         if (!atomic_exchange(&r->warned, 1))
             NIXL_WARN("injected delay: %s %s #%llu +%llu us (agent %s; later delays of this rule logged at debug)",
-                      fb->real->name, fault_op_names[op], (unsigned long long)n,
-                      (unsigned long long)(r->s.delay_ns / 1000), fb->agent->name);
+                      be_name(fb->b), fault_op_names[op], (unsigned long long)n,
+                      (unsigned long long)(r->s.delay_ns / 1000), fb->b->agent->name);
         else
-            NIXL_DEBUG("injected delay: %s %s #%llu +%llu us", fb->real->name, fault_op_names[op],
+            NIXL_DEBUG("injected delay: %s %s #%llu +%llu us", be_name(fb->b), fault_op_names[op],
                        (unsigned long long)n, (unsigned long long)(r->s.delay_ns / 1000));
         fault_sleep(r->s.delay_ns);
     }
@@ -379,7 +377,7 @@ static nixl_status_t fault_fail(fault_be_t *fb, fault_op_t op, uint64_t n, int c
             if (hit && r->s.nth && !r->s.from) {
                 atomic_store(&r->pending, 1);
                 NIXL_INFO("fault for %s %s #%llu deferred: the notification of that request is out (agent %s)",
-                          fb->real->name, fault_op_names[op], (unsigned long long)n, fb->agent->name);
+                          be_name(fb->b), fault_op_names[op], (unsigned long long)n, fb->b->agent->name);
             }
             continue;
         }
@@ -389,8 +387,8 @@ static nixl_status_t fault_fail(fault_be_t *fb, fault_op_t op, uint64_t n, int c
         }
     }
     if (code != NIXL_OK)
-        NIXL_WARN("injected fault: %s %s #%llu -> %s (agent %s)", fb->real->name, fault_op_names[op],
-                  (unsigned long long)n, nixl_status_name(code), fb->agent->name);
+        NIXL_WARN("injected fault: %s %s #%llu -> %s (agent %s)", be_name(fb->b), fault_op_names[op],
+                  (unsigned long long)n, nixl_status_name(code), fb->b->agent->name);
     return code;
 }
 
@@ -402,7 +400,7 @@ static nixl_status_t fault_enter(fault_be_t *fb, fault_op_t op)
     return fault_fail(fb, op, n, 1);
 }
 
-/* ---- the shadow ops ---- */
+/* ---- the wrapped ops (be_call.h calls these when b->fault is set) ---- */
 
 static void helper_stop(fault_be_t *fb)
 {
@@ -416,68 +414,38 @@ static void helper_stop(fault_be_t *fb)
     fb->helper_started = 0;
 }
 
-static void fault_destroy(void *p)
+void nixl_fault_uninstall(nixl_backend_t *b)
 {
-    fault_be_t *fb = p;
+    fault_be_t *fb = b->fault;
+    if (!fb)
+        return;
     helper_stop(fb);
     if (fb->hold) {
         pthread_cond_destroy(&fb->helper_wake);
         pthread_mutex_destroy(&fb->helper_lock);
     }
-    fb->real->destroy(fb->be);
+    b->fault = NULL;
     free(fb);
 }
 
-static nixl_status_t fault_reg(void *p, const nixl_be_region_t *region, void **md_out)
+nixl_status_t nixl_fault_reg(nixl_backend_t *b, const nixl_be_region_t *region, void **md_out)
 {
-    fault_be_t *fb = p;
-    nixl_status_t st = fault_enter(fb, FAULT_REG);
-    return st != NIXL_OK ? st : fb->real->reg(fb->be, region, md_out);
+    nixl_status_t st = fault_enter(b->fault, FAULT_REG);
+    return st != NIXL_OK ? st : BE_OP(b, reg, region, md_out);
 }
 
-static void fault_dereg(void *p, void *md)
+nixl_status_t nixl_fault_peer_load(nixl_backend_t *b, const char *name, const void *conn, size_t conn_len,
+                                   void **peer_out)
 {
-    fault_be_t *fb = p;
-    fb->real->dereg(fb->be, md);
+    nixl_status_t st = fault_enter(b->fault, FAULT_PEER_LOAD);
+    return st != NIXL_OK ? st : BE_OP(b, peer_load, name, conn, conn_len, peer_out);
 }
 
-static nixl_status_t fault_rkey_pack(void *p, void *md, void *buf, size_t *len)
+nixl_status_t nixl_fault_rkey_load(nixl_backend_t *b, void *peer, const nixl_be_region_t *region, const void *rkey,
+                                   size_t rkey_len, void **rmd_out)
 {
-    fault_be_t *fb = p;
-    return fb->real->rkey_pack(fb->be, md, buf, len);
-}
-
-static nixl_status_t fault_conn_pack(void *p, void *buf, size_t *len)
-{
-    fault_be_t *fb = p;
-    return fb->real->conn_pack(fb->be, buf, len);
-}
-
-static nixl_status_t fault_peer_load(void *p, const char *name, const void *conn, size_t conn_len, void **peer_out)
-{
-    fault_be_t *fb = p;
-    nixl_status_t st = fault_enter(fb, FAULT_PEER_LOAD);
-    return st != NIXL_OK ? st : fb->real->peer_load(fb->be, name, conn, conn_len, peer_out);
-}
-
-static void fault_peer_unload(void *p, void *peer)
-{
-    fault_be_t *fb = p;
-    fb->real->peer_unload(fb->be, peer);
-}
-
-static nixl_status_t fault_rkey_load(void *p, void *peer, const nixl_be_region_t *region, const void *rkey,
-                                     size_t rkey_len, void **rmd_out)
-{
-    fault_be_t *fb = p;
-    nixl_status_t st = fault_enter(fb, FAULT_RKEY_LOAD);
-    return st != NIXL_OK ? st : fb->real->rkey_load(fb->be, peer, region, rkey, rkey_len, rmd_out);
-}
-
-static void fault_rkey_unload(void *p, void *rmd)
-{
-    fault_be_t *fb = p;
-    fb->real->rkey_unload(fb->be, rmd);
+    nixl_status_t st = fault_enter(b->fault, FAULT_RKEY_LOAD);
+    return st != NIXL_OK ? st : BE_OP(b, rkey_load, peer, region, rkey, rkey_len, rmd_out);
 }
 
 /* ---- requests ---- */
@@ -527,12 +495,12 @@ static nixl_status_t held_settle(fault_be_t *fb, fault_req_t *r, nixl_status_t s
 {
     held_del(fb, r);
     if (st == NIXL_OK) {
-        st = fb->real->notif_send(fb->be, r->xfer.peer, r->notif, r->notif_len);
+        st = BE_OP(fb->b, notif_send, r->xfer.peer, r->notif, r->notif_len);
         if (st == NIXL_OK)
             r->notif_sent = 1;
         else
             NIXL_ERROR("agent %s: %s: the held notification of a finished request could not be sent: %s",
-                       fb->agent->name, fb->real->name, nixl_strerror(st));
+                       fb->b->agent->name, be_name(fb->b), nixl_strerror(st));
     }
     r->settled = st;
     return st;
@@ -544,7 +512,7 @@ static void held_flush(fault_be_t *fb)
     fault_req_t *r = fb->held;
     while (r) {
         fault_req_t *next = r->next;
-        nixl_status_t st = fb->real->xfer_status(fb->be, r->real);
+        nixl_status_t st = BE_OP(fb->b, xfer_status, r->real);
         if (st != NIXL_IN_PROG)
             held_settle(fb, r, st);
         r = next;
@@ -564,9 +532,9 @@ static void *helper_main(void *arg)
             continue;
         }
         pthread_mutex_unlock(&fb->helper_lock);
-        if (pthread_mutex_trylock(&fb->agent->lock) == 0) {
+        if (pthread_mutex_trylock(&fb->b->agent->lock) == 0) {
             held_flush(fb);
-            pthread_mutex_unlock(&fb->agent->lock);
+            pthread_mutex_unlock(&fb->b->agent->lock);
         }
         fault_sleep(100000);
         pthread_mutex_lock(&fb->helper_lock);
@@ -575,16 +543,15 @@ static void *helper_main(void *arg)
     return NULL;
 }
 
-static nixl_status_t fault_xfer_prepare(void *p, const nixl_be_xfer_t *x, nixl_be_req_t **req_out)
+nixl_status_t nixl_fault_xfer_prepare(nixl_backend_t *b, const nixl_be_xfer_t *x, nixl_be_req_t **req_out)
 {
-    fault_be_t *fb = p;
-    nixl_status_t st = fault_enter(fb, FAULT_XFER_PREPARE);
+    nixl_status_t st = fault_enter(b->fault, FAULT_XFER_PREPARE);
     if (st != NIXL_OK)
         return st;
     fault_req_t *r = calloc(1, sizeof(*r));
     if (!r)
         return NIXL_ERR_NO_MEMORY;
-    st = fb->real->xfer_prepare(fb->be, x, &r->real);
+    st = BE_OP(b, xfer_prepare, x, &r->real);
     if (st != NIXL_OK) {
         free(r);
         return st;
@@ -602,28 +569,23 @@ static nixl_status_t req_hold_notif(fault_req_t *r, const void *notif, size_t le
     r->notif_len = 0;
     if (!notif)
         return NIXL_OK;
-    if (len > r->notif_cap) {
-        uint8_t *p = realloc(r->notif, len);
-        if (!p)
-            return NIXL_ERR_NO_MEMORY;
-        r->notif = p;
-        r->notif_cap = len;
-    }
+    if (NIXL_ARRAY_RESERVE(r->notif, r->notif_cap, len, 64))
+        return NIXL_ERR_NO_MEMORY;
     if (len)
         memcpy(r->notif, notif, len);
     r->notif_len = len;
     return NIXL_OK;
 }
 
-static nixl_status_t fault_xfer_post(void *p, nixl_be_req_t *req, const void *notif, size_t notif_len)
+nixl_status_t nixl_fault_xfer_post(nixl_backend_t *b, nixl_be_req_t *req, const void *notif, size_t notif_len)
 {
-    fault_be_t *fb = p;
+    fault_be_t *fb = b->fault;
     fault_req_t *r = (fault_req_t *)req;
     nixl_status_t st = fault_enter(fb, FAULT_XFER_POST);
     if (st != NIXL_OK)
         return st;
     if (!r->real) {
-        st = fb->real->xfer_prepare(fb->be, &r->xfer, &r->real);
+        st = BE_OP(b, xfer_prepare, &r->xfer, &r->real);
         if (st != NIXL_OK) {
             r->real = NULL;
             return st;
@@ -633,14 +595,14 @@ static nixl_status_t fault_xfer_post(void *p, nixl_be_req_t *req, const void *no
     r->cancel_held = 0;
     r->settled = NIXL_IN_PROG;
     if (!fb->hold) {
-        st = fb->real->xfer_post(fb->be, r->real, notif, notif_len);
+        st = BE_OP(b, xfer_post, r->real, notif, notif_len);
         req_sync(r);
         return st;
     }
     st = req_hold_notif(r, notif, notif_len);
     if (st != NIXL_OK)
         return st;
-    st = fb->real->xfer_post(fb->be, r->real, NULL, 0);
+    st = BE_OP(b, xfer_post, r->real, NULL, 0);
     req_sync(r);
     if (!r->has_notif || st == NIXL_IN_PROG) {
         if (r->has_notif)
@@ -655,14 +617,14 @@ static nixl_status_t fault_xfer_post(void *p, nixl_be_req_t *req, const void *no
 static nixl_status_t req_fail(fault_be_t *fb, fault_req_t *r, nixl_status_t code)
 {
     held_del(fb, r);
-    fb->real->xfer_release(fb->be, r->real);
+    BE_OP(fb->b, xfer_release, r->real);
     r->real = NULL;
     return code;
 }
 
-static nixl_status_t fault_xfer_status(void *p, nixl_be_req_t *req)
+nixl_status_t nixl_fault_xfer_status(nixl_backend_t *b, nixl_be_req_t *req)
 {
-    fault_be_t *fb = p;
+    fault_be_t *fb = b->fault;
     fault_req_t *r = (fault_req_t *)req;
     uint64_t n = fault_count(fb, FAULT_XFER_STATUS);
     fault_delay(fb, FAULT_XFER_STATUS, n);
@@ -672,7 +634,7 @@ static nixl_status_t fault_xfer_status(void *p, nixl_be_req_t *req)
     if (!fb->hold) {
         /* No status rule fails (or no notif_send to hold with): the
          * notification may be out as soon as the request ended. */
-        st = fb->real->xfer_status(fb->be, r->real);
+        st = BE_OP(b, xfer_status, r->real);
         req_sync(r);
         code = fault_fail(fb, FAULT_XFER_STATUS, n, st == NIXL_IN_PROG);
         return code != NIXL_OK ? req_fail(fb, r, code) : st;
@@ -687,19 +649,24 @@ static nixl_status_t fault_xfer_status(void *p, nixl_be_req_t *req)
         return req_fail(fb, r, code);
     if (r->settled != NIXL_IN_PROG)
         return r->settled;
-    st = fb->real->xfer_status(fb->be, r->real);
+    st = BE_OP(b, xfer_status, r->real);
     req_sync(r);
     if (r->cancel_held && st != NIXL_IN_PROG)
         return r->settled = st == NIXL_OK ? NIXL_ERR_CANCELED : st;
     return r->held && st != NIXL_IN_PROG ? held_settle(fb, r, st) : st;
 }
 
+int nixl_fault_can_cancel(const nixl_backend_t *b)
+{
+    return BE_HAS(b, xfer_cancel) || b->fault->hold;
+}
+
 /* A deadline's cancel.  A notification we hold and have not sent loses
  * to it: dropped, so the request ends NIXL_ERR_CANCELED even when the real
  * one completes.  The real backend's cancel stops the rest. */
-static void fault_xfer_cancel(void *p, nixl_be_req_t *req)
+void nixl_fault_xfer_cancel(nixl_backend_t *b, nixl_be_req_t *req)
 {
-    fault_be_t *fb = p;
+    fault_be_t *fb = b->fault;
     fault_req_t *r = (fault_req_t *)req;
     if (!r || !r->real)
         return;
@@ -707,43 +674,40 @@ static void fault_xfer_cancel(void *p, nixl_be_req_t *req)
         held_del(fb, r);
         r->cancel_held = 1;
     }
-    if (NIXL_BACKEND_OPS_HAS(fb->real, xfer_cancel))
-        fb->real->xfer_cancel(fb->be, r->real);
+    if (BE_HAS(b, xfer_cancel))
+        BE_OP(b, xfer_cancel, r->real);
 }
 
-static nixl_status_t fault_describe(void *p, char *buf, size_t *len)
+void nixl_fault_xfer_release(nixl_backend_t *b, nixl_be_req_t *req)
 {
-    fault_be_t *fb = p;
-    return fb->real->describe(fb->be, buf, len);
-}
-
-static void fault_xfer_release(void *p, nixl_be_req_t *req)
-{
-    fault_be_t *fb = p;
     fault_req_t *r = (fault_req_t *)req;
     if (!r)
         return;
-    held_del(fb, r);
+    held_del(b->fault, r);
     if (r->real)
-        fb->real->xfer_release(fb->be, r->real);
+        BE_OP(b, xfer_release, r->real);
     free(r->notif);
     free(r);
 }
 
-static nixl_status_t fault_notif_send(void *p, void *peer, const void *msg, size_t len)
+nixl_status_t nixl_fault_notif_send(nixl_backend_t *b, void *peer, const void *msg, size_t len)
 {
-    fault_be_t *fb = p;
-    nixl_status_t st = fault_enter(fb, FAULT_NOTIF_SEND);
-    return st != NIXL_OK ? st : fb->real->notif_send(fb->be, peer, msg, len);
+    nixl_status_t st = fault_enter(b->fault, FAULT_NOTIF_SEND);
+    return st != NIXL_OK ? st : BE_OP(b, notif_send, peer, msg, len);
 }
 
-static nixl_status_t fault_progress(void *p)
+/* Held notifications are also sent from progress, so it runs even when
+ * the backend has no progress op of its own. */
+nixl_status_t nixl_fault_progress(nixl_backend_t *b)
 {
-    fault_be_t *fb = p;
+    fault_be_t *fb = b->fault;
+    int own = BE_HAS(b, progress);
+    if (!own && !fb->hold)
+        return NIXL_OK; /* nothing would have been called: nothing counted */
     nixl_status_t st = fault_enter(fb, FAULT_PROGRESS);
     if (st != NIXL_OK)
         return st;
-    st = fb->real->progress ? fb->real->progress(fb->be) : NIXL_OK;
+    st = own ? BE_OP0(b, progress) : NIXL_OK;
     if (fb->held)
         held_flush(fb);
     return st;
@@ -770,11 +734,11 @@ static nixl_status_t helper_start(fault_be_t *fb)
     fb->hold = 1;
     /* Without the agent lock another thread of ours would race the
      * application's own (serialized by it) calls: they must poll. */
-    if (!fb->agent->serialized)
+    if (!fb->b->agent->serialized)
         return NIXL_OK;
     int rc = pthread_create(&fb->helper, NULL, helper_main, fb);
     if (rc != 0) {
-        NIXL_ERROR("agent %s: NIXL_FAULT: cannot start the notification helper thread: %s", fb->agent->name,
+        NIXL_ERROR("agent %s: NIXL_FAULT: cannot start the notification helper thread: %s", fb->b->agent->name,
                    strerror(rc));
         pthread_cond_destroy(&fb->helper_wake);
         pthread_mutex_destroy(&fb->helper_lock);
@@ -790,10 +754,9 @@ nixl_status_t nixl_fault_install(nixl_backend_t *b)
     const char *spec = nixl_cfg_get("NIXL_FAULT");
     if (!spec || !*spec)
         return NIXL_OK;
-    const nixl_backend_ops_t *real = b->ops;
     fault_spec_t rules[FAULT_MAX_RULES];
     size_t n = 0;
-    nixl_status_t st = parse_spec(spec, real->name, rules, &n);
+    nixl_status_t st = parse_spec(spec, be_name(b), rules, &n);
     if (st != NIXL_OK)
         return st;
     if (n == 0)
@@ -802,30 +765,7 @@ nixl_status_t nixl_fault_install(nixl_backend_t *b)
     fault_be_t *fb = calloc(1, sizeof(*fb) + n * sizeof(fault_rule_t));
     if (!fb)
         return NIXL_ERR_NO_MEMORY;
-    /* The version-1 members are copied, every one that takes 'be' wrapped
-     * below; the appended ones are set one by one (an op this file does not
-     * wrap would get our pointer for the real instance's). */
-    memcpy(&fb->ops, real, FAULT_OPS_V1_SIZE);
-    fb->ops.struct_size = sizeof(fb->ops);
-    fb->ops.describe = NIXL_BACKEND_OPS_HAS(real, describe) ? fault_describe : NULL;
-    fb->ops.local_mem_types = NIXL_BACKEND_OPS_HAS(real, local_mem_types) ? real->local_mem_types : 0;
-    fb->ops.destroy = fault_destroy;
-    fb->ops.reg = fault_reg;
-    fb->ops.dereg = fault_dereg;
-    fb->ops.rkey_pack = real->rkey_pack ? fault_rkey_pack : NULL;
-    fb->ops.conn_pack = real->conn_pack ? fault_conn_pack : NULL;
-    fb->ops.peer_load = fault_peer_load;
-    fb->ops.peer_unload = fault_peer_unload;
-    fb->ops.rkey_load = fault_rkey_load;
-    fb->ops.rkey_unload = fault_rkey_unload;
-    fb->ops.xfer_prepare = fault_xfer_prepare;
-    fb->ops.xfer_post = fault_xfer_post;
-    fb->ops.xfer_status = fault_xfer_status;
-    fb->ops.xfer_release = fault_xfer_release;
-    fb->ops.notif_send = real->notif_send ? fault_notif_send : NULL;
-    fb->real = real;
-    fb->be = b->be;
-    fb->agent = b->agent;
+    fb->b = b;
     for (int i = 0; i < FAULT_OP_COUNT; i++)
         atomic_init(&fb->calls[i], 0);
     for (size_t i = 0; i < n; i++) {
@@ -835,20 +775,15 @@ nixl_status_t nixl_fault_install(nixl_backend_t *b)
         atomic_init(&r->warned, 0);
     }
     fb->nrules = n;
-    if (real->notif_send && rules_fail_status(fb)) {
+    if (BE_HAS(b, notif_send) && rules_fail_status(fb)) {
         st = helper_start(fb);
         if (st != NIXL_OK) {
             free(fb);
             return st;
         }
     }
-    /* Held notifications are also sent from progress, so the core must
-     * call it even when the backend has none. */
-    fb->ops.progress = real->progress || fb->hold ? fault_progress : NULL;
-    fb->ops.xfer_cancel = NIXL_BACKEND_OPS_HAS(real, xfer_cancel) || fb->hold ? fault_xfer_cancel : NULL;
-    b->ops = &fb->ops;
-    b->be = fb;
-    NIXL_WARN("agent %s: backend %s runs under NIXL_FAULT: %zu rule(s) of '%s' apply", b->agent->name, real->name,
+    b->fault = fb;
+    NIXL_WARN("agent %s: backend %s runs under NIXL_FAULT: %zu rule(s) of '%s' apply", b->agent->name, be_name(b),
               n, spec);
     return NIXL_OK;
 }

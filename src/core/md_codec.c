@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "nixl/backend_util.h"
 #include "util/log.h"
 
 enum {
@@ -47,24 +48,9 @@ enum {
     } while (0)
 
 /* ------------------------------------------------------------------------
- * Byte order helpers: explicit shifts, so the format is little-endian on
- * any host; compilers turn these into plain loads and stores on x86/arm.
+ * Byte order: the kit's little-endian loads and stores (nixl/backend_util.h),
+ * as cursors for the encoder.
  * ------------------------------------------------------------------------ */
-static uint16_t ld_u16(const uint8_t *p)
-{
-    return (uint16_t)(p[0] | (p[1] << 8));
-}
-
-static uint32_t ld_u32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
-}
-
-static uint64_t ld_u64(const uint8_t *p)
-{
-    return (uint64_t)ld_u32(p) | ((uint64_t)ld_u32(p + 4) << 32);
-}
-
 static uint8_t *st_u8(uint8_t *p, uint8_t v)
 {
     p[0] = v;
@@ -73,24 +59,20 @@ static uint8_t *st_u8(uint8_t *p, uint8_t v)
 
 static uint8_t *st_u16(uint8_t *p, uint16_t v)
 {
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
+    nixl_put_u16(p, v);
     return p + 2;
 }
 
 static uint8_t *st_u32(uint8_t *p, uint32_t v)
 {
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-    p[2] = (uint8_t)(v >> 16);
-    p[3] = (uint8_t)(v >> 24);
+    nixl_put_u32(p, v);
     return p + 4;
 }
 
 static uint8_t *st_u64(uint8_t *p, uint64_t v)
 {
-    st_u32(p, (uint32_t)v);
-    return st_u32(p + 4, (uint32_t)(v >> 32));
+    nixl_put_u64(p, v);
+    return p + 8;
 }
 
 static uint8_t *st_bytes(uint8_t *p, const void *src, size_t n)
@@ -208,9 +190,9 @@ static nixl_status_t next_section(md_reader_t *r, uint32_t index, md_section_t *
 
     if (!h)
         MD_REJECT("section %" PRIu32 ": header truncated (%zu bytes left)", index, r->left);
-    len = ld_u32(h + 4);
-    out->type = ld_u16(h);
-    out->flags = ld_u16(h + 2);
+    len = nixl_get_u32(h + 4);
+    out->type = nixl_get_u16(h);
+    out->flags = nixl_get_u16(h + 2);
     out->payload.p = rd_take(r, len);
     if (!out->payload.p)
         MD_REJECT("section %" PRIu32 " (type %u): payload length %" PRIu32
@@ -250,14 +232,14 @@ static nixl_status_t parse_backend_head(md_reader_t *r, uint32_t index, md_backe
     if (!(p = rd_take(r, 4)))
         MD_REJECT("backend %.*s: truncated before the connection info", out->name_len,
                   (const char *)out->name);
-    out->conn_len = ld_u32(p);
+    out->conn_len = nixl_get_u32(p);
     if (!(out->conn = rd_take(r, out->conn_len)))
         MD_REJECT("backend %.*s: connection info length %" PRIu32 " exceeds the %zu bytes left",
                   out->name_len, (const char *)out->name, out->conn_len, r->left);
     if (!(p = rd_take(r, 4)))
         MD_REJECT("backend %.*s: truncated before the region count", out->name_len,
                   (const char *)out->name);
-    out->num_regions = ld_u32(p);
+    out->num_regions = nixl_get_u32(p);
     if (out->num_regions > NIXL_MD_MAX_REGIONS)
         MD_REJECT("backend %.*s: %" PRIu32 " regions, more than the limit %u", out->name_len,
                   (const char *)out->name, out->num_regions, NIXL_MD_MAX_REGIONS);
@@ -284,12 +266,12 @@ static nixl_status_t scan_header(const uint8_t *b, size_t len, md_scan_t *scan)
      * reported as a version mismatch, not as garbage. */
     if (len < 4)
         MD_REJECT("%zu bytes, too short for a header", len);
-    magic = ld_u32(b);
+    magic = nixl_get_u32(b);
     if (magic != NIXL_MD_MAGIC)
         MD_REJECT("bad magic 0x%08" PRIx32 " (expected 0x%08x)", magic, NIXL_MD_MAGIC);
     if (len < 6)
         MD_REJECT("%zu bytes, too short for a header", len);
-    version = ld_u16(b + 4);
+    version = nixl_get_u16(b + 4);
     if (version != NIXL_MD_VERSION) {
         NIXL_WARN("metadata: format version %u, this build reads version %u", version,
                   NIXL_MD_VERSION);
@@ -297,13 +279,13 @@ static nixl_status_t scan_header(const uint8_t *b, size_t len, md_scan_t *scan)
     }
     if (len < MD_HEADER_LEN)
         MD_REJECT("%zu bytes, too short for a header", len);
-    header_len = ld_u16(b + 6);
+    header_len = nixl_get_u16(b + 6);
     if (header_len != MD_HEADER_LEN)
         MD_REJECT("header length %u (expected %u)", header_len, MD_HEADER_LEN);
-    total = ld_u32(b + 8);
+    total = nixl_get_u32(b + 8);
     if (total != len)
         MD_REJECT("header says %" PRIu32 " bytes but the blob has %zu", total, len);
-    scan->num_sections = ld_u32(b + 12);
+    scan->num_sections = nixl_get_u32(b + 12);
     scan->sections.p = b + MD_HEADER_LEN;
     scan->sections.left = len - MD_HEADER_LEN;
     return NIXL_OK;
@@ -390,8 +372,8 @@ static nixl_status_t parse_agent(md_reader_t *r, nixl_md_t *md)
     memcpy(md->host.hostname, host, host_len);
     md->host.hostname[host_len] = '\0';
     memcpy(md->host.boot_id, p, MD_BOOT_ID_LEN);
-    md->pid = ld_u32(p + MD_BOOT_ID_LEN);
-    md->instance_id = ld_u64(p + MD_BOOT_ID_LEN + 4);
+    md->pid = nixl_get_u32(p + MD_BOOT_ID_LEN);
+    md->instance_id = nixl_get_u64(p + MD_BOOT_ID_LEN + 4);
     return NIXL_OK;
 }
 
@@ -422,13 +404,13 @@ static nixl_status_t parse_backend(md_reader_t *r, uint32_t index, nixl_md_backe
         if (!p)
             MD_REJECT("region %" PRIu32 " of backend %s: truncated (%zu bytes left)", i, be->name,
                       r->left);
-        if (p[1] != 0 || ld_u16(p + 2) != 0)
+        if (p[1] != 0 || nixl_get_u16(p + 2) != 0)
             MD_REJECT("region %" PRIu32 " of backend %s: reserved bytes not zero", i, be->name);
         rg->mem_type = (nixl_mem_t)p[0];
-        rg->dev_id = ld_u32(p + 4);
-        rg->addr = ld_u64(p + 8);
-        rg->len = ld_u64(p + 16);
-        rg->rkey_len = ld_u32(p + 24);
+        rg->dev_id = nixl_get_u32(p + 4);
+        rg->addr = nixl_get_u64(p + 8);
+        rg->len = nixl_get_u64(p + 16);
+        rg->rkey_len = nixl_get_u32(p + 24);
         if (!(rg->rkey = rd_take(r, rg->rkey_len)))
             MD_REJECT("region %" PRIu32 " of backend %s: key length %" PRIu32
                       " exceeds the %zu bytes left",

@@ -161,14 +161,8 @@ static int cbs_add(etcd_cbs_t *c, etcd_cb_t cb)
 {
     if (!cb.fn)
         return 0;
-    if (c->n == c->cap) {
-        size_t cap = c->cap ? 2 * c->cap : 2;
-        etcd_cb_t *v = realloc(c->v, cap * sizeof(*v));
-        if (!v)
-            return -1;
-        c->v = v;
-        c->cap = cap;
-    }
+    if (NIXL_ARRAY_RESERVE(c->v, c->cap, c->n + 1, 2))
+        return -1;
     c->v[c->n++] = cb;
     return 0;
 }
@@ -751,14 +745,8 @@ static void handle_publish(nixl_md_etcd_t *e, etcd_req_t *q, uint64_t now)
 {
     etcd_item_t *it = item_find(e, q->label);
     if (!it) {
-        if (e->num_items == e->cap_items) {
-            size_t cap = e->cap_items ? 2 * e->cap_items : 4;
-            etcd_item_t **v = realloc(e->items, cap * sizeof(*v));
-            if (!v)
-                goto err_nomem;
-            e->items = v;
-            e->cap_items = cap;
-        }
+        if (NIXL_ARRAY_RESERVE(e->items, e->cap_items, e->num_items + 1, 4))
+            goto err_nomem;
         it = calloc(1, sizeof(*it));
         if (!it)
             goto err_nomem;
@@ -788,14 +776,8 @@ static void handle_fetch(nixl_md_etcd_t *e, etcd_req_t *q, uint64_t now)
 {
     etcd_track_t *t = track_find(e, q->name, strlen(q->name));
     if (!t) {
-        if (e->num_tracks == e->cap_tracks) {
-            size_t cap = e->cap_tracks ? 2 * e->cap_tracks : 8;
-            etcd_track_t **v = realloc(e->tracks, cap * sizeof(*v));
-            if (!v)
-                goto err_nomem;
-            e->tracks = v;
-            e->cap_tracks = cap;
-        }
+        if (NIXL_ARRAY_RESERVE(e->tracks, e->cap_tracks, e->num_tracks + 1, 8))
+            goto err_nomem;
         t = calloc(1, sizeof(*t));
         if (!t)
             goto err_nomem;

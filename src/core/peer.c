@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "core/agent.h"
+#include "core/be_call.h"
 #include "md/socket.h"
 #include "util/config.h"
 #include "util/log.h"
@@ -76,23 +77,20 @@ nixl_status_t nixl_md_get_local_locked(nixl_agent_t *a, void **blob_out, size_t 
         for (int b = 0; b < a->num_backends; b++) {
             nixl_backend_t *be = a->backends[b];
             nixl_md_backend_t *m = &mdb[b];
-            nixl_strlcpy(m->name, be->ops->name, sizeof(m->name));
-            size_t n = 0;
-            if (be->ops->conn_pack) {
-                n = pass ? arena_len - off : 0;
-                st = be->ops->conn_pack(be->be, pass ? arena + off : NULL, &n);
-                if (st != NIXL_OK)
-                    goto out;
-            }
+            nixl_strlcpy(m->name, be_name(be), sizeof(m->name));
+            size_t n = pass ? arena_len - off : 0;
+            st = be_conn_pack(be, pass ? arena + off : NULL, &n);
+            if (st != NIXL_OK)
+                goto out;
             m->conn = pass ? arena + off : NULL;
             m->conn_len = (uint32_t)n;
             off += n;
             if (pass == 0) {
                 size_t cnt = 0;
-                /* Local-only memory types (ops->local_mem_types) are
+                /* Local-only memory types (the ops' local_mem_types) are
                  * registered with the backend but never published. */
                 for (int t = 0; t < NIXL_MEM_TYPE_COUNT; t++)
-                    for (size_t i = 0; i < a->regs[t].n && (be->ops->mem_types & NIXL_MEM_BIT(t)); i++)
+                    for (size_t i = 0; i < a->regs[t].n && (be_mem_types(be) & NIXL_MEM_BIT(t)); i++)
                         cnt += (a->regs[t].v[i]->backend_mask >> b) & 1;
                 m->num_regions = (uint32_t)cnt;
                 m->regions = calloc(cnt ? cnt : 1, sizeof(*m->regions));
@@ -105,20 +103,17 @@ nixl_status_t nixl_md_get_local_locked(nixl_agent_t *a, void **blob_out, size_t 
             for (int t = 0; t < NIXL_MEM_TYPE_COUNT; t++) {
                 for (size_t i = 0; i < a->regs[t].n; i++) {
                     nixl_region_t *r = a->regs[t].v[i];
-                    if (!(r->backend_mask & (1u << b)) || !(be->ops->mem_types & NIXL_MEM_BIT(t)))
+                    if (!(r->backend_mask & (1u << b)) || !(be_mem_types(be) & NIXL_MEM_BIT(t)))
                         continue;
                     nixl_md_region_t *mr = &m->regions[k++];
                     mr->mem_type = r->mem_type;
                     mr->dev_id = r->dev_id;
                     mr->addr = r->addr;
                     mr->len = r->len;
-                    n = 0;
-                    if (be->ops->rkey_pack) {
-                        n = pass ? arena_len - off : 0;
-                        st = be->ops->rkey_pack(be->be, r->md[b], pass ? arena + off : NULL, &n);
-                        if (st != NIXL_OK)
-                            goto out;
-                    }
+                    n = pass ? arena_len - off : 0;
+                    st = be_rkey_pack(be, r->md[b], pass ? arena + off : NULL, &n);
+                    if (st != NIXL_OK)
+                        goto out;
                     mr->rkey = pass ? arena + off : NULL;
                     mr->rkey_len = (uint32_t)n;
                     off += n;
@@ -166,15 +161,14 @@ static void inc_free(nixl_peer_inc_t *inc)
         nixl_peer_backend_t *bk = &inc->bk[b];
         if (!bk->backend)
             continue;
-        const nixl_backend_ops_t *ops = bk->backend->ops;
         if (bk->rmd) {
             for (uint32_t i = 0; i < bk->mdb->num_regions; i++)
                 if (bk->rmd[i])
-                    ops->rkey_unload(bk->backend->be, bk->rmd[i]);
+                    be_rkey_unload(bk->backend, bk->rmd[i]);
             free(bk->rmd);
         }
         if (bk->peer)
-            ops->peer_unload(bk->backend->be, bk->peer);
+            be_peer_unload(bk->backend, bk->peer);
     }
     nixl_md_free(inc->md);
     free(inc->blob);
@@ -192,13 +186,13 @@ static nixl_status_t inc_load_backend(nixl_peer_inc_t *inc, nixl_backend_t *be, 
 {
     nixl_peer_backend_t *bk = &inc->bk[be->index];
     void *peer = NULL;
-    nixl_status_t st = be->ops->peer_load(be->be, inc->md->name, mdb->conn, mdb->conn_len, &peer);
+    nixl_status_t st = be_peer_load(be, inc->md->name, mdb->conn, mdb->conn_len, &peer);
     if (st == NIXL_ERR_NO_PATH) {
-        NIXL_DEBUG("peer %s: backend %s cannot reach it", inc->md->name, be->ops->name);
+        NIXL_DEBUG("peer %s: backend %s cannot reach it", inc->md->name, be_name(be));
         return NIXL_OK;
     }
     if (st != NIXL_OK) {
-        NIXL_WARN("peer %s: backend %s refused its connection info: %s", inc->md->name, be->ops->name,
+        NIXL_WARN("peer %s: backend %s refused its connection info: %s", inc->md->name, be_name(be),
                   nixl_strerror(st));
         return st;
     }
@@ -211,9 +205,9 @@ static nixl_status_t inc_load_backend(nixl_peer_inc_t *inc, nixl_backend_t *be, 
     for (uint32_t i = 0; i < mdb->num_regions; i++) {
         const nixl_md_region_t *r = &mdb->regions[i];
         nixl_be_region_t br = {.mem_type = r->mem_type, .dev_id = r->dev_id, .addr = r->addr, .len = r->len};
-        st = be->ops->rkey_load(be->be, peer, &br, r->rkey, r->rkey_len, &bk->rmd[i]);
+        st = be_rkey_load(be, peer, &br, r->rkey, r->rkey_len, &bk->rmd[i]);
         if (st != NIXL_OK) {
-            NIXL_WARN("peer %s: backend %s refused the key of region %u: %s", inc->md->name, be->ops->name, i,
+            NIXL_WARN("peer %s: backend %s refused the key of region %u: %s", inc->md->name, be_name(be), i,
                       nixl_strerror(st));
             return st;
         }
@@ -252,7 +246,7 @@ nixl_status_t nixl_md_load_remote_locked(nixl_agent_t *a, const void *blob, size
     inc->same_process = inc->same_host && md->pid == (uint32_t)getpid();
     for (uint32_t i = 0; i < md->num_backends; i++) {
         for (int b = 0; b < a->num_backends; b++) {
-            if (strcmp(md->backends[i].name, a->backends[b]->ops->name) == 0) {
+            if (strcmp(md->backends[i].name, be_name(a->backends[b])) == 0) {
                 st = inc_load_backend(inc, a->backends[b], &md->backends[i]);
                 if (st != NIXL_OK)
                     goto err;
@@ -262,15 +256,9 @@ nixl_status_t nixl_md_load_remote_locked(nixl_agent_t *a, const void *blob, size
 
     nixl_peer_t *p = nixl_peer_find(a, md->name);
     if (!p) {
-        if (a->num_peers == a->cap_peers) {
-            size_t cap = a->cap_peers ? 2 * a->cap_peers : 16;
-            nixl_peer_t **v = realloc(a->peers, cap * sizeof(*v));
-            if (!v) {
-                st = NIXL_ERR_NO_MEMORY;
-                goto err;
-            }
-            a->peers = v;
-            a->cap_peers = cap;
+        if (NIXL_ARRAY_RESERVE(a->peers, a->cap_peers, a->num_peers + 1, 16)) {
+            st = NIXL_ERR_NO_MEMORY;
+            goto err;
         }
         p = calloc(1, sizeof(*p));
         if (!p) {

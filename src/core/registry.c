@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "core/agent.h"
+#include "core/be_call.h"
 #include "core/reg_peers.h"
 #include "core/reg_pool.h"
 #include "cuda/cuda.h"
@@ -92,32 +93,17 @@ static void region_free(nixl_region_t *r)
     free(r);
 }
 
-/* The context rule: a backend touches VRAM only with the memory's own
- * context current, whatever thread calls.  NULL saved = nothing bound. */
-static void *region_bind(const nixl_region_t *r)
-{
-    void *saved = NULL;
-    if (r->mem_type == NIXL_MEM_VRAM && r->cuda.ctx && nixl_cuda_ctx_bind(r->cuda.ctx, &saved) == NIXL_OK)
-        return saved ? saved : (void *)r; /* non-NULL marks "restore" */
-    return NULL;
-}
-
-static void region_unbind(const nixl_region_t *r, void *saved)
-{
-    if (saved)
-        nixl_cuda_ctx_restore(saved == (const void *)r ? NULL : saved);
-}
-
+/* The context rule (a backend touches VRAM only with the memory's own
+ * context current, whatever thread calls) is kept by the doorway:
+ * be_reg / be_dereg bind the region's recorded context. */
 static void region_unreg(nixl_agent_t *agent, nixl_region_t *r)
 {
-    void *saved = region_bind(r);
     for (int b = 0; b < agent->num_backends; b++) {
         if (r->backend_mask & (1u << b)) {
-            agent->backends[b]->ops->dereg(agent->backends[b]->be, r->md[b]);
+            be_dereg(agent->backends[b], r, r->md[b]);
             r->backend_mask &= ~(1u << b);
         }
     }
-    region_unbind(r, saved);
 }
 
 /* Which backends of the agent take this registration. */
@@ -134,7 +120,7 @@ static nixl_status_t reg_targets(nixl_agent_t *agent, nixl_mem_t mem, const nixl
                 return NIXL_ERR_INVALID_PARAM;
             }
             if (!(b->reg_mem_types & NIXL_MEM_BIT(mem))) {
-                NIXL_ERROR("agent %s: backend %s does not take memory type %d", agent->name, b->ops->name, mem);
+                NIXL_ERROR("agent %s: backend %s does not take memory type %d", agent->name, be_name(b), mem);
                 return NIXL_ERR_MEM_TYPE;
             }
             mask |= 1u << b->index;
@@ -172,14 +158,10 @@ static nixl_status_t reg_job_run(void *ctx, size_t j)
     reg_run_t *run = ctx;
     reg_job_t *job = &run->jobs[j];
     const nixl_region_t *r = job->r;
-    nixl_be_region_t br = {.mem_type = r->mem_type, .dev_id = r->dev_id, .addr = r->addr, .len = r->len,
-                           .cuda = r->cuda};
-    void *saved = region_bind(r);
-    nixl_status_t st = job->b->ops->reg(job->b->be, &br, &job->md);
-    region_unbind(r, saved);
+    nixl_status_t st = be_reg(job->b, r, &job->md);
     if (st != NIXL_OK)
         NIXL_ERROR("agent %s: backend %s could not register [0x%llx, +%llu): %s", run->agent_name,
-                   job->b->ops->name, (unsigned long long)r->addr, (unsigned long long)r->len, nixl_strerror(st));
+                   be_name(job->b), (unsigned long long)r->addr, (unsigned long long)r->len, nixl_strerror(st));
     return st;
 }
 
@@ -187,9 +169,7 @@ static nixl_status_t dereg_job_run(void *ctx, size_t j)
 {
     reg_run_t *run = ctx;
     reg_job_t *job = &run->jobs[j];
-    void *saved = region_bind(job->r);
-    job->b->ops->dereg(job->b->be, job->md);
-    region_unbind(job->r, saved);
+    be_dereg(job->b, job->r, job->md);
     return NIXL_OK;
 }
 
@@ -207,7 +187,7 @@ static void reg_jobs_run(nixl_agent_t *agent, reg_job_t *jobs, const uint8_t *la
     reg_run_t run = {.agent_name = agent->name, .jobs = jobs};
     nixl_reg_batch_t batch = {.njobs = njobs, .workers = 1, .run = fn, .ctx = &run, .lane = lane, .status = status};
     for (int b = 0; b < agent->num_backends; b++)
-        if (!(agent->backends[b]->ops->caps & NIXL_CAP_REG_MT))
+        if (!(be_caps(agent->backends[b]) & NIXL_CAP_REG_MT))
             batch.serial_lanes |= 1u << b;
     nixl_reg_peers_t peers = {.fd = -1, .slot = -1};
     if (njobs > 1) {
@@ -308,7 +288,7 @@ static void regions_dereg(nixl_agent_t *agent, nixl_region_t *const *regions, si
         for (size_t i = 0; i < n; i++) {
             for (int b = 0; b < agent->num_backends; b++) {
                 if (regions[i]->backend_mask & mask & (1u << b)) {
-                    agent->backends[b]->ops->dereg(agent->backends[b]->be, regions[i]->md[b]);
+                    be_dereg(agent->backends[b], regions[i], regions[i]->md[b]);
                     regions[i]->backend_mask &= ~(1u << b);
                 }
             }
@@ -447,17 +427,9 @@ NIXL_API nixl_status_t nixl_mem_register(nixl_agent_t *agent, const nixl_dlist_t
             goto err_unlock;
         }
     }
-    if (idx->n + dl->count > idx->cap) {
-        size_t cap = idx->cap ? idx->cap : 64;
-        while (cap < idx->n + dl->count)
-            cap *= 2;
-        nixl_region_t **v = realloc(idx->v, cap * sizeof(*v));
-        if (!v) {
-            st = NIXL_ERR_NO_MEMORY;
-            goto err_unlock;
-        }
-        idx->v = v;
-        idx->cap = cap;
+    if (NIXL_ARRAY_RESERVE(idx->v, idx->cap, idx->n + dl->count, 64)) {
+        st = NIXL_ERR_NO_MEMORY;
+        goto err_unlock;
     }
     st = regions_reg(agent, order, dl->count, mask);
     if (st != NIXL_OK)

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "core/agent.h"
+#include "core/be_call.h"
 #include "cuda/cuda.h"
 #include "util/config.h"
 #include "util/log.h"
@@ -48,7 +49,7 @@ struct nixl_prep {
 /* Order in which backends are tried for a peer: the closest reach first. */
 static int backend_rank(const nixl_backend_t *b, const nixl_peer_inc_t *inc)
 {
-    uint32_t caps = b->ops->caps;
+    uint32_t caps = be_caps(b);
     if (inc->same_process && (caps & NIXL_CAP_LOCAL))
         return 0;
     if (inc->same_host && (caps & NIXL_CAP_SAME_HOST))
@@ -143,7 +144,7 @@ static nixl_status_t prep_choose_remote(nixl_prep_t *p, const nixl_dlist_t *dl, 
         for (int b = 0; b < a->num_backends; b++) {
             const nixl_peer_backend_t *bk = &inc->bk[b];
             if (!bk->backend || backend_rank(bk->backend, inc) != rank || !opt_allows(opt, bk->backend) ||
-                !(bk->backend->ops->mem_types & NIXL_MEM_BIT(p->mem)))
+                !(be_mem_types(bk->backend) & NIXL_MEM_BIT(p->mem)))
                 continue;
             nixl_status_t st = prep_resolve_remote(p, bk, dl->descs, &bad);
             if (st == NIXL_OK) {
@@ -261,27 +262,11 @@ static nixl_status_t opt_notif(const nixl_opt_args_t *opt, const void **msg, siz
 }
 
 /* The context rule for requests: with local VRAM, every backend call on
- * the request runs with that memory's context current, on any thread.
- * Returns what to restore (NULL: nothing was bound). */
-static void *xfer_bind(const nixl_xfer_t *x)
-{
-    void *saved = NULL;
-    if (!x->cuda_ctx || nixl_cuda_ctx_bind(x->cuda_ctx, &saved) != NIXL_OK)
-        return NULL;
-    return saved ? saved : (void *)x;
-}
-
-static void xfer_unbind(const nixl_xfer_t *x, void *saved)
-{
-    if (saved)
-        nixl_cuda_ctx_restore(saved == (const void *)x ? NULL : saved);
-}
-
+ * the request runs with that memory's context (x->cuda_ctx) current, on any
+ * thread; the doorway (be_call.h) binds it. */
 static void xfer_backend_release(nixl_xfer_t *x)
 {
-    void *saved = xfer_bind(x);
-    x->backend->ops->xfer_release(x->backend->be, x->req);
-    xfer_unbind(x, saved);
+    be_xfer_release(x->backend, x->cuda_ctx, x->req);
     x->req = NULL;
 }
 
@@ -289,12 +274,10 @@ static nixl_status_t xfer_backend_prepare(nixl_xfer_t *x)
 {
     nixl_be_xfer_t bx = {x->op, x->inc->bk[x->backend->index].peer, x->local_mem, x->remote_mem,
                          x->iov, x->count, x->bytes};
-    void *saved = xfer_bind(x);
-    nixl_status_t st = x->backend->ops->xfer_prepare(x->backend->be, &bx, &x->req);
-    xfer_unbind(x, saved);
+    nixl_status_t st = be_xfer_prepare(x->backend, x->cuda_ctx, &bx, &x->req);
     if (st != NIXL_OK) {
         NIXL_ERROR("agent %s: backend %s could not prepare a request to %s: %s", x->agent->name,
-                   x->backend->ops->name, x->peer->name, nixl_strerror(st));
+                   be_name(x->backend), x->peer->name, nixl_strerror(st));
         x->req = NULL;
         return st;
     }
@@ -338,7 +321,7 @@ static nixl_status_t xfer_make_locked(nixl_agent_t *a, nixl_op_t op, nixl_prep_t
     nixl_backend_t *b = rp->backend;
     if (!(lp->backend_mask & (1u << b->index))) {
         NIXL_ERROR("agent %s: local memory of this request is not registered with backend %s", a->name,
-                   b->ops->name);
+                   be_name(b));
         return NIXL_ERR_NOT_REGISTERED;
     }
     const void *notif;
@@ -532,18 +515,18 @@ static nixl_status_t xfer_revalidate(nixl_xfer_t *x)
     return NIXL_OK;
 }
 
-/* The request's deadline passed (context bound): have the backend cancel
- * it, and say how it stands now.  Its status then ends NIXL_ERR_CANCELED
+/* The request's deadline passed: have the backend cancel it, and say how
+ * it stands now.  Its status then ends NIXL_ERR_CANCELED
  * (reported as NIXL_ERR_TIMEOUT), or NIXL_OK when the notification was
  * already on its way. */
 static nixl_status_t xfer_deadline(nixl_xfer_t *x)
 {
     nixl_backend_t *b = x->backend;
-    if (!NIXL_BACKEND_OPS_HAS(b->ops, xfer_cancel)) {
+    if (!be_can_cancel(b)) {
         if (!b->cancel_warned) {
             b->cancel_warned = 1;
             NIXL_WARN("agent %s: backend %s cannot cancel requests: their deadlines are not enforced",
-                      x->agent->name, b->ops->name);
+                      x->agent->name, be_name(b));
         }
         x->timeout_ns = 0;
         return NIXL_IN_PROG;
@@ -551,20 +534,18 @@ static nixl_status_t xfer_deadline(nixl_xfer_t *x)
     NIXL_INFO("agent %s: request to %s over %s passed its deadline of %llu ms: canceling it", x->agent->name,
               x->peer->name, x->req->path ? x->req->path : "?", (unsigned long long)(x->timeout_ns / 1000000));
     x->canceling = 1;
-    b->ops->xfer_cancel(b->be, x->req);
-    return b->ops->xfer_status(b->be, x->req);
+    be_xfer_cancel(b, x->cuda_ctx, x->req);
+    return be_xfer_status(b, x->cuda_ctx, x->req);
 }
 
 static nixl_status_t xfer_poll_locked(nixl_xfer_t *x)
 {
     if (x->state != NIXL_XFER_IN_FLIGHT)
         return NIXL_OK;
-    void *saved = xfer_bind(x);
-    nixl_status_t st = x->backend->ops->xfer_status(x->backend->be, x->req);
+    nixl_status_t st = be_xfer_status(x->backend, x->cuda_ctx, x->req);
     if (nixl_unlikely(st == NIXL_IN_PROG && x->timeout_ns && !x->canceling) &&
         nixl_now_ns() - x->t_post > x->timeout_ns)
         st = xfer_deadline(x);
-    xfer_unbind(x, saved);
     if (st == NIXL_ERR_CANCELED && x->canceling)
         st = NIXL_ERR_TIMEOUT;
     if (st != NIXL_IN_PROG)
@@ -602,9 +583,7 @@ NIXL_API nixl_status_t nixl_xfer_post(nixl_xfer_t *x)
     x->t_post = nixl_now_ns();
     x->posts++;
     x->canceling = 0;
-    void *saved = xfer_bind(x);
-    st = x->backend->ops->xfer_post(x->backend->be, x->req, x->notif, x->notif_len);
-    xfer_unbind(x, saved);
+    st = be_xfer_post(x->backend, x->cuda_ctx, x->req, x->notif, x->notif_len);
     x->post_ns = nixl_now_ns() - x->t_post;
     if (st == NIXL_IN_PROG)
         x->state = NIXL_XFER_IN_FLIGHT;
@@ -679,7 +658,7 @@ NIXL_API nixl_status_t nixl_xfer_info(const nixl_xfer_t *x, nixl_xfer_info_t *in
         return NIXL_ERR_NULL;
     nixl_agent_lock(x->agent);
     memset(info, 0, sizeof(*info));
-    nixl_strlcpy(info->backend, x->backend->ops->name, sizeof(info->backend));
+    nixl_strlcpy(info->backend, be_name(x->backend), sizeof(info->backend));
     nixl_strlcpy(info->path, x->req && x->req->path ? x->req->path : "", sizeof(info->path));
     info->bytes = x->bytes;
     info->descs = x->count;

@@ -79,17 +79,9 @@ static size_t buf_write(char *data, size_t size, size_t nmemb, void *arg)
         b->overflow = 1;
         return 0; /* curl aborts the transfer */
     }
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->overflow = 1;
-            return 0;
-        }
-        b->p = p;
-        b->cap = cap;
+    if (NIXL_ARRAY_RESERVE(b->p, b->cap, b->len + n + 1, 4096)) {
+        b->overflow = 1;
+        return 0;
     }
     memcpy(b->p + b->len, data, n);
     b->len += n;

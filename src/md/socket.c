@@ -70,28 +70,6 @@ struct nixl_md_listener {
  * Framing
  * ------------------------------------------------------------------------ */
 
-static void put_u16(uint8_t *p, uint16_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-}
-
-static void put_u32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint16_t get_u16(const uint8_t *p)
-{
-    return (uint16_t)(p[0] | (p[1] << 8));
-}
-
-static uint32_t get_u32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
-}
-
 /* Two's complement without relying on implementation-defined conversions. */
 static int32_t u32_to_i32(uint32_t u)
 {
@@ -100,20 +78,20 @@ static int32_t u32_to_i32(uint32_t u)
 
 static void hdr_encode(const frame_hdr_t *h, uint8_t out[SOCK_HDR_LEN])
 {
-    put_u32(out, h->magic);
-    put_u16(out + 4, h->version);
-    put_u16(out + 6, h->type);
-    put_u32(out + 8, (uint32_t)h->status);
-    put_u32(out + 12, h->len);
+    nixl_put_u32(out, h->magic);
+    nixl_put_u16(out + 4, h->version);
+    nixl_put_u16(out + 6, h->type);
+    nixl_put_u32(out + 8, (uint32_t)h->status);
+    nixl_put_u32(out + 12, h->len);
 }
 
 static void hdr_decode(const uint8_t in[SOCK_HDR_LEN], frame_hdr_t *h)
 {
-    h->magic = get_u32(in);
-    h->version = get_u16(in + 4);
-    h->type = get_u16(in + 6);
-    h->status = u32_to_i32(get_u32(in + 8));
-    h->len = get_u32(in + 12);
+    h->magic = nixl_get_u32(in);
+    h->version = nixl_get_u16(in + 4);
+    h->type = nixl_get_u16(in + 6);
+    h->status = u32_to_i32(nixl_get_u32(in + 8));
+    h->len = nixl_get_u32(in + 12);
 }
 
 /* The common checks of every frame; NULL when fine, else what is wrong. */

@@ -136,21 +136,3 @@ void nixl_log_write(nixl_log_level_t level, const char *where, const char *fmt, 
 out:
     errno = saved_errno;
 }
-
-int nixl_ratelimit_pass(nixl_ratelimit_t *rl, uint64_t interval_ns, uint64_t *suppressed_out)
-{
-    uint64_t now = nixl_now_ns();
-    uint64_t next = __atomic_load_n(&rl->next_ns, __ATOMIC_RELAXED);
-
-    /* Whoever moves next_ns forward owns this slot; everyone else counts as
-     * suppressed, so exactly one caller passes per interval. */
-    if (now >= next &&
-        __atomic_compare_exchange_n(&rl->next_ns, &next, now + interval_ns, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
-        uint64_t dropped = __atomic_exchange_n(&rl->suppressed, 0, __ATOMIC_ACQ_REL);
-        if (suppressed_out != NULL)
-            *suppressed_out = dropped;
-        return 1;
-    }
-    __atomic_fetch_add(&rl->suppressed, 1, __ATOMIC_RELAXED);
-    return 0;
-}

@@ -11,7 +11,7 @@
 
 #include <stdint.h>
 
-#include "nixl/backend.h" /* nixl_log_level_t */
+#include "nixl/backend_util.h" /* nixl_log_level_t, nixl_ratelimit_t */
 
 /* Reads NIXL_LOG_LEVEL once; later calls are no-ops.  Thread-safe. */
 void nixl_log_init(void);
@@ -33,17 +33,6 @@ void nixl_log_set_level(int level);
 #define NIXL_INFO(...) NIXL_LOG(NIXL_LOG_INFO, __VA_ARGS__)
 #define NIXL_DEBUG(...) NIXL_LOG(NIXL_LOG_DEBUG, __VA_ARGS__)
 #define NIXL_TRACE(...) NIXL_LOG(NIXL_LOG_TRACE, __VA_ARGS__)
-
-/* Rate limiter: at most one message per interval; the next message that
- * passes says how many were suppressed.  Lock-free, any thread. */
-typedef struct nixl_ratelimit {
-    uint64_t next_ns;    /* atomic */
-    uint64_t suppressed; /* atomic */
-} nixl_ratelimit_t;
-
-/* Returns 1 when a message may be printed now; *suppressed_out gets the
- * number dropped since the last one that passed. */
-int nixl_ratelimit_pass(nixl_ratelimit_t *rl, uint64_t interval_ns, uint64_t *suppressed_out);
 
 /* A warning limited by *rl (a static or per-object nixl_ratelimit_t); when
  * messages were dropped since the last one, a second line says how many. */

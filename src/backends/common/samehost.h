@@ -4,8 +4,9 @@
  * notification datagram socket between agents of one host
  * (samehost_notif.c).  One piece of code per idea, used by both.
  *
- * These helpers see only include/nixl/backend.h: they log through the host
- * services of the backend instance that owns them, prefixed with its name.
+ * These helpers see only include/nixl/backend.h (and its kit,
+ * nixl/backend_util.h): they log through the host services of the backend
+ * instance that owns them, prefixed with its name.
  */
 #ifndef NIXL_BACKENDS_COMMON_SAMEHOST_H
 #define NIXL_BACKENDS_COMMON_SAMEHOST_H
@@ -20,61 +21,6 @@
 #include <time.h>
 
 #include "nixl/backend.h"
-
-#define SAMEHOST_STR2_(x) #x
-#define SAMEHOST_STR_(x) SAMEHOST_STR2_(x)
-/* Log through a host table, checking the level before formatting. */
-#define SAMEHOST_LOG(host, lvl, ...)                                                              \
-    do {                                                                                          \
-        const nixl_host_services_t *samehost_h_ = (host);                                         \
-        if (samehost_h_->log_enabled(lvl))                                                        \
-            samehost_h_->log(lvl, __FILE__ ":" SAMEHOST_STR_(__LINE__), __VA_ARGS__);            \
-    } while (0)
-
-#define samehost_likely(x) __builtin_expect(!!(x), 1)
-#define samehost_unlikely(x) __builtin_expect(!!(x), 0)
-
-static inline uint64_t samehost_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-/* Little-endian fields of the bytes backends put in the metadata. */
-static inline void samehost_put_u16(uint8_t *p, uint16_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-}
-static inline void samehost_put_u32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-static inline void samehost_put_u64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-static inline uint16_t samehost_get_u16(const uint8_t *p)
-{
-    return (uint16_t)(p[0] | (p[1] << 8));
-}
-static inline uint32_t samehost_get_u32(const uint8_t *p)
-{
-    uint32_t v = 0;
-    for (int i = 3; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
-static inline uint64_t samehost_get_u64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
 
 /* ------------------------------------------------------------------------
  * Processes (samehost_proc.c)

@@ -49,7 +49,7 @@ static uint64_t random64(const void *salt)
 {
     uint64_t v = 0;
     if (getrandom(&v, sizeof(v), GRND_NONBLOCK) != (ssize_t)sizeof(v))
-        v = samehost_now_ns() ^ ((uint64_t)(uintptr_t)salt << 16) ^ ((uint64_t)getpid() << 40);
+        v = nixl_now_ns() ^ ((uint64_t)(uintptr_t)salt << 16) ^ ((uint64_t)getpid() << 40);
     return v;
 }
 
@@ -73,7 +73,7 @@ nixl_status_t samehost_notif_open(samehost_notif_t *n, const nixl_host_services_
     n->agent_name_len = agent_name ? strlen(agent_name) : 0;
     if (n->agent_name_len == 0 || n->agent_name_len > SAMEHOST_NAME_MAX) {
         /* Receivers drop notifications without a valid sender. */
-        SAMEHOST_LOG(host, NIXL_LOG_ERROR, "%s: the agent name must be 1 to %d bytes (is %zu)", who,
+        NIXL_BE_ERROR(host, "%s: the agent name must be 1 to %d bytes (is %zu)", who,
                      SAMEHOST_NAME_MAX, n->agent_name_len);
         return NIXL_ERR_INVALID_PARAM;
     }
@@ -81,14 +81,14 @@ nixl_status_t samehost_notif_open(samehost_notif_t *n, const nixl_host_services_
 
     int s = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (s < 0) {
-        SAMEHOST_LOG(host, NIXL_LOG_ERROR, "%s: cannot create the notification socket: %s", who, strerror(errno));
+        NIXL_BE_ERROR(host, "%s: cannot create the notification socket: %s", who, strerror(errno));
         return NIXL_ERR_IO;
     }
     /* Best effort: without it, the kernel default still holds one 64 KiB
      * notification. */
     setsockopt(s, SOL_SOCKET, SO_RCVBUF, &bufsz, sizeof(bufsz));
     if (setsockopt(s, SOL_SOCKET, SO_PASSCRED, &one, sizeof(one)) != 0) {
-        SAMEHOST_LOG(host, NIXL_LOG_ERROR, "%s: SO_PASSCRED on the notification socket: %s", who, strerror(errno));
+        NIXL_BE_ERROR(host, "%s: SO_PASSCRED on the notification socket: %s", who, strerror(errno));
         goto err_close;
     }
     unsigned counter = atomic_fetch_add(&notif_sock_counter, 1);
@@ -103,7 +103,7 @@ nixl_status_t samehost_notif_open(samehost_notif_t *n, const nixl_host_services_
             break;
     }
     if (rc != 0) {
-        SAMEHOST_LOG(host, NIXL_LOG_ERROR, "%s: cannot bind the notification socket @%s: %s", who, n->sock_name,
+        NIXL_BE_ERROR(host, "%s: cannot bind the notification socket @%s: %s", who, n->sock_name,
                      strerror(errno));
         goto err_close;
     }
@@ -117,11 +117,11 @@ nixl_status_t samehost_notif_open(samehost_notif_t *n, const nixl_host_services_
     n->q_tail = &n->q_head;
     pthread_mutex_init(&n->q_lock, NULL);
     if (pipe2(n->stop_fd, O_CLOEXEC | O_NONBLOCK) != 0) {
-        SAMEHOST_LOG(host, NIXL_LOG_ERROR, "%s: notification thread pipe: %s", who, strerror(errno));
+        NIXL_BE_ERROR(host, "%s: notification thread pipe: %s", who, strerror(errno));
         goto err_buf;
     }
     if (pthread_create(&n->rx_thread, NULL, notif_rx_main, n) != 0) {
-        SAMEHOST_LOG(host, NIXL_LOG_ERROR, "%s: cannot start the notification thread", who);
+        NIXL_BE_ERROR(host, "%s: cannot start the notification thread", who);
         close(n->stop_fd[0]);
         close(n->stop_fd[1]);
         goto err_buf;
@@ -185,7 +185,7 @@ nixl_status_t samehost_notif_peer_open(const samehost_notif_t *n, samehost_notif
     peer->name = peer_name;
     peer->sock = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     if (peer->sock < 0) {
-        SAMEHOST_LOG(n->host, NIXL_LOG_ERROR, "%s: cannot create a socket towards peer %s: %s", n->who, peer_name,
+        NIXL_BE_ERROR(n->host, "%s: cannot create a socket towards peer %s: %s", n->who, peer_name,
                      strerror(errno));
         return NIXL_ERR_IO;
     }
@@ -209,9 +209,9 @@ size_t samehost_notif_size(const samehost_notif_t *n, size_t len)
 
 void samehost_notif_build(const samehost_notif_t *n, uint8_t *buf, const void *msg, size_t len)
 {
-    samehost_put_u32(buf, NOTIF_MAGIC);
-    samehost_put_u16(buf + 4, NOTIF_VERSION);
-    samehost_put_u16(buf + 6, (uint16_t)n->agent_name_len);
+    nixl_put_u32(buf, NOTIF_MAGIC);
+    nixl_put_u16(buf + 4, NOTIF_VERSION);
+    nixl_put_u16(buf + 6, (uint16_t)n->agent_name_len);
     memcpy(buf + NOTIF_HDR, n->agent_name, n->agent_name_len);
     if (len)
         memcpy(buf + NOTIF_HDR + n->agent_name_len, msg, len);
@@ -226,10 +226,10 @@ nixl_status_t samehost_notif_send_raw(const samehost_notif_t *n, const samehost_
     for (;;) {
         ssize_t k = sendto(peer->sock, dgram, len, MSG_DONTWAIT | MSG_NOSIGNAL, (const struct sockaddr *)&peer->addr,
                            peer->addr_len);
-        if (samehost_likely(k == (ssize_t)len))
+        if (nixl_likely(k == (ssize_t)len))
             return NIXL_OK;
         if (k >= 0) {
-            SAMEHOST_LOG(host, NIXL_LOG_ERROR, "%s: notification to peer %s cut short (%zd of %zu bytes)", n->who,
+            NIXL_BE_ERROR(host, "%s: notification to peer %s cut short (%zd of %zu bytes)", n->who,
                          peer->name, k, len);
             return NIXL_ERR_IO;
         }
@@ -238,14 +238,14 @@ nixl_status_t samehost_notif_send_raw(const samehost_notif_t *n, const samehost_
             continue;
         if (e == EAGAIN || e == EWOULDBLOCK || e == ENOBUFS) {
             /* The peer's queue is full: it is not calling progress. */
-            uint64_t now = samehost_now_ns();
+            uint64_t now = nixl_now_ns();
             if (!deadline)
                 deadline = now + NOTIF_SEND_TIMEOUT_NS;
             /* A request being released must not hold its releaser for 2 s. */
             if (cancel && atomic_load(cancel))
                 return NIXL_ERR_CANCELED;
             if (now >= deadline) {
-                SAMEHOST_LOG(host, NIXL_LOG_ERROR,
+                NIXL_BE_ERROR(host,
                              "%s: notification to peer %s timed out: its queue stayed full for 2 s (is it making "
                              "progress?)",
                              n->who, peer->name);
@@ -258,11 +258,11 @@ nixl_status_t samehost_notif_send_raw(const samehost_notif_t *n, const samehost_
             continue;
         }
         if (e == ECONNREFUSED || e == ENOENT) {
-            SAMEHOST_LOG(host, NIXL_LOG_ERROR, "%s: notification to peer %s refused: its socket is closed (agent gone)",
+            NIXL_BE_ERROR(host, "%s: notification to peer %s refused: its socket is closed (agent gone)",
                          n->who, peer->name);
             return NIXL_ERR_PEER_GONE;
         }
-        SAMEHOST_LOG(host, NIXL_LOG_ERROR, "%s: notification to peer %s failed: %s", n->who, peer->name, strerror(e));
+        NIXL_BE_ERROR(host, "%s: notification to peer %s failed: %s", n->who, peer->name, strerror(e));
         return e == EMSGSIZE ? NIXL_ERR_TOO_BIG : NIXL_ERR_IO;
     }
 }
@@ -274,7 +274,7 @@ nixl_status_t samehost_notif_send(const samehost_notif_t *n, const samehost_noti
     if (!msg && len)
         return NIXL_ERR_NULL;
     if (len > NIXL_NOTIF_MAX) {
-        SAMEHOST_LOG(n->host, NIXL_LOG_ERROR, "%s: notification of %zu bytes, at most %d allowed", n->who, len,
+        NIXL_BE_ERROR(n->host, "%s: notification of %zu bytes, at most %d allowed", n->who, len,
                      NIXL_NOTIF_MAX);
         return NIXL_ERR_TOO_BIG;
     }
@@ -292,11 +292,11 @@ nixl_status_t samehost_notif_send(const samehost_notif_t *n, const samehost_noti
 static void notif_drop(samehost_notif_t *n, const char *why, const struct ucred *cred)
 {
     n->dropped++;
-    uint64_t now = samehost_now_ns();
+    uint64_t now = nixl_now_ns();
     if (now < n->drop_warn_ns)
         return;
     n->drop_warn_ns = now + NOTIF_DROP_WARN_NS;
-    SAMEHOST_LOG(n->host, NIXL_LOG_WARN, "%s: dropped a datagram on @%s from pid %d uid %d: %s (%llu dropped so far)",
+    NIXL_BE_WARN(n->host, "%s: dropped a datagram on @%s from pid %d uid %d: %s (%llu dropped so far)",
                  n->who, n->sock_name, cred ? (int)cred->pid : -1, cred ? (int)cred->uid : -1, why,
                  (unsigned long long)n->dropped);
 }
@@ -313,9 +313,9 @@ static const char *notif_check(const samehost_notif_t *n, size_t len, int flags,
         return "no sender credentials";
     if (cred->uid != n->uid && cred->uid != 0)
         return "sender runs as another user";
-    if (len < NOTIF_HDR || samehost_get_u32(p) != NOTIF_MAGIC || samehost_get_u16(p + 4) != NOTIF_VERSION)
+    if (len < NOTIF_HDR || nixl_get_u32(p) != NOTIF_MAGIC || nixl_get_u16(p + 4) != NOTIF_VERSION)
         return "not a notification (bad header)";
-    size_t name_len = samehost_get_u16(p + 6);
+    size_t name_len = nixl_get_u16(p + 6);
     if (name_len == 0 || name_len > SAMEHOST_NAME_MAX || name_len > len - NOTIF_HDR ||
         memchr(p + NOTIF_HDR, '\0', name_len))
         return "bad sender name";
@@ -370,7 +370,7 @@ static void *notif_rx_main(void *arg)
         struct pollfd p[2] = {{.fd = n->stop_fd[0], .events = POLLIN}, {.fd = n->sock, .events = POLLIN}};
         int rc = poll(p, full ? 1 : 2, full ? NOTIF_FULL_WAIT_MS : -1);
         if (rc < 0 && errno != EINTR) {
-            SAMEHOST_LOG(n->host, NIXL_LOG_ERROR, "%s: notification thread: poll: %s", n->who, strerror(errno));
+            NIXL_BE_ERROR(n->host, "%s: notification thread: poll: %s", n->who, strerror(errno));
             return NULL;
         }
         if (rc > 0 && (p[0].revents & POLLIN))
@@ -411,7 +411,7 @@ static void notif_drain(samehost_notif_t *n)
             if (errno == EINTR)
                 continue;
             if (errno != EAGAIN && errno != EWOULDBLOCK)
-                SAMEHOST_LOG(n->host, NIXL_LOG_WARN, "%s: receiving notifications on @%s: %s", n->who,
+                NIXL_BE_WARN(n->host, "%s: receiving notifications on @%s: %s", n->who,
                              n->sock_name, strerror(errno));
             return;
         }
@@ -430,7 +430,7 @@ nixl_status_t samehost_notif_msg_set(const samehost_notif_t *n, samehost_notif_m
     if (!msg)
         return NIXL_OK;
     if (len > NIXL_NOTIF_MAX) {
-        SAMEHOST_LOG(n->host, NIXL_LOG_ERROR, "%s: notification of %zu bytes, at most %d allowed", n->who, len,
+        NIXL_BE_ERROR(n->host, "%s: notification of %zu bytes, at most %d allowed", n->who, len,
                      NIXL_NOTIF_MAX);
         m->has = 0;
         return NIXL_ERR_TOO_BIG;
@@ -470,9 +470,9 @@ nixl_status_t samehost_conn_pack(const samehost_notif_t *n, const samehost_ident
         return buf ? NIXL_ERR_TOO_BIG : NIXL_OK;
     }
     uint8_t *p = buf;
-    samehost_put_u32(p, magic);
-    samehost_put_u16(p + 4, SAMEHOST_CONN_VERSION);
-    samehost_put_u16(p + 6, (uint16_t)name_len);
+    nixl_put_u32(p, magic);
+    nixl_put_u16(p + 4, SAMEHOST_CONN_VERSION);
+    nixl_put_u16(p + 6, (uint16_t)name_len);
     samehost_ident_pack(self, p + 8);
     memcpy(p + SAMEHOST_CONN_FIXED, n->sock_name, name_len);
     *len = need;
@@ -486,22 +486,22 @@ nixl_status_t samehost_conn_unpack(const samehost_notif_t *n, uint32_t magic, co
     const uint8_t *p = conn;
     const char *who = n->who;
     if (!p || len < SAMEHOST_CONN_FIXED) {
-        SAMEHOST_LOG(n->host, NIXL_LOG_ERROR, "%s: conn info of peer %s is %zu bytes, at least %d expected", who,
+        NIXL_BE_ERROR(n->host, "%s: conn info of peer %s is %zu bytes, at least %d expected", who,
                      peer_name, len, SAMEHOST_CONN_FIXED);
         return NIXL_ERR_BAD_METADATA;
     }
-    if (samehost_get_u32(p) != magic) {
-        SAMEHOST_LOG(n->host, NIXL_LOG_ERROR, "%s: conn info of peer %s has a bad magic number", who, peer_name);
+    if (nixl_get_u32(p) != magic) {
+        NIXL_BE_ERROR(n->host, "%s: conn info of peer %s has a bad magic number", who, peer_name);
         return NIXL_ERR_BAD_METADATA;
     }
-    if (samehost_get_u16(p + 4) != SAMEHOST_CONN_VERSION) {
-        SAMEHOST_LOG(n->host, NIXL_LOG_ERROR, "%s: conn info of peer %s is version %u, we speak %u", who, peer_name,
-                     samehost_get_u16(p + 4), SAMEHOST_CONN_VERSION);
+    if (nixl_get_u16(p + 4) != SAMEHOST_CONN_VERSION) {
+        NIXL_BE_ERROR(n->host, "%s: conn info of peer %s is version %u, we speak %u", who, peer_name,
+                     nixl_get_u16(p + 4), SAMEHOST_CONN_VERSION);
         return NIXL_ERR_MD_VERSION;
     }
-    size_t name_len = samehost_get_u16(p + 6);
+    size_t name_len = nixl_get_u16(p + 6);
     if (len != SAMEHOST_CONN_FIXED + name_len || !samehost_notif_name_valid(p + SAMEHOST_CONN_FIXED, name_len)) {
-        SAMEHOST_LOG(n->host, NIXL_LOG_ERROR, "%s: conn info of peer %s is malformed (%zu bytes, socket name of %zu)",
+        NIXL_BE_ERROR(n->host, "%s: conn info of peer %s is malformed (%zu bytes, socket name of %zu)",
                      who, peer_name, len, name_len);
         return NIXL_ERR_BAD_METADATA;
     }

@@ -35,11 +35,6 @@
 
 #define SAMEHOST_CAP_SYS_PTRACE 19
 
-#define LOG_ERROR(h, ...) SAMEHOST_LOG(h, NIXL_LOG_ERROR, __VA_ARGS__)
-#define LOG_WARN(h, ...) SAMEHOST_LOG(h, NIXL_LOG_WARN, __VA_ARGS__)
-#define LOG_INFO(h, ...) SAMEHOST_LOG(h, NIXL_LOG_INFO, __VA_ARGS__)
-#define LOG_DEBUG(h, ...) SAMEHOST_LOG(h, NIXL_LOG_DEBUG, __VA_ARGS__)
-
 int samehost_read_file(const char *path, char *buf, size_t cap)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -142,12 +137,12 @@ nixl_status_t samehost_ident_self(const nixl_host_services_t *host, const char *
     id.pid = (uint32_t)getpid();
     id.uid = (uint32_t)getuid();
     if (samehost_proc_start_time(getpid(), &id.start_time) != 0) {
-        LOG_ERROR(host, "%s: cannot read our start time from /proc/self/stat: %s (is /proc mounted?)", who,
+        NIXL_BE_ERROR(host, "%s: cannot read our start time from /proc/self/stat: %s (is /proc mounted?)", who,
                   strerror(errno));
         return NIXL_ERR_BACKEND;
     }
     if (stat("/proc/self/ns/pid", &st) != 0) {
-        LOG_ERROR(host, "%s: cannot stat /proc/self/ns/pid: %s", who, strerror(errno));
+        NIXL_BE_ERROR(host, "%s: cannot stat /proc/self/ns/pid: %s", who, strerror(errno));
         return NIXL_ERR_BACKEND;
     }
     id.pidns_dev = (uint64_t)st.st_dev;
@@ -159,21 +154,21 @@ nixl_status_t samehost_ident_self(const nixl_host_services_t *host, const char *
 
 void samehost_ident_pack(const samehost_ident_t *id, uint8_t *p)
 {
-    samehost_put_u32(p, id->pid);
-    samehost_put_u32(p + 4, id->uid);
-    samehost_put_u64(p + 8, id->start_time);
-    samehost_put_u64(p + 16, id->pidns_dev);
-    samehost_put_u64(p + 24, id->pidns_ino);
+    nixl_put_u32(p, id->pid);
+    nixl_put_u32(p + 4, id->uid);
+    nixl_put_u64(p + 8, id->start_time);
+    nixl_put_u64(p + 16, id->pidns_dev);
+    nixl_put_u64(p + 24, id->pidns_ino);
     memcpy(p + 32, id->boot_id, 16);
 }
 
 void samehost_ident_unpack(const uint8_t *p, samehost_ident_t *id)
 {
-    id->pid = samehost_get_u32(p);
-    id->uid = samehost_get_u32(p + 4);
-    id->start_time = samehost_get_u64(p + 8);
-    id->pidns_dev = samehost_get_u64(p + 16);
-    id->pidns_ino = samehost_get_u64(p + 24);
+    id->pid = nixl_get_u32(p);
+    id->uid = nixl_get_u32(p + 4);
+    id->start_time = nixl_get_u64(p + 8);
+    id->pidns_dev = nixl_get_u64(p + 16);
+    id->pidns_ino = nixl_get_u64(p + 24);
     memcpy(id->boot_id, p + 32, 16);
 }
 
@@ -182,19 +177,19 @@ nixl_status_t samehost_ident_reachable(const nixl_host_services_t *host, const c
                                        int can_ptrace_any)
 {
     if (peer->pid == 0 || peer->pid > INT32_MAX) {
-        LOG_ERROR(host, "%s: conn info of peer %s names pid %u", who, peer_name, peer->pid);
+        NIXL_BE_ERROR(host, "%s: conn info of peer %s names pid %u", who, peer_name, peer->pid);
         return NIXL_ERR_BAD_METADATA;
     }
     if (memcmp(peer->boot_id, self->boot_id, 16) != 0) {
-        LOG_DEBUG(host, "%s: peer %s runs under another kernel boot: not reachable over %s", who, peer_name, who);
+        NIXL_BE_DEBUG(host, "%s: peer %s runs under another kernel boot: not reachable over %s", who, peer_name, who);
         return NIXL_ERR_NO_PATH;
     }
     if (peer->pidns_dev != self->pidns_dev || peer->pidns_ino != self->pidns_ino) {
-        LOG_INFO(host, "%s: peer %s is in another pid namespace: not reachable over %s", who, peer_name, who);
+        NIXL_BE_INFO(host, "%s: peer %s is in another pid namespace: not reachable over %s", who, peer_name, who);
         return NIXL_ERR_NO_PATH;
     }
     if (peer->uid != self->uid && !can_ptrace_any) {
-        LOG_INFO(host, "%s: peer %s runs as uid %u, we as uid %u without CAP_SYS_PTRACE: the kernel would refuse "
+        NIXL_BE_INFO(host, "%s: peer %s runs as uid %u, we as uid %u without CAP_SYS_PTRACE: the kernel would refuse "
                        "to let us reach its memory",
                  who, peer_name, peer->uid, self->uid);
         return NIXL_ERR_NO_PATH;
@@ -224,11 +219,11 @@ nixl_status_t samehost_proc_open(const nixl_host_services_t *host, const char *w
     p.pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
     if (p.pidfd < 0) {
         if (errno == ESRCH) {
-            LOG_ERROR(host, "%s: peer %s (pid %d) has exited", who, p.name, (int)pid);
+            NIXL_BE_ERROR(host, "%s: peer %s (pid %d) has exited", who, p.name, (int)pid);
             return NIXL_ERR_PEER_GONE;
         }
         if (errno != ENOSYS) {
-            LOG_ERROR(host, "%s: pidfd_open(%d) for peer %s failed: %s", who, (int)pid, p.name, strerror(errno));
+            NIXL_BE_ERROR(host, "%s: pidfd_open(%d) for peer %s failed: %s", who, (int)pid, p.name, strerror(errno));
             return NIXL_ERR_BACKEND;
         }
         /* Kernel < 5.3: go on without; liveness comes from start time checks. */
@@ -237,7 +232,7 @@ nixl_status_t samehost_proc_open(const nixl_host_services_t *host, const char *w
     uint64_t now_start;
     if (samehost_proc_start_time(pid, &now_start) != 0 || now_start != start_time ||
         (p.pidfd >= 0 && pidfd_exited(p.pidfd))) {
-        LOG_ERROR(host, "%s: peer %s (pid %d) is gone: the process exited or its pid was reused", who, p.name,
+        NIXL_BE_ERROR(host, "%s: peer %s (pid %d) is gone: the process exited or its pid was reused", who, p.name,
                   (int)pid);
         if (p.pidfd >= 0)
             close(p.pidfd);
@@ -262,11 +257,11 @@ nixl_status_t samehost_proc_alive(const nixl_host_services_t *host, const char *
      * at most once per SAMEHOST_LIVENESS_NS per peer.  A peer that died in
      * between is still caught by what the backend does next (the
      * notification finds no socket, CMA fails with ESRCH). */
-    uint64_t now = samehost_now_ns();
+    uint64_t now = nixl_now_ns();
     if (!always && now < atomic_load_explicit(&p->next_check_ns, memory_order_relaxed))
         return NIXL_OK;
-    if (samehost_likely(p->pidfd >= 0)) {
-        if (samehost_likely(!pidfd_exited(p->pidfd))) {
+    if (nixl_likely(p->pidfd >= 0)) {
+        if (nixl_likely(!pidfd_exited(p->pidfd))) {
             atomic_store_explicit(&p->next_check_ns, now + SAMEHOST_LIVENESS_NS, memory_order_relaxed);
             return NIXL_OK;
         }
@@ -278,7 +273,7 @@ nixl_status_t samehost_proc_alive(const nixl_host_services_t *host, const char *
         }
     }
     if (!atomic_exchange(&p->gone_logged, 1))
-        LOG_ERROR(host, "%s: peer %s (pid %d) has exited", who, p->name, (int)p->pid);
+        NIXL_BE_ERROR(host, "%s: peer %s (pid %d) has exited", who, p->name, (int)p->pid);
     return NIXL_ERR_PEER_GONE;
 }
 
@@ -303,15 +298,15 @@ void samehost_ptrace_setup(const nixl_host_services_t *host, const char *who, co
     if (scope == 1) {
         /* Scope 1 lets only ancestors attach; peers are not our ancestors. */
         if (prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0) == 0)
-            LOG_INFO(host, "%s: kernel.yama.ptrace_scope is 1: allowed any process of this user to attach to us "
+            NIXL_BE_INFO(host, "%s: kernel.yama.ptrace_scope is 1: allowed any process of this user to attach to us "
                            "(PR_SET_PTRACER_ANY) so same-host peers can %s",
                      who, why);
         else
-            LOG_WARN(host, "%s: prctl(PR_SET_PTRACER_ANY) failed: %s; peers that are not our ancestors will get "
+            NIXL_BE_WARN(host, "%s: prctl(PR_SET_PTRACER_ANY) failed: %s; peers that are not our ancestors will get "
                            "NIXL_ERR_PERMISSION when they %s",
                      who, strerror(errno), why);
     } else if (scope >= 2) {
-        LOG_WARN(host, "%s: kernel.yama.ptrace_scope is %d: peers need CAP_SYS_PTRACE to %s%s", who, scope, why,
+        NIXL_BE_WARN(host, "%s: kernel.yama.ptrace_scope is %d: peers need CAP_SYS_PTRACE to %s%s", who, scope, why,
                  cap ? " (we have it)" : " (we lack it)");
     }
     *scope_out = scope;

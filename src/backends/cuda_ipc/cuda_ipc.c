@@ -35,7 +35,7 @@ const char *cip_cu_err(cip_be_t *be, CUresult rc)
 
 const nixl_cuda_api_t *cip_api(cip_be_t *be)
 {
-    if (cip_likely(be->cu != NULL))
+    if (nixl_likely(be->cu != NULL))
         return be->cu;
     const nixl_host_cuda_t *hc = be->host->cuda;
     const void *api = hc && hc->api ? hc->api() : NULL;

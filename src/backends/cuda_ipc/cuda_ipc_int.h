@@ -21,14 +21,10 @@
 #include "nixl/backend.h"
 #include "nixl/cuda_api.h"
 
-#define CIP_LOG(be, lvl, ...) SAMEHOST_LOG((be)->host, lvl, __VA_ARGS__)
-#define CIP_ERROR(be, ...) CIP_LOG(be, NIXL_LOG_ERROR, __VA_ARGS__)
-#define CIP_WARN(be, ...) CIP_LOG(be, NIXL_LOG_WARN, __VA_ARGS__)
-#define CIP_INFO(be, ...) CIP_LOG(be, NIXL_LOG_INFO, __VA_ARGS__)
-#define CIP_DEBUG(be, ...) CIP_LOG(be, NIXL_LOG_DEBUG, __VA_ARGS__)
-
-#define cip_likely samehost_likely
-#define cip_unlikely samehost_unlikely
+#define CIP_ERROR(be, ...) NIXL_BE_ERROR((be)->host, __VA_ARGS__)
+#define CIP_WARN(be, ...) NIXL_BE_WARN((be)->host, __VA_ARGS__)
+#define CIP_INFO(be, ...) NIXL_BE_INFO((be)->host, __VA_ARGS__)
+#define CIP_DEBUG(be, ...) NIXL_BE_DEBUG((be)->host, __VA_ARGS__)
 
 #define CIP_PATH_CE "cuda_ipc.ce"
 #define CIP_PATH_KERNEL "cuda_ipc.kernel"

@@ -88,7 +88,7 @@ static const char *cip_export_vmm(cip_be_t *be, cip_reg_t *m, CUresult *rc_out)
     uint64_t cur = m->addr, end = m->addr + m->len;
     while (cur < end) {
         if (m->nseg == CIP_MAX_SEGS)
-            return "the region spans more than " SAMEHOST_STR_(CIP_MAX_SEGS) " VMM mappings";
+            return "the region spans more than " NIXL_BE_STR_(CIP_MAX_SEGS) " VMM mappings";
         CUpointer_attribute attrs[2] = {CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR, CU_POINTER_ATTRIBUTE_MAPPING_SIZE};
         void *mbase = NULL;
         size_t msize = 0;
@@ -253,22 +253,22 @@ nixl_status_t cip_rkey_pack(void *bev, void *md, void *buf, size_t *len)
     }
     uint8_t *p = buf;
     memset(p, 0, need);
-    samehost_put_u32(p, CIP_RKEY_MAGIC);
-    samehost_put_u16(p + 4, CIP_RKEY_VERSION);
-    samehost_put_u16(p + 6, (uint16_t)m->kind);
-    samehost_put_u32(p + 8, (uint32_t)m->device);
-    samehost_put_u32(p + 12, (uint32_t)m->nseg);
-    samehost_put_u64(p + 16, m->export_id);
+    nixl_put_u32(p, CIP_RKEY_MAGIC);
+    nixl_put_u16(p + 4, CIP_RKEY_VERSION);
+    nixl_put_u16(p + 6, (uint16_t)m->kind);
+    nixl_put_u32(p + 8, (uint32_t)m->device);
+    nixl_put_u32(p + 12, (uint32_t)m->nseg);
+    nixl_put_u64(p + 16, m->export_id);
     memcpy(p + 24, m->bus_id, 16);
-    samehost_put_u64(p + 40, m->alloc_base);
-    samehost_put_u64(p + 48, m->alloc_size);
+    nixl_put_u64(p + 40, m->alloc_base);
+    nixl_put_u64(p + 48, m->alloc_size);
     if (m->kind == CIP_KIND_LEGACY)
         memcpy(p + CIP_RKEY_FIXED, &m->handle, CU_IPC_HANDLE_SIZE);
     for (size_t i = 0; m->kind == CIP_KIND_VMM && i < m->nseg; i++) {
         uint8_t *s = p + CIP_RKEY_FIXED + i * CIP_RKEY_SEG;
-        samehost_put_u64(s, m->seg[i].base);
-        samehost_put_u64(s + 8, m->seg[i].size);
-        samehost_put_u32(s + 16, (uint32_t)m->seg[i].fd);
+        nixl_put_u64(s, m->seg[i].base);
+        nixl_put_u64(s + 8, m->seg[i].size);
+        nixl_put_u32(s + 16, (uint32_t)m->seg[i].fd);
     }
     *len = need;
     return NIXL_OK;
@@ -310,19 +310,19 @@ nixl_status_t cip_rkey_load(void *bev, void *peerv, const nixl_be_region_t *regi
         CIP_ERROR(be, "cuda_ipc: peer %s published a region of memory type %d", who, (int)region->mem_type);
         return NIXL_ERR_BAD_METADATA;
     }
-    if (!p || rkey_len < CIP_RKEY_FIXED || samehost_get_u32(p) != CIP_RKEY_MAGIC) {
+    if (!p || rkey_len < CIP_RKEY_FIXED || nixl_get_u32(p) != CIP_RKEY_MAGIC) {
         CIP_ERROR(be, "cuda_ipc: key of peer %s region [0x%llx, +%llu) is %zu bytes or has a bad magic number", who,
                   (unsigned long long)region->addr, (unsigned long long)region->len, rkey_len);
         return NIXL_ERR_BAD_METADATA;
     }
-    if (samehost_get_u16(p + 4) != CIP_RKEY_VERSION) {
-        CIP_ERROR(be, "cuda_ipc: key of peer %s is version %u, we speak %u", who, samehost_get_u16(p + 4),
+    if (nixl_get_u16(p + 4) != CIP_RKEY_VERSION) {
+        CIP_ERROR(be, "cuda_ipc: key of peer %s is version %u, we speak %u", who, nixl_get_u16(p + 4),
                   CIP_RKEY_VERSION);
         return NIXL_ERR_MD_VERSION;
     }
-    int kind = samehost_get_u16(p + 6);
-    uint32_t nseg = samehost_get_u32(p + 12);
-    uint64_t base = samehost_get_u64(p + 40), size = samehost_get_u64(p + 48);
+    int kind = nixl_get_u16(p + 6);
+    uint32_t nseg = nixl_get_u32(p + 12);
+    uint64_t base = nixl_get_u64(p + 40), size = nixl_get_u64(p + 48);
     size_t want = kind == CIP_KIND_LEGACY ? CIP_RKEY_LEGACY_LEN
                   : kind == CIP_KIND_VMM  ? CIP_RKEY_FIXED + (size_t)nseg * CIP_RKEY_SEG
                                           : CIP_RKEY_FIXED;
@@ -341,8 +341,8 @@ nixl_status_t cip_rkey_load(void *bev, void *peerv, const nixl_be_region_t *regi
     r->addr = region->addr;
     r->len = region->len;
     r->kind = kind;
-    r->owner_device = samehost_get_u32(p + 8);
-    r->export_id = samehost_get_u64(p + 16);
+    r->owner_device = nixl_get_u32(p + 8);
+    r->export_id = nixl_get_u64(p + 16);
     memcpy(r->bus_id, p + 24, 16);
     r->alloc_base = base;
     r->alloc_size = size;
@@ -358,12 +358,12 @@ nixl_status_t cip_rkey_load(void *bev, void *peerv, const nixl_be_region_t *regi
         for (uint32_t i = 0; i < nseg; i++) {
             const uint8_t *s = p + CIP_RKEY_FIXED + (size_t)i * CIP_RKEY_SEG;
             cip_seg_t *g = &r->seg[i];
-            g->base = samehost_get_u64(s);
-            g->size = samehost_get_u64(s + 8);
-            uint32_t fd = samehost_get_u32(s + 16);
+            g->base = nixl_get_u64(s);
+            g->size = nixl_get_u64(s + 8);
+            uint32_t fd = nixl_get_u32(s + 16);
             /* Mappings follow each other exactly and cover the span. */
             if (g->base != next || g->size == 0 || g->size > base + size - next || fd > INT32_MAX ||
-                samehost_get_u32(s + 20) != 0) {
+                nixl_get_u32(s + 20) != 0) {
                 CIP_ERROR(be, "cuda_ipc: key of peer %s: VMM mapping %u is malformed", who, i);
                 free(r->seg);
                 free(r);

@@ -76,12 +76,12 @@ typedef struct stg_client {
 
 static void stg_hdr(uint8_t *p, uint16_t type, uint64_t seq, uint32_t count, int32_t status)
 {
-    samehost_put_u32(p, STG_MAGIC);
-    samehost_put_u16(p + 4, STG_VERSION);
-    samehost_put_u16(p + 6, type);
-    samehost_put_u64(p + 8, seq);
-    samehost_put_u32(p + 16, count);
-    samehost_put_u32(p + 20, (uint32_t)status);
+    nixl_put_u32(p, STG_MAGIC);
+    nixl_put_u16(p + 4, STG_VERSION);
+    nixl_put_u16(p + 6, type);
+    nixl_put_u64(p + 8, seq);
+    nixl_put_u32(p + 16, count);
+    nixl_put_u32(p + 20, (uint32_t)status);
 }
 
 /* The stage socket's address: the notification socket's name + ".stg". */
@@ -146,7 +146,7 @@ static nixl_status_t stg_check(cip_be_t *be, const stg_client_t *c, const uint8_
 {
     const cip_reg_t *m = NULL;
     for (uint32_t i = 0; i < count; i++, p += STG_PIECE) {
-        uint64_t addr = samehost_get_u64(p), len = samehost_get_u64(p + 8), off = samehost_get_u64(p + 16);
+        uint64_t addr = nixl_get_u64(p), len = nixl_get_u64(p + 8), off = nixl_get_u64(p + 16);
         if (len == 0 || off > c->size || len > c->size - off) {
             CIP_WARN(be, "cuda_ipc: staging request piece %u [+%llu, %llu bytes] lies outside the %zu-byte buffer", i,
                      (unsigned long long)off, (unsigned long long)len, c->size);
@@ -174,7 +174,7 @@ static nixl_status_t stg_serve(cip_be_t *be, stg_client_t *c, int write, const u
         st = NIXL_ERR_NO_CUDA;
     const nixl_cuda_api_t *cu = be->cu;
     for (uint32_t i = 0; i < count && st == NIXL_OK; i++, p += STG_PIECE) {
-        uint64_t addr = samehost_get_u64(p), len = samehost_get_u64(p + 8), off = samehost_get_u64(p + 16);
+        uint64_t addr = nixl_get_u64(p), len = nixl_get_u64(p + 8), off = nixl_get_u64(p + 16);
         const cip_reg_t *r = stg_find_reg(be, addr, len, m);
         if (!cx || r->ctx != (void *)cx->ctx) {
             /* Our own thread: any context may stay current. */
@@ -225,7 +225,7 @@ static int stg_hello(cip_be_t *be, stg_client_t *c, const uint8_t *b, ssize_t n,
     for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm; cm = CMSG_NXTHDR(mh, cm))
         if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS && cm->cmsg_len >= CMSG_LEN(sizeof(int)))
             memcpy(&fd, CMSG_DATA(cm), sizeof(int));
-    uint64_t size = n >= STG_HDR + 8 ? samehost_get_u64(b + STG_HDR) : 0;
+    uint64_t size = n >= STG_HDR + 8 ? nixl_get_u64(b + STG_HDR) : 0;
     if (fd < 0 || n != STG_HDR + 8 || size == 0 || size > 2ull * STG_SLOT_SIZE || c->map) {
         if (fd >= 0)
             close(fd);
@@ -240,7 +240,7 @@ static int stg_hello(cip_be_t *be, stg_client_t *c, const uint8_t *b, ssize_t n,
     }
     c->map = map;
     c->size = size;
-    return stg_send_reply(c->fd, samehost_get_u64(b + 8), NIXL_OK);
+    return stg_send_reply(c->fd, nixl_get_u64(b + 8), NIXL_OK);
 }
 
 /* One message from client c; -1 closes it. */
@@ -254,14 +254,14 @@ static int stg_handle(cip_be_t *be, stg_client_t *c, uint8_t *buf)
         return 0;
     if (n <= 0)
         return -1; /* the initiator went away */
-    if ((mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || n < STG_HDR || samehost_get_u32(buf) != STG_MAGIC ||
-        samehost_get_u16(buf + 4) != STG_VERSION) {
+    if ((mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || n < STG_HDR || nixl_get_u32(buf) != STG_MAGIC ||
+        nixl_get_u16(buf + 4) != STG_VERSION) {
         CIP_WARN(be, "cuda_ipc: malformed staging message (%zd bytes), connection closed", n);
         return -1;
     }
-    uint16_t type = samehost_get_u16(buf + 6);
-    uint64_t seq = samehost_get_u64(buf + 8);
-    uint32_t count = samehost_get_u32(buf + 16);
+    uint16_t type = nixl_get_u16(buf + 6);
+    uint64_t seq = nixl_get_u64(buf + 8);
+    uint32_t count = nixl_get_u32(buf + 16);
     if (type == STG_HELLO)
         return stg_hello(be, c, buf, n, &mh);
     if ((type != STG_WRITE && type != STG_READ) || !c->map || count == 0 || count > STG_MAX_PIECES ||
@@ -404,17 +404,17 @@ void cip_stage_conn_close(cip_be_t *be, cip_peer_t *peer)
 static nixl_status_t stg_wait_reply(cip_be_t *be, cip_req_t *r, uint64_t seq)
 {
     cip_stage_conn_t *c = r->peer->stage;
-    uint64_t deadline = samehost_now_ns() + STG_REPLY_TIMEOUT_NS;
+    uint64_t deadline = nixl_now_ns() + STG_REPLY_TIMEOUT_NS;
     for (;;) {
         uint8_t b[STG_HDR];
         ssize_t n = recv(c->fd, b, sizeof(b), MSG_DONTWAIT);
         if (n == (ssize_t)sizeof(b)) {
-            if (samehost_get_u32(b) != STG_MAGIC || samehost_get_u16(b + 6) != STG_REPLY ||
-                samehost_get_u64(b + 8) != seq) {
+            if (nixl_get_u32(b) != STG_MAGIC || nixl_get_u16(b + 6) != STG_REPLY ||
+                nixl_get_u64(b + 8) != seq) {
                 CIP_ERROR(be, "cuda_ipc: peer %s sent an unexpected staging reply", r->peer->name);
                 return NIXL_ERR_XFER_FAILED;
             }
-            int32_t st = (int32_t)samehost_get_u32(b + 20);
+            int32_t st = (int32_t)nixl_get_u32(b + 20);
             if (st != NIXL_OK)
                 CIP_ERROR(be, "cuda_ipc: peer %s could not do its part of a staged transfer: %s", r->peer->name,
                           nixl_strerror((nixl_status_t)st));
@@ -433,7 +433,7 @@ static nixl_status_t stg_wait_reply(cip_be_t *be, cip_req_t *r, uint64_t seq)
         nixl_status_t st = cip_peer_alive(be, r->peer);
         if (st != NIXL_OK)
             return st;
-        if (samehost_now_ns() > deadline) {
+        if (nixl_now_ns() > deadline) {
             CIP_ERROR(be, "cuda_ipc: peer %s did not answer a staged copy for %llu s", r->peer->name,
                       STG_REPLY_TIMEOUT_NS / 1000000000ull);
             return NIXL_ERR_TIMEOUT;
@@ -477,7 +477,7 @@ static nixl_status_t stg_connect(cip_be_t *be, cip_peer_t *peer, CUcontext ctx)
     }
     uint8_t b[STG_HDR + 8];
     stg_hdr(b, STG_HELLO, 0, 0, 0);
-    samehost_put_u64(b + STG_HDR, c->size);
+    nixl_put_u64(b + STG_HDR, c->size);
     char ctl[CMSG_SPACE(sizeof(int))];
     memset(ctl, 0, sizeof(ctl));
     struct iovec io = {b, sizeof(b)};
@@ -539,9 +539,9 @@ static uint32_t stg_fill(cip_req_t *r, stg_cursor_t *cur, stg_slot_t *s, uint64_
         s->laddr[s->n] = c->src + cur->off;
         s->len[s->n] = take;
         s->off[s->n] = base + used;
-        samehost_put_u64(p, c->dst + cur->off);
-        samehost_put_u64(p + 8, take);
-        samehost_put_u64(p + 16, base + used);
+        nixl_put_u64(p, c->dst + cur->off);
+        nixl_put_u64(p + 8, take);
+        nixl_put_u64(p + 16, base + used);
         p += STG_PIECE;
         s->n++;
         used += take;

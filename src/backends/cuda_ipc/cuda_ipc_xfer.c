@@ -35,24 +35,9 @@ static int cip_inside(uint64_t addr, uint64_t len, uint64_t base, uint64_t size)
     return addr >= base && len <= size && addr - base <= size - len;
 }
 
-static nixl_status_t cip_grow(void **v, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap)
-        return NIXL_OK;
-    size_t n = *cap ? *cap * 2 : 64;
-    while (n < need)
-        n *= 2;
-    void *p = realloc(*v, n * elem);
-    if (!p)
-        return NIXL_ERR_NO_MEMORY;
-    *v = p;
-    *cap = n;
-    return NIXL_OK;
-}
-
 static nixl_status_t cip_add_ce(cip_group_t *g, uint64_t dst, uint64_t src, uint64_t len)
 {
-    if (cip_grow((void **)&g->ce, &g->ce_cap, g->nce + 1, sizeof(*g->ce)) != NIXL_OK)
+    if (NIXL_ARRAY_RESERVE(g->ce, g->ce_cap, g->nce + 1, 64))
         return NIXL_ERR_NO_MEMORY;
     g->ce[g->nce++] = (cip_copy_t){.dst = dst, .src = src, .len = len};
     return NIXL_OK;
@@ -61,7 +46,7 @@ static nixl_status_t cip_add_ce(cip_group_t *g, uint64_t dst, uint64_t src, uint
 /* Kernel candidates are kept whole until we know there are enough of them. */
 static nixl_status_t cip_add_kernel(cip_group_t *g, uint64_t dst, uint64_t src, uint64_t len)
 {
-    if (cip_grow((void **)&g->kt, &g->kt_cap, g->nk + 1, sizeof(*g->kt)) != NIXL_OK)
+    if (NIXL_ARRAY_RESERVE(g->kt, g->kt_cap, g->nk + 1, 64))
         return NIXL_ERR_NO_MEMORY;
     g->kt[g->nk++] = (cip_piece_t){.src = src, .dst = dst, .len = len};
     return NIXL_OK;
@@ -587,7 +572,7 @@ nixl_status_t cip_xfer_post(void *bev, nixl_be_req_t *hdr, const void *notif, si
     nixl_status_t st = cip_peer_alive(be, r->peer);
     if (st == NIXL_OK)
         st = samehost_notif_msg_set(&be->notif, &r->notif, notif, notif_len);
-    if (cip_unlikely(st != NIXL_OK)) {
+    if (nixl_unlikely(st != NIXL_OK)) {
         r->status = st;
         return st;
     }

@@ -35,20 +35,10 @@
 #define SHM_NAME_MAX SAMEHOST_NAME_MAX /* agent names, as NIXL_NAME_MAX */
 
 /* Logging goes through the host; the level is checked before formatting. */
-#define SHM_LOG(be, lvl, ...) SAMEHOST_LOG((be)->host, lvl, __VA_ARGS__)
-#define SHM_ERROR(be, ...) SHM_LOG(be, NIXL_LOG_ERROR, __VA_ARGS__)
-#define SHM_WARN(be, ...) SHM_LOG(be, NIXL_LOG_WARN, __VA_ARGS__)
-#define SHM_INFO(be, ...) SHM_LOG(be, NIXL_LOG_INFO, __VA_ARGS__)
-#define SHM_DEBUG(be, ...) SHM_LOG(be, NIXL_LOG_DEBUG, __VA_ARGS__)
-
-#define shm_likely(x) __builtin_expect(!!(x), 1)
-#define shm_unlikely(x) __builtin_expect(!!(x), 0)
-
-/* The little-endian helpers under their former names (tests/unit/shm forges
- * keys with them). */
-#define shm_put_u16 samehost_put_u16
-#define shm_put_u32 samehost_put_u32
-#define shm_put_u64 samehost_put_u64
+#define SHM_ERROR(be, ...) NIXL_BE_ERROR((be)->host, __VA_ARGS__)
+#define SHM_WARN(be, ...) NIXL_BE_WARN((be)->host, __VA_ARGS__)
+#define SHM_INFO(be, ...) NIXL_BE_INFO((be)->host, __VA_ARGS__)
+#define SHM_DEBUG(be, ...) NIXL_BE_DEBUG((be)->host, __VA_ARGS__)
 
 
 /* One vma as /proc/self/maps (or PROCMAP_QUERY) describes it. */

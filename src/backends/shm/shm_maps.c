@@ -145,14 +145,8 @@ int shm_maps_parse(char *text, shm_vma_t **vmas, size_t *n, size_t *cap)
         char *nl = strchr(line, '\n');
         if (nl)
             *nl = '\0';
-        if (count == *cap) {
-            size_t ncap = *cap ? *cap * 2 : 256;
-            shm_vma_t *nv = realloc(*vmas, ncap * sizeof(*nv));
-            if (!nv)
-                return -1;
-            *vmas = nv;
-            *cap = ncap;
-        }
+        if (NIXL_ARRAY_RESERVE(*vmas, *cap, count + 1, 256))
+            return -1;
         if (shm_parse_line(line, &(*vmas)[count]) != 0)
             return -1;
         count++;
@@ -171,14 +165,8 @@ static int shm_maps_refresh(shm_maps_t *m)
         return -1;
     size_t got = 0;
     for (;;) {
-        if (m->text_cap - got < 4096) {
-            size_t ncap = m->text_cap ? m->text_cap * 2 : 65536;
-            char *nt = realloc(m->text, ncap);
-            if (!nt)
-                goto err_close;
-            m->text = nt;
-            m->text_cap = ncap;
-        }
+        if (NIXL_ARRAY_RESERVE(m->text, m->text_cap, got + 4096, 65536))
+            goto err_close;
         ssize_t r = read(fd, m->text + got, m->text_cap - got - 1);
         if (r < 0 && errno == EINTR)
             continue;
@@ -195,7 +183,7 @@ static int shm_maps_refresh(shm_maps_t *m)
         errno = EPROTO;
         return -1;
     }
-    m->taken_ns = samehost_now_ns();
+    m->taken_ns = nixl_now_ns();
     return 0;
 
 err_close:
@@ -263,7 +251,7 @@ int shm_maps_find(shm_be_t *be, uint64_t addr, uint64_t len, shm_vma_t *out)
                       (unsigned long long)addr, strerror(errno));
     }
     int fresh = 0;
-    if (!m->taken_ns || samehost_now_ns() - m->taken_ns > SHM_MAPS_TTL_NS) {
+    if (!m->taken_ns || nixl_now_ns() - m->taken_ns > SHM_MAPS_TTL_NS) {
         if (shm_maps_refresh(m) != 0)
             goto err_read;
         fresh = 1;

@@ -210,15 +210,15 @@ nixl_status_t shm_rkey_pack(void *bev, void *md, void *buf, size_t *len)
     }
     uint8_t *p = buf;
     memset(p, 0, need);
-    samehost_put_u16(p, SHM_RKEY_MAGIC);
+    nixl_put_u16(p, SHM_RKEY_MAGIC);
     p[2] = SHM_RKEY_VERSION;
     p[3] = r->file ? SHM_RKEY_MAP : SHM_RKEY_CMA;
     if (r->file) {
-        samehost_put_u32(p + 4, be->self.pid);
-        samehost_put_u32(p + 8, (uint32_t)r->file->fd);
-        samehost_put_u64(p + 16, r->offset);
-        samehost_put_u64(p + 24, r->file->dev);
-        samehost_put_u64(p + 32, r->file->ino);
+        nixl_put_u32(p + 4, be->self.pid);
+        nixl_put_u32(p + 8, (uint32_t)r->file->fd);
+        nixl_put_u64(p + 16, r->offset);
+        nixl_put_u64(p + 24, r->file->dev);
+        nixl_put_u64(p + 32, r->file->ino);
     }
     *len = need;
     return NIXL_OK;
@@ -284,7 +284,7 @@ nixl_status_t shm_rkey_load(void *bev, void *peerv, const nixl_be_region_t *regi
         SHM_ERROR(be, "shm: remote region of peer %s is not DRAM or is empty", peer->name);
         return NIXL_ERR_INVALID_PARAM;
     }
-    if (!p || rkey_len < SHM_RKEY_CMA_LEN || samehost_get_u16(p) != SHM_RKEY_MAGIC) {
+    if (!p || rkey_len < SHM_RKEY_CMA_LEN || nixl_get_u16(p) != SHM_RKEY_MAGIC) {
         SHM_ERROR(be, "shm: key of a region of peer %s is malformed (%zu bytes)", peer->name, rkey_len);
         return NIXL_ERR_BAD_METADATA;
     }
@@ -299,11 +299,11 @@ nixl_status_t shm_rkey_load(void *bev, void *peerv, const nixl_be_region_t *regi
     if (p[3] == SHM_RKEY_CMA && rkey_len == SHM_RKEY_CMA_LEN) {
         map = 0;
     } else if (p[3] == SHM_RKEY_MAP && rkey_len == SHM_RKEY_MAP_LEN) {
-        fd = samehost_get_u32(p + 8);
-        offset = samehost_get_u64(p + 16);
-        dev = samehost_get_u64(p + 24);
-        ino = samehost_get_u64(p + 32);
-        if (samehost_get_u32(p + 4) != (uint32_t)peer->pid || fd > INT32_MAX || samehost_get_u32(p + 12) != 0 ||
+        fd = nixl_get_u32(p + 8);
+        offset = nixl_get_u64(p + 16);
+        dev = nixl_get_u64(p + 24);
+        ino = nixl_get_u64(p + 32);
+        if (nixl_get_u32(p + 4) != (uint32_t)peer->pid || fd > INT32_MAX || nixl_get_u32(p + 12) != 0 ||
             offset > INT64_MAX || region->len > INT64_MAX - offset) {
             SHM_ERROR(be, "shm: mapping key of a region of peer %s is inconsistent", peer->name);
             return NIXL_ERR_BAD_METADATA;

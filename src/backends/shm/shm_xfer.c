@@ -290,7 +290,7 @@ nixl_status_t shm_req_run_item(shm_req_t *r, size_t i)
         else
             n = process_vm_readv(r->peer->pid, r->liov + it->first, it->count, r->riov + it->rfirst, it->rcount, 0);
     } while (n < 0 && errno == EINTR);
-    if (shm_likely((size_t)n == want))
+    if (nixl_likely((size_t)n == want))
         return NIXL_OK;
     if (n >= 0)
         return shm_req_fail(r, NIXL_ERR_XFER_FAILED, 0, (size_t)n, want);
@@ -322,7 +322,7 @@ nixl_status_t shm_xfer_post(void *bev, nixl_be_req_t *hdr, const void *notif, si
     nixl_status_t st = shm_peer_check(be, r->peer);
     if (st == NIXL_OK)
         st = samehost_notif_msg_set(&be->notif, &r->notif, notif, notif_len);
-    if (shm_unlikely(st != NIXL_OK)) {
+    if (nixl_unlikely(st != NIXL_OK)) {
         atomic_store(&r->status, st);
         return st;
     }

@@ -550,7 +550,7 @@ static void case_fallback(void)
     size_t len = sizeof(key);
     CHECK_ST(ops->rkey_pack(f.b.be, f.bmd, key, &len), NIXL_OK);
     CHECK(len == 40);
-    shm_put_u64(key + 16, f.rmem.len); /* offset = file size */
+    nixl_put_u64(key + 16, f.rmem.len); /* offset = file size */
     ops->rkey_unload(f.a.be, f.rem.rmd);
     nixl_be_region_t r = {.mem_type = NIXL_MEM_DRAM, .addr = (uint64_t)(uintptr_t)f.rmem.p, .len = f.rmem.len};
     CHECK_ST(ops->rkey_load(f.a.be, f.rem.peer, &r, key, len, &f.rem.rmd), NIXL_OK);
@@ -655,17 +655,17 @@ static void case_notif(void)
         CHECK(sendto(s, g, glens[i], 0, (struct sockaddr *)&addr, alen) == (ssize_t)glens[i]);
     /* right header, broken names */
     uint8_t h[32];
-    shm_put_u32(h, 0x4e4d4853u);
-    shm_put_u16(h + 4, 1);
-    shm_put_u16(h + 6, 20); /* name longer than the datagram */
+    nixl_put_u32(h, 0x4e4d4853u);
+    nixl_put_u16(h + 4, 1);
+    nixl_put_u16(h + 6, 20); /* name longer than the datagram */
     memcpy(h + 8, "abc", 3);
     CHECK(sendto(s, h, 11, 0, (struct sockaddr *)&addr, alen) == 11);
-    shm_put_u16(h + 6, 0); /* empty name */
+    nixl_put_u16(h + 6, 0); /* empty name */
     CHECK(sendto(s, h, 11, 0, (struct sockaddr *)&addr, alen) == 11);
-    shm_put_u16(h + 6, 3);
+    nixl_put_u16(h + 6, 3);
     h[9] = '\0'; /* NUL in the name */
     CHECK(sendto(s, h, 11, 0, (struct sockaddr *)&addr, alen) == 11);
-    shm_put_u16(h + 4, 2); /* version */
+    nixl_put_u16(h + 4, 2); /* version */
     h[9] = 'b';
     CHECK(sendto(s, h, 11, 0, (struct sockaddr *)&addr, alen) == 11);
     CHECK(test_wait_notifs(&f.b, 1, 2000));
@@ -673,7 +673,7 @@ static void case_notif(void)
     CHECK_ST(ops->progress(f.b.be), NIXL_OK);
     CHECK(f.b.host.num_notifs == 1); /* only the "x" from agent-a */
     /* a well-formed one from anyone of our uid is delivered */
-    shm_put_u16(h + 4, 1);
+    nixl_put_u16(h + 4, 1);
     memcpy(h + 11, "payload", 7);
     CHECK(sendto(s, h, 18, 0, (struct sockaddr *)&addr, alen) == 18);
     CHECK(test_wait_notifs(&f.b, 2, 2000));
