@@ -16,7 +16,8 @@
  * Locking: with the agent in NIXL_THREAD_SERIALIZED mode every op is called
  * with the agent lock held, so ops of one backend instance never run
  * concurrently.  Threads a backend starts itself must not call back into the
- * host except through log() and fallback().
+ * host except through log(), fallback(), notif_deliver() and
+ * notif_backlog().
  *
  * Registration exception: reg() and dereg() of a batch run on the core's
  * registration pool threads (the agent lock held by the thread waiting for
@@ -129,14 +130,22 @@ typedef struct nixl_host_services {
     /* Count one fallback onto 'path' for 'cause' and warn (rate-limited).
      * May be called from any thread. */
     void (*fallback)(void *ctx, const char *path, const char *cause);
-    /* Hand a received notification to the agent.  Call only from within
-     * progress() (or another op), never from a backend thread.  The bytes
-     * are copied. */
+    /* Hand a received notification to the agent, from any thread (a
+     * backend's receive thread included), at any time between create()
+     * returning and destroy() returning.  The bytes are copied once, into
+     * the agent's inbox; notifications of one backend are seen in the order
+     * they were delivered.  (Before the inbox this could only be called from
+     * within an op: a backend written that way is still right.) */
     void (*notif_deliver)(void *ctx, const char *sender, const void *msg, size_t len);
     /* The agent's name. */
     const char *agent_name;
     /* GPU helpers; never NULL (its api is NULL without a CUDA driver). */
     const nixl_host_cuda_t *cuda;
+    /* --- appended: read only when struct_size covers it --- */
+    /* Payload bytes delivered and not yet taken by the application (any
+     * thread): a receive thread stops reading past its own cap, so that
+     * senders feel the backpressure instead of the inbox growing. */
+    size_t (*notif_backlog)(void *ctx);
 } nixl_host_services_t;
 
 /* A local or remote registered range as the core sees it. */

@@ -153,7 +153,8 @@ NIXL_API nixl_status_t nixl_agent_create(const nixl_agent_config_t *cfg, nixl_ag
     if (getrandom(&a->instance_id, sizeof(a->instance_id), 0) != sizeof(a->instance_id))
         a->instance_id = nixl_now_ns() ^ ((uint64_t)getpid() << 32);
     nixl_host_id_get(&a->host);
-    a->notif_tail = &a->notif_head;
+    pthread_mutex_init(&a->inbox.lock, NULL);
+    a->inbox.tail = &a->inbox.head;
     a->stats = nixl_stats_create();
     nixl_status_t st = NIXL_ERR_NO_MEMORY;
     if (!a->stats)
@@ -193,6 +194,7 @@ err_listener:
 err_stats:
     nixl_stats_destroy(a->stats);
 err_free:
+    pthread_mutex_destroy(&a->inbox.lock);
     pthread_mutex_destroy(&a->lock);
     free(a);
     return st;
@@ -217,13 +219,15 @@ NIXL_API void nixl_agent_destroy(nixl_agent_t *a)
     for (int b = 0; b < a->num_backends; b++)
         nixl_backend_free(a->backends[b]);
     a->num_backends = 0;
-    while (a->notif_head) {
-        nixl_notif_item_t *it = a->notif_head;
-        a->notif_head = it->next;
+    /* No backend is left to deliver: the inbox is ours alone. */
+    while (a->inbox.head) {
+        nixl_notif_item_t *it = a->inbox.head;
+        a->inbox.head = it->next;
         free(it);
     }
     nixl_agent_unlock(a);
     nixl_stats_destroy(a->stats);
+    pthread_mutex_destroy(&a->inbox.lock);
     pthread_mutex_destroy(&a->lock);
     free(a);
 }
@@ -304,16 +308,37 @@ out:
     return st;
 }
 
+nixl_status_t nixl_inbox_push(nixl_inbox_t *in, const char *sender, const void *msg, size_t len)
+{
+    nixl_notif_item_t *it = malloc(sizeof(*it) + len);
+    if (!it)
+        return NIXL_ERR_NO_MEMORY;
+    it->next = NULL;
+    nixl_strlcpy(it->sender, sender, sizeof(it->sender));
+    it->len = len;
+    if (len)
+        memcpy(it->msg, msg, len);
+    pthread_mutex_lock(&in->lock);
+    *in->tail = it;
+    in->tail = &it->next;
+    in->bytes += len;
+    pthread_mutex_unlock(&in->lock);
+    return NIXL_OK;
+}
+
 NIXL_API nixl_status_t nixl_notifs_get(nixl_agent_t *a, nixl_notif_cb_t cb, void *arg, size_t *count_out)
 {
     if (!a || !cb)
         return NIXL_ERR_NULL;
     nixl_agent_lock(a);
     nixl_agent_progress_locked(a);
-    nixl_notif_item_t *list = a->notif_head;
-    a->notif_head = NULL;
-    a->notif_tail = &a->notif_head;
     nixl_agent_unlock(a);
+    pthread_mutex_lock(&a->inbox.lock);
+    nixl_notif_item_t *list = a->inbox.head;
+    a->inbox.head = NULL;
+    a->inbox.tail = &a->inbox.head;
+    a->inbox.bytes = 0;
+    pthread_mutex_unlock(&a->inbox.lock);
     size_t n = 0;
     while (list) {
         nixl_notif_item_t *it = list;

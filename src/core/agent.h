@@ -159,6 +159,20 @@ typedef struct nixl_notif_item {
     unsigned char msg[];
 } nixl_notif_item_t;
 
+/* The agent's inbox: what backends delivered (host notif_deliver, from any
+ * thread), in arrival order, until nixl_notifs_get takes it.  Its own small
+ * lock, apart from the agent lock, so a backend's receive thread hands a
+ * notification over while the agent is busy: one allocation and one copy
+ * from the backend's receive buffer to the application's callback. */
+typedef struct nixl_inbox {
+    pthread_mutex_t lock;
+    nixl_notif_item_t *head, **tail;
+    size_t bytes; /* payload bytes queued (the backends' backpressure) */
+} nixl_inbox_t;
+
+/* Queue one notification (any thread); NIXL_ERR_NO_MEMORY when it cannot. */
+nixl_status_t nixl_inbox_push(nixl_inbox_t *in, const char *sender, const void *msg, size_t len);
+
 /* ---- the agent ---- */
 
 struct nixl_md_listener;
@@ -181,7 +195,7 @@ struct nixl_agent {
 
     nixl_xfer_t *xfers; /* every live request */
 
-    nixl_notif_item_t *notif_head, **notif_tail;
+    nixl_inbox_t inbox;
 
     nixl_stats_t *stats;
 

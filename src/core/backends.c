@@ -263,22 +263,22 @@ static void host_fallback(void *ctx, const char *path, const char *cause)
     nixl_stats_fallback(b->agent->stats, b->agent->name, path, cause);
 }
 
+/* Any thread, any time between create() and destroy() returning. */
 static void host_notif_deliver(void *ctx, const char *sender, const void *msg, size_t len)
 {
     nixl_backend_t *b = ctx;
-    nixl_agent_t *a = b->agent;
-    nixl_notif_item_t *it = malloc(sizeof(*it) + len);
-    if (!it) {
-        NIXL_ERROR("agent %s: out of memory: notification from %s (%zu bytes) dropped", a->name, sender, len);
-        return;
-    }
-    it->next = NULL;
-    nixl_strlcpy(it->sender, sender, sizeof(it->sender));
-    it->len = len;
-    if (len)
-        memcpy(it->msg, msg, len);
-    *a->notif_tail = it;
-    a->notif_tail = &it->next;
+    if (nixl_inbox_push(&b->agent->inbox, sender, msg, len) != NIXL_OK)
+        NIXL_ERROR("agent %s: out of memory: notification from %s (%zu bytes) dropped", b->agent->name, sender,
+                   len);
+}
+
+static size_t host_notif_backlog(void *ctx)
+{
+    nixl_backend_t *b = ctx;
+    pthread_mutex_lock(&b->agent->inbox.lock);
+    size_t n = b->agent->inbox.bytes;
+    pthread_mutex_unlock(&b->agent->inbox.lock);
+    return n;
 }
 
 NIXL_API nixl_status_t nixl_backend_create(nixl_agent_t *agent, const char *name, const nixl_param_t *params,
@@ -361,6 +361,7 @@ NIXL_API nixl_status_t nixl_backend_create(nixl_agent_t *agent, const char *name
     b->host.config_get = nixl_cfg_get;
     b->host.fallback = host_fallback;
     b->host.notif_deliver = host_notif_deliver;
+    b->host.notif_backlog = host_notif_backlog;
     b->host.agent_name = agent->name;
     b->host.cuda = nixl_cuda_host();
     st = ops->create(&b->host, resolved, ops->num_params, &b->be);

@@ -696,18 +696,16 @@ nixl_status_t nixl_fault_notif_send(nixl_backend_t *b, void *peer, const void *m
     return st != NIXL_OK ? st : BE_OP(b, notif_send, peer, msg, len);
 }
 
-/* Held notifications are also sent from progress, so it runs even when
- * the backend has no progress op of its own. */
+/* Every progress round of the core counts, whether or not the backend has
+ * a progress op of its own (shm and cuda_ipc have none: their receive
+ * thread delivers); held notifications are also sent from here. */
 nixl_status_t nixl_fault_progress(nixl_backend_t *b)
 {
     fault_be_t *fb = b->fault;
-    int own = BE_HAS(b, progress);
-    if (!own && !fb->hold)
-        return NIXL_OK; /* nothing would have been called: nothing counted */
     nixl_status_t st = fault_enter(fb, FAULT_PROGRESS);
     if (st != NIXL_OK)
         return st;
-    st = own ? BE_OP0(b, progress) : NIXL_OK;
+    st = BE_HAS(b, progress) ? BE_OP0(b, progress) : NIXL_OK;
     if (fb->held)
         held_flush(fb);
     return st;

@@ -91,17 +91,9 @@ void samehost_ptrace_setup(const nixl_host_services_t *host, const char *who, co
 #define SAMEHOST_NAME_MAX 63       /* agent names, as NIXL_NAME_MAX */
 #define SAMEHOST_SOCK_NAME_MAX 100 /* abstract socket name, without the leading NUL */
 
-/* A received notification waiting for progress(). */
-typedef struct samehost_notif_item {
-    struct samehost_notif_item *next;
-    char sender[SAMEHOST_NAME_MAX + 1];
-    size_t len;
-    uint8_t msg[];
-} samehost_notif_item_t;
-
 /* The receiving end: one AF_UNIX datagram socket in the abstract namespace
- * per backend instance, drained by a receiver thread into a queue that
- * progress() hands to the agent. */
+ * per backend instance, drained by a receiver thread that hands each
+ * notification to the agent's inbox as it arrives. */
 typedef struct samehost_notif {
     const nixl_host_services_t *host;
     const char *who; /* backend name, prefix of socket names and log lines */
@@ -114,13 +106,10 @@ typedef struct samehost_notif {
     size_t rx_cap;
     uint64_t drop_warn_ns; /* rate limit of "dropped a datagram" warnings */
     uint64_t dropped;
-    /* receiver thread and its queue */
+    /* receiver thread: delivers to the agent as datagrams arrive */
     pthread_t rx_thread;
     int rx_running;
     int stop_fd[2];
-    pthread_mutex_t q_lock;
-    samehost_notif_item_t *q_head, **q_tail;
-    size_t q_bytes;
 } samehost_notif_t;
 
 /* The sending end towards one peer (one socket per peer, so a peer that
@@ -196,8 +185,5 @@ void samehost_peer_disconnect(samehost_proc_t *proc, samehost_notif_peer_t *noti
 /* Build and send one notification (at most NIXL_NOTIF_MAX bytes). */
 nixl_status_t samehost_notif_send(const samehost_notif_t *n, const samehost_notif_peer_t *peer, const void *msg,
                                   size_t len);
-/* Hand every notification the receiver thread queued to
- * host->notif_deliver, in arrival order.  Call from progress(). */
-nixl_status_t samehost_notif_progress(samehost_notif_t *n);
 
 #endif

@@ -15,9 +15,11 @@
  * busy senders time out.  A receiver thread per socket drains it as
  * datagrams arrive, validates each (anyone on the host can send to an
  * abstract name: the kernel-attached credentials must show our uid or
- * root) and queues it; progress() hands the queue to the agent.  Past
- * NOTIF_QUEUE_MAX queued bytes the thread stops reading, and the socket's
- * own limit pushes back on senders again.
+ * root) and hands it to the agent's inbox at once (host notif_deliver,
+ * which may be called from any thread): the payload is copied once, from
+ * the receive buffer into the inbox.  Past NOTIF_QUEUE_MAX bytes waiting in
+ * the inbox (host notif_backlog) the thread stops reading, and the
+ * socket's own limit pushes back on senders again.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -114,8 +116,6 @@ nixl_status_t samehost_notif_open(samehost_notif_t *n, const nixl_host_services_
         return NIXL_ERR_NO_MEMORY;
     }
     n->sock = s;
-    n->q_tail = &n->q_head;
-    pthread_mutex_init(&n->q_lock, NULL);
     if (pipe2(n->stop_fd, O_CLOEXEC | O_NONBLOCK) != 0) {
         NIXL_BE_ERROR(host, "%s: notification thread pipe: %s", who, strerror(errno));
         goto err_buf;
@@ -130,7 +130,6 @@ nixl_status_t samehost_notif_open(samehost_notif_t *n, const nixl_host_services_
     return NIXL_OK;
 
 err_buf:
-    pthread_mutex_destroy(&n->q_lock);
     free(n->rx_buf);
     n->rx_buf = NULL;
     n->sock = -1;
@@ -151,12 +150,6 @@ void samehost_notif_close(samehost_notif_t *n)
         close(n->stop_fd[0]);
         close(n->stop_fd[1]);
         n->rx_running = 0;
-        while (n->q_head) {
-            samehost_notif_item_t *it = n->q_head;
-            n->q_head = it->next;
-            free(it);
-        }
-        pthread_mutex_destroy(&n->q_lock);
     }
     if (n->sock >= 0)
         close(n->sock);
@@ -323,8 +316,9 @@ static const char *notif_check(const samehost_notif_t *n, size_t len, int flags,
     return NULL;
 }
 
-/* Receiver thread: validate one datagram in rx_buf and queue it. */
-static void notif_enqueue(samehost_notif_t *n, size_t len, int flags, const struct ucred *cred)
+/* Receiver thread: validate one datagram in rx_buf and hand it to the
+ * agent (the inbox copies the payload straight from rx_buf). */
+static void notif_deliver(samehost_notif_t *n, size_t len, int flags, const struct ucred *cred)
 {
     size_t off = 0;
     const char *why = notif_check(n, len, flags, cred, &off);
@@ -332,30 +326,20 @@ static void notif_enqueue(samehost_notif_t *n, size_t len, int flags, const stru
         notif_drop(n, why, cred);
         return;
     }
-    samehost_notif_item_t *it = malloc(sizeof(*it) + (len - off));
-    if (!it) {
-        notif_drop(n, "out of memory", cred);
-        return;
-    }
+    char sender[SAMEHOST_NAME_MAX + 1];
     size_t name_len = off - NOTIF_HDR;
-    memcpy(it->sender, n->rx_buf + NOTIF_HDR, name_len);
-    it->sender[name_len] = '\0';
-    it->len = len - off;
-    memcpy(it->msg, n->rx_buf + off, it->len);
-    it->next = NULL;
-    pthread_mutex_lock(&n->q_lock);
-    *n->q_tail = it;
-    n->q_tail = &it->next;
-    n->q_bytes += it->len;
-    pthread_mutex_unlock(&n->q_lock);
+    memcpy(sender, n->rx_buf + NOTIF_HDR, name_len);
+    sender[name_len] = '\0';
+    n->host->notif_deliver(n->host->ctx, sender, n->rx_buf + off, len - off);
 }
 
-static size_t notif_queued_bytes(samehost_notif_t *n)
+/* Bytes the agent holds undelivered to the application (0 from a host
+ * without notif_backlog: no cap but the socket's). */
+static size_t notif_backlog(const samehost_notif_t *n)
 {
-    pthread_mutex_lock(&n->q_lock);
-    size_t b = n->q_bytes;
-    pthread_mutex_unlock(&n->q_lock);
-    return b;
+    const nixl_host_services_t *h = n->host;
+    size_t need = offsetof(nixl_host_services_t, notif_backlog) + sizeof(h->notif_backlog);
+    return h->struct_size >= need && h->notif_backlog ? h->notif_backlog(h->ctx) : 0;
 }
 
 /* Receive every pending datagram without blocking. */
@@ -366,7 +350,7 @@ static void *notif_rx_main(void *arg)
     samehost_notif_t *n = arg;
     for (;;) {
         /* Past the cap, leave datagrams in the socket: senders feel it. */
-        int full = notif_queued_bytes(n) > NOTIF_QUEUE_MAX;
+        int full = notif_backlog(n) > NOTIF_QUEUE_MAX;
         struct pollfd p[2] = {{.fd = n->stop_fd[0], .events = POLLIN}, {.fd = n->sock, .events = POLLIN}};
         int rc = poll(p, full ? 1 : 2, full ? NOTIF_FULL_WAIT_MS : -1);
         if (rc < 0 && errno != EINTR) {
@@ -378,23 +362,6 @@ static void *notif_rx_main(void *arg)
         if (!full && rc > 0 && (p[1].revents & (POLLIN | POLLERR)))
             notif_drain(n);
     }
-}
-
-nixl_status_t samehost_notif_progress(samehost_notif_t *n)
-{
-    pthread_mutex_lock(&n->q_lock);
-    samehost_notif_item_t *list = n->q_head;
-    n->q_head = NULL;
-    n->q_tail = &n->q_head;
-    n->q_bytes = 0;
-    pthread_mutex_unlock(&n->q_lock);
-    while (list) {
-        samehost_notif_item_t *it = list;
-        list = it->next;
-        n->host->notif_deliver(n->host->ctx, it->sender, it->msg, it->len);
-        free(it);
-    }
-    return NIXL_OK;
 }
 
 static void notif_drain(samehost_notif_t *n)
@@ -420,7 +387,7 @@ static void notif_drain(samehost_notif_t *n)
             if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_CREDENTIALS &&
                 c->cmsg_len == CMSG_LEN(sizeof(struct ucred)))
                 cred = (const struct ucred *)CMSG_DATA(c);
-        notif_enqueue(n, (size_t)got, mh.msg_flags, cred);
+        notif_deliver(n, (size_t)got, mh.msg_flags, cred);
     }
 }
 

@@ -47,27 +47,6 @@ const nixl_cuda_api_t *cip_api(cip_be_t *be)
     return be->cu;
 }
 
-nixl_status_t cip_ctx_enter(cip_be_t *be, CUcontext ctx, CUcontext *saved, int *changed)
-{
-    CUcontext cur = NULL;
-    *changed = 0;
-    if (be->cu->cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur == ctx)
-        return NIXL_OK;
-    void *prev = NULL;
-    nixl_status_t st = be->host->cuda->ctx_bind(ctx, &prev);
-    if (st != NIXL_OK)
-        return st;
-    *saved = prev;
-    *changed = 1;
-    return NIXL_OK;
-}
-
-void cip_ctx_leave(cip_be_t *be, CUcontext saved, int changed)
-{
-    if (changed)
-        be->host->cuda->ctx_restore(saved);
-}
-
 /* Load the kernel into the current context; a failure is logged once and
  * leaves the context on the copy engines. */
 static void cip_ctx_load_kernel(cip_be_t *be, cip_ctx_t *cx)
@@ -291,15 +270,14 @@ static void cip_destroy(void *bev)
     cip_stage_server_stop(be);
     for (int i = 0; i < be->nctx; i++) {
         cip_ctx_t *cx = &be->ctxs[i];
-        CUcontext saved = NULL;
-        int changed = 0;
-        if (cip_ctx_enter(be, cx->ctx, &saved, &changed) != NIXL_OK)
+        nixl_be_ctx_scope_t scope = {NULL, 0};
+        if (nixl_be_ctx_enter(be->host->cuda, cx->ctx, &scope) != NIXL_OK)
             continue;
         be->cu->cuStreamSynchronize(cx->stream);
         be->cu->cuStreamDestroy(cx->stream);
         if (cx->module)
             be->cu->cuModuleUnload(cx->module);
-        cip_ctx_leave(be, saved, changed);
+        nixl_be_ctx_leave(be->host->cuda, &scope);
     }
     for (int d = 0; d < CIP_MAX_DEV; d++) {
         CUdevice dev;
@@ -365,12 +343,6 @@ static nixl_status_t cip_notif_send(void *bev, void *peerv, const void *msg, siz
     return samehost_notif_send(&be->notif, &peer->notif, msg, len);
 }
 
-static nixl_status_t cip_progress(void *bev)
-{
-    cip_be_t *be = bev;
-    return samehost_notif_progress(&be->notif);
-}
-
 static const nixl_backend_ops_t cip_ops = {
     .abi_version = NIXL_BACKEND_ABI_VERSION,
     .struct_size = sizeof(nixl_backend_ops_t),
@@ -398,7 +370,6 @@ static const nixl_backend_ops_t cip_ops = {
     .xfer_status = cip_xfer_status,
     .xfer_release = cip_xfer_release,
     .notif_send = cip_notif_send,
-    .progress = cip_progress,
     .local_mem_types = NIXL_MEM_BIT(NIXL_MEM_DRAM),
     .xfer_cancel = cip_xfer_cancel,
 };

@@ -237,9 +237,6 @@ const nixl_cuda_api_t *cip_api(cip_be_t *be);
 /* The copy state of ctx (the context that owns a local region), made on
  * first use; ctx must be current.  NULL (logged) on failure. */
 cip_ctx_t *cip_ctx_get(cip_be_t *be, void *ctx, int device);
-/* Make ctx current when it is not; *saved for cip_ctx_leave. */
-nixl_status_t cip_ctx_enter(cip_be_t *be, CUcontext ctx, CUcontext *saved, int *changed);
-void cip_ctx_leave(cip_be_t *be, CUcontext saved, int changed);
 nixl_status_t cip_peer_alive(cip_be_t *be, cip_peer_t *peer);
 /* The context that copies between local DRAM and rmd's GPU: the primary
  * context of that GPU here, or of GPU 0 when it is not visible (the import

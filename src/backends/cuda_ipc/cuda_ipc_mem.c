@@ -391,9 +391,8 @@ static void cip_import_free(cip_be_t *be, cip_import_t *im)
 {
     const nixl_cuda_api_t *cu = be->cu;
     if (im->kind != CIP_IMPORT_SELF && cu) {
-        CUcontext saved = NULL;
-        int changed = 0;
-        if (cip_ctx_enter(be, im->ctx, &saved, &changed) == NIXL_OK) {
+        nixl_be_ctx_scope_t scope = {NULL, 0};
+        if (nixl_be_ctx_enter(be->host->cuda, im->ctx, &scope) == NIXL_OK) {
             if (im->kind == CIP_KIND_LEGACY) {
                 if (im->base)
                     cu->cuIpcCloseMemHandle((CUdeviceptr)im->base);
@@ -405,7 +404,7 @@ static void cip_import_free(cip_be_t *be, cip_import_t *im)
                 for (size_t i = 0; i < im->nseg; i++)
                     cu->cuMemRelease(im->h[i]);
             }
-            cip_ctx_leave(be, saved, changed);
+            nixl_be_ctx_leave(be->host->cuda, &scope);
         }
     }
     free(im);

@@ -102,11 +102,10 @@ static socklen_t stg_addr(struct sockaddr_un *a, const char *name, size_t len)
 static void stg_buf_release(cip_be_t *be, int fd, uint8_t *map, size_t size, CUcontext pin_ctx)
 {
     if (pin_ctx) {
-        CUcontext saved = NULL;
-        int changed = 0;
-        if (cip_ctx_enter(be, pin_ctx, &saved, &changed) == NIXL_OK) {
+        nixl_be_ctx_scope_t scope = {NULL, 0};
+        if (nixl_be_ctx_enter(be->host->cuda, pin_ctx, &scope) == NIXL_OK) {
             be->cu->cuMemHostUnregister(map);
-            cip_ctx_leave(be, saved, changed);
+            nixl_be_ctx_leave(be->host->cuda, &scope);
         }
     }
     if (map)

@@ -126,14 +126,13 @@ static nixl_status_t cip_group_upload(cip_be_t *be, cip_group_t *g)
  * group keeps its context and copy state. */
 static void cip_group_clear(cip_be_t *be, cip_group_t *g)
 {
-    CUcontext saved = NULL;
-    int changed = 0;
-    if ((g->table || g->done) && cip_ctx_enter(be, (CUcontext)g->ctx, &saved, &changed) == NIXL_OK) {
+    nixl_be_ctx_scope_t scope = {NULL, 0};
+    if ((g->table || g->done) && nixl_be_ctx_enter(be->host->cuda, (CUcontext)g->ctx, &scope) == NIXL_OK) {
         if (g->table)
             be->cu->cuMemFree(g->table);
         if (g->done)
             be->cu->cuEventDestroy(g->done);
-        cip_ctx_leave(be, saved, changed);
+        nixl_be_ctx_leave(be->host->cuda, &scope);
     }
     free(g->ce);
     free(g->kt);
@@ -311,25 +310,23 @@ nixl_status_t cip_xfer_prepare(void *bev, const nixl_be_xfer_t *x, nixl_be_req_t
     /* Every group's copy state first: a staged request needs them all. */
     for (size_t i = 0; i < r->ngroups && st == NIXL_OK; i++) {
         cip_group_t *g = &r->groups[i];
-        CUcontext saved = NULL;
-        int changed = 0;
-        st = cip_ctx_enter(be, (CUcontext)g->ctx, &saved, &changed);
+        nixl_be_ctx_scope_t scope = {NULL, 0};
+        st = nixl_be_ctx_enter(be->host->cuda, (CUcontext)g->ctx, &scope);
         if (st != NIXL_OK)
             break;
         g->cx = cip_ctx_get(be, g->ctx, g->device);
-        cip_ctx_leave(be, saved, changed);
+        nixl_be_ctx_leave(be->host->cuda, &scope);
         if (!g->cx)
             st = NIXL_ERR_BACKEND;
     }
     for (size_t i = 0; i < r->ngroups && st == NIXL_OK; i++) {
         cip_group_t *g = &r->groups[i];
-        CUcontext saved = NULL;
-        int changed = 0;
-        st = cip_ctx_enter(be, (CUcontext)g->ctx, &saved, &changed);
+        nixl_be_ctx_scope_t scope = {NULL, 0};
+        st = nixl_be_ctx_enter(be->host->cuda, (CUcontext)g->ctx, &scope);
         if (st != NIXL_OK)
             break;
         st = cip_group_build(be, r, g, x);
-        cip_ctx_leave(be, saved, changed);
+        nixl_be_ctx_leave(be->host->cuda, &scope);
         kernel |= g->nk > 0;
     }
     if (st == NIXL_ERR_NO_PATH)
@@ -380,11 +377,10 @@ static void cip_req_drain(cip_be_t *be, cip_req_t *r)
         cip_group_t *g = &r->groups[i];
         if (!g->pending)
             continue;
-        CUcontext saved = NULL;
-        int changed = 0;
-        if (cip_ctx_enter(be, (CUcontext)g->ctx, &saved, &changed) == NIXL_OK) {
+        nixl_be_ctx_scope_t scope = {NULL, 0};
+        if (nixl_be_ctx_enter(be->host->cuda, (CUcontext)g->ctx, &scope) == NIXL_OK) {
             be->cu->cuEventSynchronize(g->done);
-            cip_ctx_leave(be, saved, changed);
+            nixl_be_ctx_leave(be->host->cuda, &scope);
         }
         g->pending = 0;
     }
@@ -581,14 +577,13 @@ nixl_status_t cip_xfer_post(void *bev, nixl_be_req_t *hdr, const void *notif, si
     atomic_store(&r->cancel, 0);
     for (size_t i = 0; i < r->ngroups; i++) {
         cip_group_t *g = &r->groups[i];
-        CUcontext saved = NULL;
-        int changed = 0;
-        st = cip_ctx_enter(be, (CUcontext)g->ctx, &saved, &changed);
+        nixl_be_ctx_scope_t scope = {NULL, 0};
+        st = nixl_be_ctx_enter(be->host->cuda, (CUcontext)g->ctx, &scope);
         if (st != NIXL_OK)
             break;
         const char *what;
         CUresult rc = cip_group_issue(be, g, &what);
-        cip_ctx_leave(be, saved, changed);
+        nixl_be_ctx_leave(be->host->cuda, &scope);
         if (rc != CUDA_SUCCESS) {
             CIP_ERROR(be, "cuda_ipc: %s on GPU %d towards peer %s failed: %s", what, g->cx->device, r->peer->name,
                       cip_cu_err(be, rc));
@@ -603,11 +598,10 @@ nixl_status_t cip_xfer_post(void *bev, nixl_be_req_t *hdr, const void *notif, si
             cip_group_t *g = &r->groups[i];
             if (g->pending)
                 continue;
-            CUcontext saved = NULL;
-            int changed = 0;
-            if (g->cx && cip_ctx_enter(be, (CUcontext)g->ctx, &saved, &changed) == NIXL_OK) {
+            nixl_be_ctx_scope_t scope = {NULL, 0};
+            if (g->cx && nixl_be_ctx_enter(be->host->cuda, (CUcontext)g->ctx, &scope) == NIXL_OK) {
                 be->cu->cuStreamSynchronize(g->cx->stream);
-                cip_ctx_leave(be, saved, changed);
+                nixl_be_ctx_leave(be->host->cuda, &scope);
             }
         }
         cip_req_drain(be, r);
@@ -647,12 +641,11 @@ nixl_status_t cip_xfer_status(void *bev, nixl_be_req_t *hdr)
         cip_group_t *g = &r->groups[i];
         if (!g->pending)
             continue;
-        CUcontext saved = NULL;
-        int changed = 0;
-        if (cip_ctx_enter(be, (CUcontext)g->ctx, &saved, &changed) != NIXL_OK)
+        nixl_be_ctx_scope_t scope = {NULL, 0};
+        if (nixl_be_ctx_enter(be->host->cuda, (CUcontext)g->ctx, &scope) != NIXL_OK)
             return NIXL_IN_PROG;
         CUresult rc = be->cu->cuEventQuery(g->done);
-        cip_ctx_leave(be, saved, changed);
+        nixl_be_ctx_leave(be->host->cuda, &scope);
         if (rc == CUDA_ERROR_NOT_READY)
             return NIXL_IN_PROG;
         g->pending = 0;

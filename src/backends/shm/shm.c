@@ -248,7 +248,6 @@ static const nixl_backend_ops_t shm_ops = {
     .xfer_status = shm_xfer_status,
     .xfer_release = shm_xfer_release,
     .notif_send = shm_notif_send,
-    .progress = shm_progress,
     .xfer_cancel = shm_xfer_cancel,
 };
 

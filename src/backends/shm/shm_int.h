@@ -205,6 +205,5 @@ void shm_pool_cancel(shm_pool_t *pool, shm_req_t *r);
 
 /* shm_notif.c: the ops over ../common/samehost_notif.c */
 nixl_status_t shm_notif_send(void *be, void *peer, const void *msg, size_t len);
-nixl_status_t shm_progress(void *be);
 
 #endif

@@ -19,8 +19,3 @@ nixl_status_t shm_notif_send(void *bev, void *peerv, const void *msg, size_t len
     return samehost_notif_send(&be->notif, &peer->notif, msg, len);
 }
 
-nixl_status_t shm_progress(void *bev)
-{
-    shm_be_t *be = bev;
-    return samehost_notif_progress(&be->notif);
-}

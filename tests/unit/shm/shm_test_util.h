@@ -7,6 +7,7 @@
 #ifndef SHM_TEST_UTIL_H
 #define SHM_TEST_UTIL_H
 
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,11 +25,18 @@ typedef struct test_notif {
     int hook_ok; /* what the data check said when it arrived */
 } test_notif_t;
 
+/* The fake agent.  Like the real one, it takes notifications from any
+ * thread (the backend's receiver thread delivers them) into an inbox, and
+ * the test takes them into notifs[] (test_take_notifs, test_wait_notifs)
+ * as an application calls nixl_notifs_get. */
 typedef struct test_host {
     nixl_host_services_t hs;
     char name[64];
-    test_notif_t *notifs;
+    test_notif_t *notifs; /* taken: read without a lock on the test's thread */
     size_t num_notifs, notifs_cap;
+    pthread_mutex_t lock; /* the inbox below */
+    test_notif_t *inbox;
+    size_t inbox_n, inbox_cap, inbox_bytes;
     unsigned fallbacks;
     char last_cause[128];
     /* Called when a notification arrives, before it is recorded: checks the
@@ -46,6 +54,8 @@ typedef struct test_side {
 const nixl_backend_ops_t *test_ops(void);
 void test_host_init(test_host_t *h, const char *agent_name);
 void test_host_clear(test_host_t *h);
+/* Move what the inbox holds into notifs[]; returns num_notifs. */
+size_t test_take_notifs(test_host_t *h);
 /* Create a backend; params as key/value pairs ending with NULL. */
 nixl_status_t test_side_create(test_side_t *s, const char *name, ...);
 void test_side_destroy(test_side_t *s);
