@@ -291,11 +291,32 @@ class nixl_agent:
         return make_opt(hs, notif, call, timeout_ms)
 
     # ---- memory ----
-    def get_reg_descs(self, descs: Any, mem_type: Optional[str] = None) -> nixlRegDList:
-        return to_dlist(descs, mem_type, True, "get_reg_descs")
+    @staticmethod
+    def _descs_or_none(descs: Any, mem_type: Any, reg: bool, call: str) -> Optional[_DList]:
+        """NIXL's rule: input that makes no list gives None (logged why); an unknown mem_type is a KeyError."""
+        other = nixlXferDList if reg else nixlRegDList
+        if isinstance(descs, other):
+            log.error("%s: a %s was given; %s wants a %s (%s)", call, other.__name__, call,
+                      "nixlRegDList" if reg else "nixlXferDList",
+                      "get_reg_descs(list(xfer_list), mem_type)" if reg else "reg_list.trim()")
+            return None
+        if mem_type is not None:
+            mem_type_code(mem_type, call)  # nixlInvalidKeyError (a KeyError) for an unknown name, as NIXL
+        try:
+            return to_dlist(descs, mem_type, reg, call)
+        except nixlInvalidKeyError:
+            raise
+        except (nixlInvalidParamError, IndexError) as e:
+            log.error("%s: no descriptor list made: %s", call, e)
+            return None
 
-    def get_xfer_descs(self, descs: Any, mem_type: Optional[str] = None) -> nixlXferDList:
-        return to_dlist(descs, mem_type, False, "get_xfer_descs")
+    def get_reg_descs(self, descs: Any, mem_type: Optional[str] = None) -> Optional[nixlRegDList]:
+        """A nixlRegDList of descs, or None (logged why) when they make none, as NIXL."""
+        return self._descs_or_none(descs, mem_type, True, "get_reg_descs")  # type: ignore[return-value]
+
+    def get_xfer_descs(self, descs: Any, mem_type: Optional[str] = None) -> Optional[nixlXferDList]:
+        """A nixlXferDList of descs, or None (logged why) when they make none, as NIXL."""
+        return self._descs_or_none(descs, mem_type, False, "get_xfer_descs")  # type: ignore[return-value]
 
     def get_remote_descs(self, descs: Any, mem_type: Optional[str] = None) -> Optional[nixlRemoteDList]:
         """NIXL's nixlRemoteDList of (addr, len, dev, agent_name) tuples (for prep_mem_view); None if bad."""
@@ -312,8 +333,12 @@ class nixl_agent:
             return None
 
     def register_memory(self, reg_list: Any, mem_type: Optional[str] = None,
-                        backends: Optional[list[str]] = None) -> nixlRegDList:
-        descs = to_dlist(reg_list, mem_type, True, "register_memory")
+                        backends: Optional[list[str]] = None) -> Optional[nixlRegDList]:
+        """Register; returns the nixlRegDList, or None (logged why) when reg_list makes none (as
+        get_reg_descs).  A registration libnixl refuses raises its nixl*Error."""
+        descs = self.get_reg_descs(reg_list, mem_type)
+        if descs is None:
+            return None
         opt, _keep = self._opt(backends, None, "register_memory", descs.mem_type)
         c = descs._c()
         check(L.nixl_mem_register(self._ptr("register_memory"), ctypes.byref(c), opt), "register_memory",
@@ -337,13 +362,13 @@ class nixl_agent:
         self._ptr("get_agent_metadata")
         return self.agent.getLocalMD()
 
-    def add_remote_agent(self, metadata: bytes) -> str:
-        """Load a peer's metadata; returns its name. Loading a known peer replaces it."""
+    def add_remote_agent(self, metadata: bytes) -> bytes:
+        """Load a peer's metadata; returns its name as bytes (as NIXL). Loading a known peer replaces it."""
         md = bytes(metadata)
         name = ctypes.create_string_buffer(_lib.NIXL_NAME_MAX + 1)
         check(L.nixl_md_load_remote(self._ptr("add_remote_agent"), md, len(md), name), "add_remote_agent",
               f"{len(md)} bytes of metadata")
-        return name.value.decode()
+        return name.value
 
     def remove_remote_agent(self, agent: str) -> None:
         check(L.nixl_md_invalidate_remote(self._ptr("remove_remote_agent"), agent.encode()), "remove_remote_agent",
