@@ -56,7 +56,9 @@ DRAM_SEG, VRAM_SEG, BLK_SEG, OBJ_SEG, FILE_SEG = (nixl_mem_t.DRAM_SEG, nixl_mem_
                                                   nixl_mem_t.OBJ_SEG, nixl_mem_t.FILE_SEG)
 NIXL_READ, NIXL_WRITE = nixl_xfer_op_t.NIXL_READ, nixl_xfer_op_t.NIXL_WRITE
 NIXL_COST_ANALYTICAL_BACKEND = nixl_cost_t.NIXL_COST_ANALYTICAL_BACKEND
-globals().update({m.name: m for m in nixl_status_t})  # NIXL_SUCCESS, NIXL_IN_PROG, NIXL_ERR_*
+(NIXL_IN_PROG, NIXL_SUCCESS, NIXL_ERR_NOT_POSTED, NIXL_ERR_INVALID_PARAM, NIXL_ERR_BACKEND, NIXL_ERR_NOT_FOUND,
+ NIXL_ERR_MISMATCH, NIXL_ERR_NOT_ALLOWED, NIXL_ERR_REPOST_ACTIVE, NIXL_ERR_UNKNOWN, NIXL_ERR_NOT_SUPPORTED,
+ NIXL_ERR_REMOTE_DISCONNECT, NIXL_ERR_CANCELED, NIXL_ERR_NO_TELEMETRY) = tuple(nixl_status_t)
 
 # NIXL's thread synchronization modes (nixl_thread_sync_t), by NIXL's values.
 # Every one of them creates the C agent NIXL_THREAD_SERIALIZED: docs/python.md,
@@ -74,4 +76,8 @@ __all__ = ["DEFAULT_COMM_PORT", "NIXL_INIT_AGENT", "HAVE_UCX_GPU_DEVICE_API", "N
            "nixlAgent", "nixlError", "nixlNotPostedError", "nixlInvalidParamError", "nixlBackendError",
            "nixlNotFoundError", "nixlMismatchError", "nixlNotAllowedError", "nixlRepostActiveError",
            "nixlUnknownError", "nixlNotSupportedError", "nixlRemoteDisconnectError", "nixlCancelledError",
-           "nixlNoTelemetryError"] + list(NIXL_STATUS)
+           "nixlNoTelemetryError", "NIXL_IN_PROG", "NIXL_SUCCESS", "NIXL_ERR_NOT_POSTED", "NIXL_ERR_INVALID_PARAM",
+           "NIXL_ERR_BACKEND", "NIXL_ERR_NOT_FOUND", "NIXL_ERR_MISMATCH", "NIXL_ERR_NOT_ALLOWED",
+           "NIXL_ERR_REPOST_ACTIVE", "NIXL_ERR_UNKNOWN", "NIXL_ERR_NOT_SUPPORTED", "NIXL_ERR_REMOTE_DISCONNECT",
+           "NIXL_ERR_CANCELED", "NIXL_ERR_NO_TELEMETRY"]
+assert set(__all__) >= set(NIXL_STATUS)
