@@ -411,3 +411,29 @@ def test_query_memory_unknown_backend_is_value_error(pair):
     a.create_backend("UCX")
     with pytest.raises(nixl.nixlNotSupportedError, match="memory query"):
         a.query_memory([(0, 0, 0, "/tmp/x")], "UCX", "FILE")
+
+
+def test_the_bytes_name_add_remote_agent_returns_works_where_a_name_goes(pair):
+    # NIXL's add_remote_agent gives bytes and its C++ calls take str or bytes: code passes it on.
+    a, b = pair
+    src, dst = nixl.alloc_array(1024), nixl.alloc_array(1024)
+    src[:] = 5
+    a.register_memory(src)
+    rb = b.register_memory(dst)
+    peer = a.add_remote_agent(b.get_agent_metadata())
+    b.add_remote_agent(a.get_agent_metadata())
+    assert peer == b.name.encode() and a.check_remote_metadata(peer)
+    local, remote = a.prep_xfer_dlist(b"", a.get_xfer_descs(src)), a.prep_xfer_dlist(peer, rb.trim())
+    h = a.make_prepped_xfer("WRITE", local, [0], remote, [0], b"by-bytes")
+    a.transfer(h)
+    deadline = time.monotonic() + 20
+    while not b.check_remote_xfer_done(a.name.encode(), b"by-bytes"):
+        assert time.monotonic() < deadline
+    assert bytes(dst) == bytes(src)
+    a.send_notif(peer, b"hello")
+    while not b.check_remote_xfer_done(a.name, b"hello"):
+        assert time.monotonic() < deadline
+    h2 = a.initialize_xfer("READ", a.get_xfer_descs(src), rb.trim(), peer)
+    a.release_xfer_handle(h2)
+    a.remove_remote_agent(peer)
+    assert not a.check_remote_metadata(peer)

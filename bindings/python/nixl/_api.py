@@ -35,8 +35,10 @@ from ._descs import _DList, index_array, mem_type_code, nixlRegDList, nixlRemote
 from ._errors import (check, make_error, nixlInvalidKeyError, nixlInvalidParamError, nixlMismatchError,
                       nixlNoTelemetryError, nixlNotFoundError, nixlNotImplementedYet, nixlNotPostedError,
                       nixlNotSupportedError, nixlRepostActiveError)
-from ._lowlevel import (BACKEND_ALIASES, PARAM_ALIASES, available, drain, make_opt, op_code, targets,  # noqa: F401
-                        telemetry_of, to_bytes, translate, why_missing)
+from ._lowlevel import (BACKEND_ALIASES, PARAM_ALIASES, agent_name, available, drain, make_opt,  # noqa: F401
+                        op_code, targets, telemetry_of, to_bytes, translate, why_missing)
+
+agent_name_of = agent_name  # prep_xfer_dlist's parameter is called agent_name, as NIXL's
 from ._types import (_Handle, nixl_path_stat, nixl_prepped_dlist_handle, nixl_xfer_handle,  # noqa: F401
                      nixl_xfer_info, nixlXferTelemetry)
 
@@ -371,12 +373,14 @@ class nixl_agent:
         return name.value
 
     def remove_remote_agent(self, agent: str) -> None:
+        agent = agent_name(agent)
         check(L.nixl_md_invalidate_remote(self._ptr("remove_remote_agent"), agent.encode()), "remove_remote_agent",
               f"peer {agent!r}")
 
     def check_remote_metadata(self, agent: str, descs: Any = None) -> bool:
         """True when the peer's metadata is loaded (and, given descs, covers them)."""
         call = "check_remote_metadata"
+        agent = agent_name(agent)
         st = L.nixl_md_check_remote(self._ptr(call), agent.encode())
         if st != _lib.NIXL_OK or descs is None:
             return st == _lib.NIXL_OK
@@ -418,6 +422,7 @@ class nixl_agent:
         """Pull a peer's metadata from its listener and load it (blocks up to NIXL_MD_TIMEOUT_MS), or
         without ip_addr ask etcd for it (returns at once; check_remote_metadata says when it is loaded)."""
         call = "fetch_remote_metadata"
+        remote_agent = agent_name(remote_agent)
         if not ip_addr:
             args = self._etcd_args(label)
             return self._etcd(call, "nixl_md_etcd_fetch", remote_agent.encode(),
@@ -457,6 +462,7 @@ class nixl_agent:
 
     def make_connection(self, remote_agent: str, backends: Optional[list[str]] = None) -> None:
         """libnixl connects when a request is made; this only checks the peer is known."""
+        remote_agent = agent_name(remote_agent)
         check(L.nixl_md_check_remote(self._ptr("make_connection"), remote_agent.encode()), "make_connection",
               f"peer {remote_agent!r}")
 
@@ -466,7 +472,8 @@ class nixl_agent:
         """Prepare a list once: agent_name NIXL_INIT_AGENT or "" = my side, else the peer's name."""
         call = "prep_xfer_dlist"
         descs = to_dlist(xfer_list, mem_type, False, call)
-        peer = None if agent_name in ("", NIXL_INIT_AGENT) else agent_name
+        name = agent_name_of(agent_name)
+        peer = None if name in ("", NIXL_INIT_AGENT) else name
         if peer is not None and peer == self.name:
             raise make_error(nixlNotSupportedError, call, "loopback (the remote side being this agent) is not "
                              "supported by libnixl: use a second agent")
@@ -523,6 +530,7 @@ class nixl_agent:
         timeout_ms: as for make_prepped_xfer.
         """
         call = "initialize_xfer"
+        remote_agent = agent_name(remote_agent)
         op = self._op(operation, call)
         ld = to_dlist(local_descs, None, False, call)
         rd = to_dlist(remote_descs, None, False, call)
@@ -667,6 +675,7 @@ class nixl_agent:
                                backends: Optional[list[str]] = None, tag_is_prefix: bool = True) -> bool:
         """True (and the message is consumed) when a notification from that peer starts with (or,
         tag_is_prefix=False, contains) lookup_tag."""
+        remote_agent_name = agent_name(remote_agent_name)
         tag = _to_bytes(lookup_tag)
         self.update_notifs()
         with self._lock:
@@ -679,6 +688,7 @@ class nixl_agent:
 
     def send_notif(self, remote_agent_name: str, notif_msg: Union[bytes, str], backend: Optional[str] = None) -> None:
         call = "send_notif"
+        remote_agent_name = agent_name(remote_agent_name)
         msg = _to_bytes(notif_msg)
         opt, _keep = self._opt([backend] if backend else None, None, call)
         check(L.nixl_notif_send(self._ptr(call), remote_agent_name.encode(), msg, len(msg), opt), call,

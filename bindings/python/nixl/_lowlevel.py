@@ -79,6 +79,15 @@ def to_bytes(msg: Any) -> bytes:
     return msg.encode() if isinstance(msg, str) else bytes(msg)
 
 
+def agent_name(name: Any) -> str:
+    """A peer's name as str: NIXL's calls take str or bytes (add_remote_agent returns bytes)."""
+    if isinstance(name, (bytes, bytearray, memoryview)):
+        return bytes(name).decode()
+    if not isinstance(name, str):
+        raise TypeError(f"an agent name is str or bytes, not {type(name).__name__}")
+    return name
+
+
 def op_code(operation: Any, call: str) -> int:
     """'READ'/'WRITE' or NIXL_READ/NIXL_WRITE; any other is nixlInvalidKeyError (a KeyError, as NIXL)."""
     if isinstance(operation, str):
@@ -454,6 +463,7 @@ class nixlAgent:
 
     def invalidateRemoteMD(self, remote_agent: str) -> int:
         """NIXL returns the status (NIXL_ERR_NOT_FOUND for an unknown peer) instead of raising."""
+        remote_agent = agent_name(remote_agent)
         st = L.nixl_md_invalidate_remote(self._p("invalidateRemoteMD"), remote_agent.encode())
         if _lib.status_name(st) == "NIXL_ERR_UNKNOWN_PEER":
             return NIXL_ERR_NOT_FOUND
@@ -463,6 +473,7 @@ class nixlAgent:
     def checkRemoteMD(self, remote_name: str, descs: Any = None) -> int:
         """NIXL_SUCCESS when the peer is known (and its metadata covers descs), else NIXL_ERR_NOT_FOUND."""
         p = self._p("checkRemoteMD")
+        remote_name = agent_name(remote_name)
         if L.nixl_md_check_remote(p, remote_name.encode()) != _lib.NIXL_OK:
             return NIXL_ERR_NOT_FOUND
         if descs is None or not len(descs):
@@ -516,6 +527,7 @@ class nixlAgent:
 
     def fetchRemoteMD(self, remote_agent: str, ip_addr: str = "", port: int = 0, label: str = "") -> None:
         call = "fetchRemoteMD"
+        remote_agent = agent_name(remote_agent)
         if not ip_addr:
             args = self.etcd_args(label)
             return self.etcd(call, "nixl_md_etcd_fetch", remote_agent.encode(), ctypes.byref(args) if args else None)
@@ -534,6 +546,7 @@ class nixlAgent:
 
     def makeConnection(self, remote_agent: str, backends: Any = ()) -> int:
         """libnixl connects when a request is made; this checks the peer is known."""
+        remote_agent = agent_name(remote_agent)
         check(L.nixl_md_check_remote(self._p("makeConnection"), remote_agent.encode()), "makeConnection",
               f"peer {remote_agent!r}")
         return NIXL_SUCCESS
@@ -543,15 +556,15 @@ class nixlAgent:
         """prepXferDlist(agent_name, descs, backend=[]) or prepXferDlist(descs, backend=[]) (local side);
         agent_name NIXL_INIT_AGENT is the local side too."""
         call = "prepXferDlist"
-        if args and isinstance(args[0], str):
-            agent_name, rest = args[0], args[1:]
+        if args and isinstance(args[0], (str, bytes)):
+            name, rest = agent_name(args[0]), args[1:]
         else:
-            agent_name, rest = kw.pop("agent_name", NIXL_INIT_AGENT), args
+            name, rest = agent_name(kw.pop("agent_name", NIXL_INIT_AGENT)), args
         descs = rest[0] if rest else kw.pop("descs")
         backends = rest[1] if len(rest) > 1 else kw.pop("backend", kw.pop("backends", ()))
         if not isinstance(descs, nixlXferDList):
             raise TypeError(f"{call}: descs must be a nixlXferDList, not {type(descs).__name__}")
-        peer = None if agent_name in ("", NIXL_INIT_AGENT) else agent_name
+        peer = None if name in ("", NIXL_INIT_AGENT) else name
         if peer == self.name:
             raise make_error(nixlNotSupportedError, call, "loopback (the remote side being this agent) is not "
                              "supported by libnixl: use a second agent")
@@ -620,6 +633,7 @@ class nixlAgent:
                       notif_msg: Any = b"", backend: Any = (), timeout_ms: Optional[int] = None) -> int:
         call = "createXferReq"
         op = op_code(operation, call)
+        remote_agent = agent_name(remote_agent)
         for d in (local_descs, remote_descs):
             if not isinstance(d, nixlXferDList):
                 raise TypeError(f"{call}: descriptor lists must be nixlXferDList, not {type(d).__name__}")
@@ -715,6 +729,7 @@ class nixlAgent:
 
     def genNotif(self, remote_agent: str, msg: Any, backends: Any = ()) -> int:
         call = "genNotif"
+        remote_agent = agent_name(remote_agent)
         m = to_bytes(msg)
         if isinstance(backends, int) and not isinstance(backends, bool):
             backends = [backends]
