@@ -246,6 +246,20 @@ def test_nixl_agent_makes_its_agent_through_bindings(monkeypatch):
     assert agent.agent.closed
 
 
+def test_closing_the_nixlagent_closes_the_nixl_agent(pair):
+    a, b = pair
+    src = nixl.alloc_array(4096)
+    a.register_memory(src)
+    rb = b.register_memory(nixl.alloc_array(4096))
+    a.add_remote_agent(b.get_agent_metadata())
+    h = a.initialize_xfer("WRITE", a.get_xfer_descs(src), rb.trim(), b.name)
+    a.agent.close()  # the C agent is gone: nothing may touch it through a or its handles
+    with pytest.raises(nixl.nixlInvalidParamError, match="closed"):
+        a.get_agent_metadata()
+    h.release()  # refused quietly, not a use after free
+    a.close()
+
+
 # ---- the list classes' whole method set ----
 
 def test_list_methods():

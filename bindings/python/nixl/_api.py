@@ -177,6 +177,17 @@ class nixl_agent:
         except Exception:
             pass
 
+    @property
+    def _closed(self) -> bool:
+        """Closed by close(), or its nixlAgent closed directly (then its C agent is gone too)."""
+        d = self.__dict__
+        agent = d.get("agent")
+        return d.get("_closed_v", True) or agent is None or agent.closed
+
+    @_closed.setter
+    def _closed(self, v: bool) -> None:
+        self.__dict__["_closed_v"] = v
+
     def _ptr(self, call: str) -> int:
         if self._closed:
             raise make_error(nixlInvalidParamError, call, f"agent {self.name} was closed")
