@@ -451,3 +451,15 @@ def test_the_bytes_name_add_remote_agent_returns_works_where_a_name_goes(pair):
     a.release_xfer_handle(h2)
     a.remove_remote_agent(peer)
     assert not a.check_remote_metadata(peer)
+
+
+def test_partial_metadata_over_the_socket_says_what_is_missing(pair):
+    # NIXL's partial_md_example sends partial metadata to a peer's listener; libnixl cannot.
+    a, _ = pair
+    reg = a.register_memory(nixl.alloc_array(64))
+    with pytest.raises(nixl.nixlNotSupportedError, match="only through etcd"):
+        a.send_partial_agent_metadata(reg, True, ["UCX"], "127.0.0.1", 7777)
+    with pytest.raises(nixl.nixlNotSupportedError, match="no partial blob"):
+        a.get_partial_agent_metadata(reg, True)
+    with pytest.raises(nixl.nixlNotSupportedError, match="loopback"):
+        a.prep_xfer_dlist(a.name, reg.trim())

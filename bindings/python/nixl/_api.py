@@ -456,7 +456,8 @@ class nixl_agent:
     def get_partial_agent_metadata(self, descs: Any, inc_conn_info: bool = False,
                                    backends: Optional[list[str]] = None) -> bytes:
         raise make_error(nixlNotSupportedError, "get_partial_agent_metadata",
-                         "libnixl has no partial metadata; use get_agent_metadata")
+                         "libnixl makes partial metadata only to publish it in etcd (send_partial_agent_metadata "
+                         "with a label); there is no partial blob: use get_agent_metadata")
 
     def send_partial_agent_metadata(self, descs: Any, inc_conn_info: bool = False,
                                     backends: Optional[list[str]] = None, ip_addr: str = "",
@@ -464,7 +465,9 @@ class nixl_agent:
         """Publish in etcd, under label, the regions holding descs (connection info always included)."""
         call = "send_partial_agent_metadata"
         if ip_addr:
-            raise make_error(nixlNotSupportedError, call, "partial metadata goes through etcd only (no ip_addr)")
+            raise make_error(nixlNotSupportedError, call, "libnixl sends partial metadata only through etcd, not to "
+                             "a peer's listener: leave out ip_addr (with NIXL_ETCD_ENDPOINTS set), or send all of "
+                             "it with send_local_metadata(ip_addr, port)")
         if not label:
             raise make_error(nixlInvalidParamError, call, "a label is required")
         dl = to_dlist(descs, None, False, call)
