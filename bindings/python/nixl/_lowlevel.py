@@ -24,7 +24,7 @@ import time
 from typing import Any, Optional
 
 from . import _lib
-from ._descs import _DList, index_array, mem_type_code, nixlRegDList, nixlXferDList, to_dlist
+from ._descs import index_array, nixlRegDList, nixlXferDList, to_dlist
 from ._errors import (check, make_error, nixlInvalidKeyError, nixlInvalidParamError, nixlInvalidValueError,
                       nixlMismatchError, nixlNoTelemetryError, nixlNotFoundError, nixlNotSupportedError,
                       nixlRepostActiveError)
@@ -67,8 +67,8 @@ _ENV_TRUE = ("y", "yes", "1", "true", "on")
 
 
 def telemetry_enabled(capture: bool) -> bool:
-    """NIXL_TELEMETRY_ENABLE=no turns telemetry off, as in NIXL; otherwise it is on
-    (libnixl always records it, so capture_telemetry=False does not turn it off)."""
+    """NIXL_TELEMETRY_ENABLE=no turns telemetry off, as in NIXL; otherwise it is on, whatever
+    capture (captureTelemetry) says: libnixl always records it."""
     v = os.environ.get("NIXL_TELEMETRY_ENABLE")
     return not (v is not None and v.strip().lower() in _ENV_FALSE)
 
@@ -749,4 +749,4 @@ class nixlAgent:
 
 
 __all__ = ["nixlAgentConfig", "nixlAgent", "NIXL_STATUS", "DEFAULT_COMM_PORT", "NIXL_INIT_AGENT",
-           "BACKEND_ALIASES", "mem_type_code", "_DList"]
+           "BACKEND_ALIASES"]
