@@ -34,9 +34,10 @@ def make_agent(prefix, **conf):
 
 
 def introduce(a, b):
-    """Each loads the other's metadata, as a connector does over its side channel."""
-    assert a.add_remote_agent(b.get_agent_metadata()) == b.name
-    assert b.add_remote_agent(a.get_agent_metadata()) == a.name
+    """Each loads the other's metadata, as a connector does over its side channel (the name
+    comes back as bytes, as NIXL's)."""
+    assert a.add_remote_agent(b.get_agent_metadata()) == b.name.encode()
+    assert b.add_remote_agent(a.get_agent_metadata()) == a.name.encode()
 
 
 def wait_state(agent, handle, timeout=20.0):

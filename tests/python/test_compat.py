@@ -4,10 +4,16 @@ Each test names the NIXL behaviour it holds us to (docs/python.md has the
 table of where we differ on purpose).
 """
 
+import ctypes
+import pickle
+import time
+
+import numpy as np
 import pytest
 
 import nixl
 import nixl._bindings as nb
+import nixl._utils as utils
 from nixl._api import nixl_agent, nixl_agent_config, nixl_thread_sync_t, nixlBind
 
 from conftest import unique
@@ -68,3 +74,392 @@ def test_sglang_start_up_runs_in_every_mode(mode):
         agent.deregister_memory(descs)
     finally:
         agent.close()
+
+
+# ---- NIXL's low-level surface: nixl._bindings.nixlAgentConfig / nixlAgent ----
+
+def _wait_status(agent, reqh, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    st = agent.getXferStatus(reqh)
+    while st == nb.NIXL_IN_PROG:
+        assert time.monotonic() < deadline, "request did not complete"
+        time.sleep(0.0005)
+        st = agent.getXferStatus(reqh)
+    return st
+
+
+def _wait_notifs(agent, sender, count, timeout=20.0):
+    got = {}
+    deadline = time.monotonic() + timeout
+    while len(got.get(sender, [])) < count:
+        assert time.monotonic() < deadline, f"no notification from {sender}"
+        got = agent.getNotifs(got)
+        time.sleep(0.0005)
+    return got
+
+
+@pytest.fixture
+def low_pair():
+    """Two nixlAgents of this process with NIXL's UCX backend, 4096-byte buffers from nixl._utils."""
+    conf = nb.nixlAgentConfig()
+    conf.useProgThread = False
+    a, b = nb.nixlAgent(unique("lowa"), conf), nb.nixlAgent(unique("lowb"), conf)
+    ba, bb = a.createBackend("UCX", {}), b.createBackend("UCX", {})
+    size = 4096
+    src, dst = utils.malloc_passthru(size), utils.malloc_passthru(size)
+    yield a, b, ba, bb, src, dst, size
+    a.close()
+    b.close()
+    utils.free_passthru(src)
+    utils.free_passthru(dst)
+
+
+def test_low_level_one_shot_write_with_notification(low_pair):
+    a, b, ba, bb, src, dst, size = low_pair
+    utils.ba_buf(src, size)
+    ctypes.memset(dst, 0, size)
+    ra, rb = nb.nixlRegDList(nb.DRAM_SEG), nb.nixlRegDList(nb.DRAM_SEG)
+    ra.addDesc((src, size, 0, "a"))
+    rb.addDesc((dst, size, 0, "b"))
+    assert a.registerMem(ra, [ba]) == nb.NIXL_SUCCESS and b.registerMem(rb, [bb]) == nb.NIXL_SUCCESS
+    assert a.loadRemoteMD(b.getLocalMD()) == b.name.encode()
+    assert b.loadRemoteMD(a.getLocalMD()) == a.name.encode()
+    assert a.checkRemoteMD(b.name, nb.nixlXferDList(nb.DRAM_SEG)) == nb.NIXL_SUCCESS
+    assert a.checkRemoteMD("nobody", nb.nixlXferDList(nb.DRAM_SEG)) == nb.NIXL_ERR_NOT_FOUND
+    # two contiguous halves: NIXL's createXferReq does not merge, so telemetry counts 2
+    local = nb.nixlXferDList(nb.DRAM_SEG, [(src, size // 2, 0), (src + size // 2, size // 2, 0)])
+    remote = nb.nixlXferDList(nb.DRAM_SEG, [(dst, size // 2, 0), (dst + size // 2, size // 2, 0)])
+    h = a.createXferReq(nb.NIXL_WRITE, local, remote, b.name, "n\0tif")
+    assert isinstance(h, int) and h != 0
+    assert a.postXferReq(h) in (nb.NIXL_SUCCESS, nb.NIXL_IN_PROG)
+    assert _wait_status(a, h) == nb.NIXL_SUCCESS
+    assert _wait_notifs(b, a.name, 1) == {a.name: [b"n\0tif"]}
+    utils.verify_transfer(src, dst, size)
+    assert ctypes.string_at(dst, size) == b"\xba" * size
+    t = a.getXferTelemetry(h)
+    assert (t.descCount, t.totalBytes) == (2, size) and t.startTime > 0
+    assert 0 < t.postDuration <= t.xferDuration
+    assert a.queryXferBackend(h) == ba
+    assert a.releaseXferReq(h) == nb.NIXL_SUCCESS
+    with pytest.raises(nb.nixlInvalidParamError, match="released"):
+        a.getXferStatus(h)
+    assert a.deregisterMem(ra, [ba]) == nb.NIXL_SUCCESS
+    assert a.invalidateRemoteMD(b.name) == nb.NIXL_SUCCESS
+    assert a.invalidateRemoteMD(b.name) == nb.NIXL_ERR_NOT_FOUND  # NIXL returns it, does not raise
+
+
+def test_low_level_prepped_lists_and_a_new_notification_per_post(low_pair):
+    a, b, ba, bb, src, dst, size = low_pair
+    page = 512
+    for i in range(size // page):
+        ctypes.memset(src + i * page, i + 1, page)
+    ctypes.memset(dst, 0, size)
+    a.registerMem(nb.nixlRegDList(nb.DRAM_SEG, [(src, size, 0, "")]))
+    b.registerMem(nb.nixlRegDList(nb.DRAM_SEG, [(dst, size, 0, "")]))
+    a.loadRemoteMD(b.getLocalMD())
+    pages = size // page
+    loc = a.prepXferDlist(nb.nixlXferDList(nb.DRAM_SEG, [(src + i * page, page, 0) for i in range(pages)]))
+    loc2 = a.prepXferDlist(nb.NIXL_INIT_AGENT, nb.nixlXferDList(nb.DRAM_SEG, [(src, page, 0)]), [ba])
+    rem = a.prepXferDlist(b.name, nb.nixlXferDList(nb.DRAM_SEG, [(dst + i * page, page, 0) for i in range(pages)]))
+    rev = np.arange(pages, dtype=np.int32)[::-1].copy()
+    h = a.makeXferReq(nb.NIXL_WRITE, loc, list(range(pages)), rem, rev, "first")
+    a.postXferReq(h)
+    assert _wait_status(a, h) == nb.NIXL_SUCCESS
+    for i in range(pages):  # page i landed at page pages-1-i
+        assert ctypes.string_at(dst + (pages - 1 - i) * page, page) == bytes([i + 1]) * page
+    a.postXferReq(h, "second")  # same handle, another notification
+    assert _wait_status(a, h) == nb.NIXL_SUCCESS
+    assert _wait_notifs(b, a.name, 2) == {a.name: [b"first", b"second"]}
+    with pytest.raises(nb.nixlMismatchError):
+        a.makeXferReq(nb.NIXL_WRITE, loc, [0, 1], rem, [0])
+    with pytest.raises(nb.nixlInvalidParamError, match="prepared as local"):
+        a.makeXferReq(nb.NIXL_WRITE, loc, [0], loc2, [0])
+    a.releaseXferReq(h)
+    for d in (loc, loc2, rem):
+        assert a.releasedDlistH(d) == nb.NIXL_SUCCESS
+    with pytest.raises(nb.nixlInvalidParamError):
+        a.releasedDlistH(loc)
+
+
+def test_low_level_plugins_backends_and_what_libnixl_lacks(low_pair):
+    a, b, ba, bb, src, dst, size = low_pair
+    plugins = a.getAvailPlugins()
+    assert "UCX" in plugins and "shm" in plugins
+    params, mems = a.getPluginParams("UCX")
+    assert "DRAM" in mems and isinstance(params, dict)
+    bparams, bmems = a.getBackendParams(ba)
+    assert bmems == mems and set(bparams) == set(params)
+    with pytest.raises(nb.nixlNotFoundError):
+        a.createBackend("UVX", {})
+    with pytest.raises(nb.nixlNotFoundError):
+        a.getBackendParams(12345)
+    reg = nb.nixlRegDList(nb.DRAM_SEG, [(src, size, 0, "")])
+    for call, args, what in ((a.getLocalPartialMD, (reg,), "etcd"), (a.queryMem, (reg, ba), "memory query"),
+                             (a.prepMemView, (nb.nixlXferDList(nb.VRAM_SEG),), "GPU device API"),
+                             (a.estimateXferCost, (1,), "cost model"),
+                             (a.prepXferDlist, (a.name, nb.nixlXferDList(nb.DRAM_SEG, [(src, 8, 0)])), "loopback"),
+                             (a.sendLocalPartialMD, (reg, True, [], "127.0.0.1", 1, "l"), "etcd")):
+        with pytest.raises(nb.nixlNotSupportedError, match=what):
+            call(*args)
+    assert nb.HAVE_UCX_GPU_DEVICE_API is False
+
+
+def test_low_level_config_and_empty_name():
+    c = nb.nixlAgentConfig(True, True, 0, nb.NIXL_THREAD_SYNC_RW)
+    assert (c.useProgThread, c.useListenThread, c.listenPort, c.syncMode) == (True, True, 0, 2)
+    d = nb.nixlAgentConfig()
+    assert (d.useProgThread, d.useListenThread, d.listenPort, d.captureTelemetry) == (False, False, 8888, False)
+    with pytest.raises(ValueError, match="non-empty name") as e:
+        nb.nixlAgent("", d)
+    assert isinstance(e.value, nixl.nixlInvalidParamError)
+    with pytest.raises(ValueError):
+        nixl_agent("")
+    a = nb.nixlAgent(unique("cfg"), c)
+    try:
+        assert a.makeConnection is not None and a.getNotifs({}) == {}
+    finally:
+        a.close()
+    with pytest.raises(nb.nixlInvalidParamError, match="closed"):
+        a.getLocalMD()
+
+
+def test_nixl_agent_makes_its_agent_through_bindings(monkeypatch):
+    # NIXL's test_sync_mode_agent replaces nixl._bindings.nixlAgent with a spy.
+    seen = []
+    real = nb.nixlAgent
+
+    def spy(name, config):
+        seen.append((name, config.syncMode, config.useListenThread, config.listenPort))
+        return real(name, config)
+
+    monkeypatch.setattr(nb, "nixlAgent", spy)
+    name = unique("spy")
+    agent = nixl_agent(name, nixl_agent_config(backends=[], enable_listen_thread=True, listen_port=0,
+                                               sync_mode=nixl_thread_sync_t.NIXL_THREAD_SYNC_RW))
+    try:
+        assert seen == [(name, nixl_thread_sync_t.NIXL_THREAD_SYNC_RW.value, True, 0)]
+        assert isinstance(agent.agent, real) and agent.listen_port > 0
+        agent.create_backend("UCX")
+        assert set(agent.backends["UCX"]) <= set(agent.agent._ours.values())  # made by the nixlAgent
+    finally:
+        agent.close()
+    assert agent.agent.closed
+
+
+def test_closing_the_nixlagent_closes_the_nixl_agent(pair):
+    a, b = pair
+    src = nixl.alloc_array(4096)
+    a.register_memory(src)
+    rb = b.register_memory(nixl.alloc_array(4096))
+    a.add_remote_agent(b.get_agent_metadata())
+    h = a.initialize_xfer("WRITE", a.get_xfer_descs(src), rb.trim(), b.name)
+    a.agent.close()  # the C agent is gone: nothing may touch it through a or its handles
+    with pytest.raises(nixl.nixlInvalidParamError, match="closed"):
+        a.get_agent_metadata()
+    h.release()  # refused quietly, not a use after free
+    a.close()
+
+
+# ---- the list classes' whole method set ----
+
+def test_list_methods():
+    descs = [(1000, 105, 0), (2000, 30, 0), (1010, 20, 0)]
+    x = nb.nixlXferDList(nb.DRAM_SEG, descs)
+    assert x.descCount() == 3 and x.getType() == nb.DRAM_SEG and x[0] == descs[0]
+    assert x.index((2000, 30, 0)) == 1 and x.getIndex((1010, 20, 0)) == 2
+    with pytest.raises(nb.nixlNotFoundError):
+        x.index((1, 1, 1))
+    x[1] = (3000, 40, 1)
+    assert list(x) == [descs[0], (3000, 40, 1), descs[2]]
+    x.remDesc(0)
+    assert list(x) == [(3000, 40, 1), descs[2]]
+    with pytest.raises(IndexError):
+        x.remDesc(5)
+    assert pickle.loads(pickle.dumps(x)) == x
+    x.clear()
+    assert x.isEmpty() and x.descCount() == 0
+    x.addDesc((2000, 100, 0))
+    assert list(x) == [(2000, 100, 0)]
+    z = nb.nixlXferDList(nb.VRAM_SEG, 2)  # NIXL's (type, init_size)
+    assert list(z) == [(0, 0, 0), (0, 0, 0)] and z.getType() == nb.VRAM_SEG
+    r = nb.nixlRegDList(nb.DRAM_SEG, [(1, 2, 0, "m"), (5, 6, 0, b"n")])
+    assert r.index((5, 6, 0, "n")) == 1 and r[0] == (1, 2, 0, b"m")
+    r[0] = (7, 8, 0, "k")
+    assert list(r.trim()) == [(7, 8, 0), (5, 6, 0)] and pickle.loads(pickle.dumps(r)) == r
+    a = np.array([[10, 20, 0], [30, 40, 0]], dtype=np.uint64)
+    assert list(nb.nixlRegDList(nb.DRAM_SEG, a)) == [(10, 20, 0, b""), (30, 40, 0, b"")]
+
+
+def test_list_print_goes_to_stdout(capsys):
+    nb.nixlXferDList(nb.DRAM_SEG, [(4096, 64, 0), (8192, 32, 0)]).print()
+    out = capsys.readouterr().out
+    assert "DRAM" in out and "(4096, 64, 0)" in out and "(8192, 32, 0)" in out
+
+
+def test_remote_dlist():
+    rl = nb.nixlRemoteDList(nb.VRAM_SEG, [(1, 2, 0, "peer")])
+    rl.append((3, 4, 1, "other"))
+    assert rl.descCount() == 2 and rl[1] == (3, 4, 1, "other") and rl.getType() == nb.VRAM_SEG
+    with pytest.raises(nixl.nixlInvalidParamError):
+        rl.addDesc((1, 2, 0))
+    rl.remDesc(0)
+    assert list(rl) == [(3, 4, 1, "other")]
+    agent = nixl_agent(unique("rdl"), nixl_agent_config(backends=[], enable_prog_thread=False))
+    try:
+        assert agent.get_remote_descs([(1, 2, 0, "p")], "VRAM") == nb.nixlRemoteDList(nb.VRAM_SEG, [(1, 2, 0, "p")])
+        assert agent.get_remote_descs([(1, 2, 0, "p")]) is None
+        with pytest.raises(nb.nixlNotSupportedError, match="GPU device API"):
+            agent.prep_mem_view(rl)
+    finally:
+        agent.close()
+
+
+# ---- nixl._utils and nixl.logging ----
+
+def test_utils_buffers_fill_and_compare():
+    a, b = utils.malloc_passthru(8192), utils.malloc_passthru(8192)
+    try:
+        assert a % 4096 == 0 and b % 4096 == 0
+        utils.ba_buf(a, 8192)
+        assert ctypes.string_at(a, 8192) == b"\xba" * 8192
+        ctypes.memmove(b, a, 8192)
+        utils.verify_transfer(a, b, 8192)
+        ctypes.memset(b + 100, 0, 1)
+        with pytest.raises(AssertionError, match="byte 100"):
+            utils.verify_transfer(a, b, 8192)
+    finally:
+        utils.free_passthru(a)
+        utils.free_passthru(b)
+
+
+def test_get_logger(capsys, caplog):
+    from nixl.logging import get_logger
+    log = get_logger("_test_compat")
+    assert log.name == "nixl.test_compat"
+    with caplog.at_level("INFO", logger="nixl"):
+        log.info("hello from the compat test")
+    assert "hello from the compat test" in capsys.readouterr().out  # NIXL's handler, on stdout
+    assert any(r.getMessage() == "hello from the compat test" for r in caplog.records)  # and it propagates
+
+
+# ---- NIXL's error model through nixl_agent ----
+
+@pytest.fixture
+def ready_pair(pair):
+    a, b = pair
+    src, dst = nixl.alloc_array(4096), nixl.alloc_array(4096)
+    src[:] = 9
+    a.register_memory(src)
+    rb = b.register_memory(dst)
+    assert a.add_remote_agent(b.get_agent_metadata()) == b.name.encode()
+    b.add_remote_agent(a.get_agent_metadata())
+    return a, b, src, dst, rb
+
+
+def test_bad_operation_is_key_error(ready_pair):
+    a, b, src, dst, rb = ready_pair
+    local = a.prep_xfer_dlist("", a.get_xfer_descs(src))
+    remote = a.prep_xfer_dlist(b.name, rb.trim())
+    with pytest.raises(KeyError) as e:
+        a.make_prepped_xfer("RD", local, [0], remote, [0])
+    assert isinstance(e.value, nixl.nixlInvalidParamError) and "RD" in str(e.value)
+    with pytest.raises(KeyError):
+        a.initialize_xfer("WR", a.get_xfer_descs(src), rb.trim(), b.name)
+    h = a.make_prepped_xfer("WRITE", local, [0], remote, [0], b"ok")
+    a.transfer(h)
+    deadline = time.monotonic() + 20
+    while a.check_xfer_state(h) == "PROC":
+        assert time.monotonic() < deadline
+    assert bytes(dst) == bytes(src)
+
+
+def test_a_failed_request_raises_never_err(ready_pair):
+    # NIXL's bindings raise for every error status, so its "ERR" is never returned; ours too.
+    a, b, src, dst, rb = ready_pair
+    h = a.initialize_xfer("WRITE", a.get_xfer_descs(src), rb.trim(), b.name)
+    a.add_remote_agent(b.get_agent_metadata())  # reloaded: the request is stale
+    with pytest.raises(nixl.nixlMismatchError):
+        a.transfer(h)
+    assert bytes(dst) == bytes(4096)
+
+
+def test_telemetry_off_by_env_and_desc_count(ready_pair, monkeypatch):
+    a, b, src, dst, rb = ready_pair
+    base = src.ctypes.data
+    halves = a.get_xfer_descs([(base, 2048, 0), (base + 2048, 2048, 0)], "DRAM")
+    rhalves = a.get_xfer_descs([(dst.ctypes.data, 2048, 0), (dst.ctypes.data + 2048, 2048, 0)], "DRAM")
+    h = a.initialize_xfer("WRITE", halves, rhalves, b.name)
+    a.transfer(h)
+    while a.check_xfer_state(h) == "PROC":
+        pass
+    assert a.get_xfer_telemetry(h).descCount == 2  # as given: NIXL's initialize_xfer does not merge
+    local, remote = a.prep_xfer_dlist("", halves), a.prep_xfer_dlist(b.name, rhalves)
+    m = a.make_prepped_xfer("WRITE", local, [0, 1], remote, [0, 1])
+    a.transfer(m)
+    while a.check_xfer_state(m) == "PROC":
+        pass
+    assert a.get_xfer_telemetry(m).descCount == 1  # merged, as NIXL's makeXferReq
+    # NIXL_TELEMETRY_ENABLE=no turns telemetry off, even with capture_telemetry (as NIXL)
+    monkeypatch.setenv("NIXL_TELEMETRY_ENABLE", "no")
+    c = nixl_agent(unique("notel"), nixl_agent_config(backends=["UCX"], capture_telemetry=True,
+                                                      enable_prog_thread=False))
+    try:
+        csrc = nixl.alloc_array(4096)
+        c.register_memory(csrc)
+        c.add_remote_agent(b.get_agent_metadata())
+        hc = c.initialize_xfer("WRITE", c.get_xfer_descs(csrc), rb.trim(), b.name)
+        c.transfer(hc)
+        while c.check_xfer_state(hc) == "PROC":
+            pass
+        with pytest.raises(nixl.nixlNoTelemetryError, match="NIXL_TELEMETRY_ENABLE"):
+            c.get_xfer_telemetry(hc)
+        assert c.get_xfer_info(hc).posts == 1  # ours still says what the request did
+    finally:
+        c.close()
+
+
+def test_query_memory_unknown_backend_is_value_error(pair):
+    a, _ = pair
+    with pytest.raises(ValueError, match="not found"):
+        a.query_memory([(0, 0, 0, "/tmp/x")], "POSIX", "FILE")
+    a.create_backend("UCX")
+    with pytest.raises(nixl.nixlNotSupportedError, match="memory query"):
+        a.query_memory([(0, 0, 0, "/tmp/x")], "UCX", "FILE")
+
+
+def test_the_bytes_name_add_remote_agent_returns_works_where_a_name_goes(pair):
+    # NIXL's add_remote_agent gives bytes and its C++ calls take str or bytes: code passes it on.
+    a, b = pair
+    src, dst = nixl.alloc_array(1024), nixl.alloc_array(1024)
+    src[:] = 5
+    a.register_memory(src)
+    rb = b.register_memory(dst)
+    peer = a.add_remote_agent(b.get_agent_metadata())
+    b.add_remote_agent(a.get_agent_metadata())
+    assert peer == b.name.encode() and a.check_remote_metadata(peer)
+    local, remote = a.prep_xfer_dlist(b"", a.get_xfer_descs(src)), a.prep_xfer_dlist(peer, rb.trim())
+    h = a.make_prepped_xfer("WRITE", local, [0], remote, [0], b"by-bytes")
+    a.transfer(h)
+    deadline = time.monotonic() + 20
+    while not b.check_remote_xfer_done(a.name.encode(), b"by-bytes"):
+        assert time.monotonic() < deadline
+    assert bytes(dst) == bytes(src)
+    a.send_notif(peer, b"hello")
+    while not b.check_remote_xfer_done(a.name, b"hello"):
+        assert time.monotonic() < deadline
+    h2 = a.initialize_xfer("READ", a.get_xfer_descs(src), rb.trim(), peer)
+    a.release_xfer_handle(h2)
+    a.remove_remote_agent(peer)
+    assert not a.check_remote_metadata(peer)
+
+
+def test_partial_metadata_over_the_socket_says_what_is_missing(pair):
+    # NIXL's partial_md_example sends partial metadata to a peer's listener; libnixl cannot.
+    a, _ = pair
+    reg = a.register_memory(nixl.alloc_array(64))
+    with pytest.raises(nixl.nixlNotSupportedError, match="only through etcd"):
+        a.send_partial_agent_metadata(reg, True, ["UCX"], "127.0.0.1", 7777)
+    with pytest.raises(nixl.nixlNotSupportedError, match="no partial blob"):
+        a.get_partial_agent_metadata(reg, True)
+    with pytest.raises(nixl.nixlNotSupportedError, match="loopback"):
+        a.prep_xfer_dlist(a.name, reg.trim())

@@ -68,18 +68,47 @@ def agent():
     a.close()
 
 
-def test_tuples_need_a_mem_type(agent):
+@pytest.fixture
+def refused(caplog):
+    """refused(fn, *args, why=...): NIXL's rule for get_*_descs and register_memory: input that
+    makes no list gives None, and the error log says why."""
+    def check(fn, *args, why):
+        caplog.clear()
+        with caplog.at_level("ERROR", logger="nixl"):
+            assert fn(*args) is None
+        assert any(why in r.getMessage() for r in caplog.records), [r.getMessage() for r in caplog.records]
+    return check
+
+
+def test_tuples_need_a_mem_type(agent, refused):
     d = agent.get_xfer_descs([(0x1000, 64, 0), (0x2000, 128, 1)], "DRAM")
     assert isinstance(d, nixlXferDList) and d.getType() == DRAM_SEG and d.mem_type == "DRAM"
     assert list(d) == [(0x1000, 64, 0), (0x2000, 128, 1)] and d.descCount() == 2 and not d.isEmpty()
+    refused(agent.get_xfer_descs, [(0x1000, 64, 0)], why="mem_type")
+    refused(agent.get_reg_descs, [(0x1000, 64, 0, "m")], why="mem_type")
+    refused(agent.register_memory, [(0x1000, 64, 0, "m")], why="mem_type")
+    refused(agent.get_xfer_descs, [(-1, 64, 0)], "DRAM", why="non-negative")
+    refused(agent.get_xfer_descs, [(1, 2)], "DRAM", why="descriptor is")
+    # An unknown memory type is a KeyError (NIXL looks the name up in a dict), and ours.
+    for call in (agent.get_xfer_descs, agent.get_reg_descs, agent.register_memory, agent.prep_xfer_dlist):
+        args = ("", [(0x1000, 64, 0)], "HBM") if call == agent.prep_xfer_dlist else ([(0x1000, 64, 0)], "HBM")
+        with pytest.raises(KeyError, match="unknown memory type") as e:
+            call(*args)
+        assert isinstance(e.value, nixl.nixlInvalidParamError) and isinstance(e.value, nixl.nixlInvalidKeyError)
+    # The calls that use descriptors (not make them) still raise, with the reason.
     with pytest.raises(nixl.nixlInvalidParamError, match="mem_type"):
-        agent.get_xfer_descs([(0x1000, 64, 0)])
-    with pytest.raises(nixl.nixlInvalidParamError, match="unknown memory type"):
-        agent.get_xfer_descs([(0x1000, 64, 0)], "HBM")
-    with pytest.raises(nixl.nixlInvalidParamError, match="non-negative"):
-        agent.get_xfer_descs([(-1, 64, 0)], "DRAM")
+        agent.prep_xfer_dlist("", [(0x1000, 64, 0)])
     with pytest.raises(nixl.nixlInvalidParamError, match="descriptor is"):
-        agent.get_xfer_descs([(1, 2)], "DRAM")
+        nixlXferDList(DRAM_SEG, [(1, 2)])
+
+
+def test_a_list_of_the_other_kind_is_refused(agent, refused):
+    reg = agent.get_reg_descs([(0x1000, 64, 0, "m")], "DRAM")
+    xfer = agent.get_xfer_descs([(0x1000, 64, 0)], "DRAM")
+    refused(agent.get_xfer_descs, reg, why="nixlRegDList was given")
+    refused(agent.get_reg_descs, xfer, why="nixlXferDList was given")
+    refused(agent.register_memory, xfer, why="nixlXferDList was given")
+    assert agent.get_xfer_descs(reg.trim()) == xfer and agent.get_reg_descs(reg) is reg
 
 
 def test_reg_tuples_carry_meta(agent):
@@ -101,45 +130,43 @@ def test_nx3_array_is_rows_with_a_mem_type_and_a_buffer_without(agent):
     assert list(agent.get_reg_descs(rows.astype(np.int64), "DRAM")) == [(0x1000, 64, 0, b""), (0x2000, 32, 0, b"")]
     assert list(agent.get_xfer_descs(rows)) == [(rows.ctypes.data, rows.nbytes, 0)]
     assert list(agent.get_xfer_descs([rows], "DRAM")) == [(rows.ctypes.data, rows.nbytes, 0)]
-    with pytest.raises(nixl.nixlInvalidParamError, match="non-negative"):
-        agent.get_xfer_descs(np.array([[-5, 1, 0]]), "DRAM")
+    assert agent.get_xfer_descs(np.array([[-5, 1, 0]]), "DRAM") is None  # logged: non-negative
 
 
-def test_numpy_buffers(agent):
+def test_numpy_buffers(agent, refused):
     a = np.zeros((4, 1000), dtype=np.float32)
     b = np.zeros(3, dtype=np.complex128)
     assert list(agent.get_reg_descs(a)) == [(a.ctypes.data, 16000, 0, b"")]
     assert list(agent.get_xfer_descs([a, b])) == [(a.ctypes.data, 16000, 0), (b.ctypes.data, 48, 0)]
     assert list(agent.get_xfer_descs(a[1])) == [(a.ctypes.data + 4000, 4000, 0)]
     assert agent.get_xfer_descs(np.asfortranarray(a))[0][1] == 16000
-    with pytest.raises(nixl.nixlInvalidParamError, match="not contiguous"):
-        agent.get_xfer_descs(a[:, ::2])
+    refused(agent.get_xfer_descs, a[:, ::2], why="not contiguous")
+    refused(agent.register_memory, a[:, ::2], why="not contiguous")
 
 
-def test_tensors_by_duck_typing(agent):
+def test_tensors_by_duck_typing(agent, refused):
     host = np.zeros(512, dtype=np.uint8)
     cpu = FakeTensor(host)
     assert list(agent.get_xfer_descs(cpu)) == [(host.ctypes.data, 512, 0)]
     g = FakeTensor(addr=0x7f0000000000, nbytes=4096, device="cuda", index=1)
     d = agent.get_reg_descs([g, FakeTensor(addr=0x7f0000100000, nbytes=64, device="cuda", index=1)])
     assert d.mem_type == "VRAM" and list(d) == [(0x7f0000000000, 4096, 1, b""), (0x7f0000100000, 64, 1, b"")]
-    with pytest.raises(nixl.nixlInvalidParamError, match="one memory type"):
-        agent.get_xfer_descs([cpu, g])
-    with pytest.raises(nixl.nixlInvalidParamError, match="not contiguous"):
-        agent.get_xfer_descs(FakeTensor(host, contiguous=False))
+    refused(agent.get_xfer_descs, [cpu, g], why="one memory type")
+    refused(agent.get_xfer_descs, FakeTensor(host, contiguous=False), why="not contiguous")
+    refused(agent.get_reg_descs, FakeTensor(host, contiguous=False), why="not contiguous")
     with pytest.raises(nixl.nixlNotSupportedError, match="xpu"):
         agent.get_xfer_descs(FakeTensor(addr=1, nbytes=2, device="xpu", index=0))
 
 
-def test_cuda_array_interface_and_ctypes(agent):
+def test_cuda_array_interface_and_ctypes(agent, refused):
     d = agent.get_xfer_descs(FakeCudaArray(0x7f0000000000, (16, 4)))
     assert d.mem_type == "VRAM" and list(d) == [(0x7f0000000000, 256, 3)]
-    with pytest.raises(nixl.nixlInvalidParamError, match="not contiguous"):
-        agent.get_xfer_descs(FakeCudaArray(0x7f0000000000, (16, 4), strides=(32, 4)))
+    refused(agent.get_xfer_descs, FakeCudaArray(0x7f0000000000, (16, 4), strides=(32, 4)), why="not contiguous")
     buf = (ctypes.c_uint8 * 100)()
     assert list(agent.get_xfer_descs(buf)) == [(ctypes.addressof(buf), 100, 0)]
+    refused(agent.get_xfer_descs, object(), why="cannot make descriptors")
     with pytest.raises(nixl.nixlInvalidParamError, match="cannot make descriptors"):
-        agent.get_xfer_descs(object())
+        agent.initialize_xfer("WRITE", object(), [(1, 2, 0)], "nobody")
 
 
 def test_many_descriptors_are_cheap(agent):

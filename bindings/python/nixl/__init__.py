@@ -8,8 +8,9 @@ in, or the system loader: see nixl._lib).  docs/python.md is the guide.
 
 from ._api import (BACKEND_ALIASES, DEFAULT_COMM_PORT, NIXL_INIT_AGENT, available_backends, nixl_agent,
                    nixl_agent_config, nixl_thread_sync_t)
-from ._descs import nixlRegDList, nixlXferDList
-from ._errors import (nixlBackendError, nixlCancelledError, nixlError, nixlInvalidParamError, nixlMismatchError,
+from ._descs import nixlRegDList, nixlRemoteDList, nixlXferDList
+from ._errors import (nixlBackendError, nixlCancelledError, nixlError, nixlInvalidKeyError, nixlInvalidParamError,
+                      nixlInvalidValueError, nixlMismatchError,
                       nixlNotAllowedError, nixlNoTelemetryError, nixlNotFoundError, nixlNotImplementedYet,
                       nixlNotPostedError, nixlNotSupportedError, nixlRemoteDisconnectError, nixlRepostActiveError,
                       nixlUnknownError)
@@ -21,10 +22,11 @@ from ._types import nixl_path_stat, nixl_prepped_dlist_handle, nixl_xfer_handle,
 __version__ = "0.1.0"
 
 __all__ = ["BACKEND_ALIASES", "DEFAULT_COMM_PORT", "NIXL_INIT_AGENT", "available_backends", "nixl_agent",
-           "nixl_agent_config", "nixl_thread_sync_t", "nixlRegDList", "nixlXferDList", "nixl_path_stat",
+           "nixl_agent_config", "nixl_thread_sync_t", "nixlRegDList", "nixlXferDList", "nixlRemoteDList", "nixl_path_stat",
            "nixl_prepped_dlist_handle",
            "nixl_xfer_handle", "nixl_xfer_info", "nixlXferTelemetry", "library_path", "library_version",
            "alloc_array", "alloc_buffer", "nixlError", "nixlNotPostedError", "nixlInvalidParamError",
            "nixlBackendError", "nixlNotFoundError", "nixlMismatchError", "nixlNotAllowedError",
            "nixlRepostActiveError", "nixlUnknownError", "nixlNotSupportedError", "nixlRemoteDisconnectError",
-           "nixlCancelledError", "nixlNoTelemetryError", "nixlNotImplementedYet"]
+           "nixlCancelledError", "nixlNoTelemetryError", "nixlNotImplementedYet", "nixlInvalidKeyError",
+           "nixlInvalidValueError"]

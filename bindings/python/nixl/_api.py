@@ -6,6 +6,12 @@ docs/python.md lists the methods, what differs and what we add (per-request
 path and telemetry, the agent's path and fallback counters, shareable host
 memory).
 
+nixl_agent is built on nixl._bindings (nixlBind): its C agent comes from
+nixlBind.nixlAgent(name, nixlBind.nixlAgentConfig()), looked up at each
+agent's creation (a test may replace it), and its backends are made by that
+nixlAgent.  Its other methods call libnixl directly, keeping handle objects
+(per-handle locks, release once) and our additions (deadlines, paths).
+
 Threads: the C agent is always created NIXL_THREAD_SERIALIZED, whatever
 sync_mode (nixl_thread_sync_t) says, so any method may be called from any
 thread; every C call releases the GIL (ctypes.CDLL).
@@ -16,9 +22,7 @@ handles (_types.py) lock themselves.
 from __future__ import annotations
 
 import ctypes
-import itertools
 import logging
-import os
 import threading
 import time
 import weakref
@@ -27,10 +31,14 @@ from typing import Any, Optional, Union
 
 from . import _bindings as nixlBind
 from . import _lib
-from ._descs import _DList, index_array, nixlRegDList, nixlXferDList, to_dlist
-from ._errors import (check, make_error, nixlInvalidParamError, nixlMismatchError, nixlNoTelemetryError,
-                      nixlNotFoundError, nixlNotImplementedYet, nixlNotPostedError, nixlNotSupportedError,
-                      nixlRepostActiveError)
+from ._descs import _DList, index_array, mem_type_code, nixlRegDList, nixlRemoteDList, nixlXferDList, to_dlist
+from ._errors import (check, make_error, nixlInvalidKeyError, nixlInvalidParamError, nixlMismatchError,
+                      nixlNoTelemetryError, nixlNotFoundError, nixlNotImplementedYet, nixlNotPostedError,
+                      nixlNotSupportedError, nixlRepostActiveError)
+from ._lowlevel import (BACKEND_ALIASES, PARAM_ALIASES, agent_name, available, drain, make_opt,  # noqa: F401
+                        op_code, targets, telemetry_of, to_bytes, translate, why_missing)
+
+agent_name_of = agent_name  # prep_xfer_dlist's parameter is called agent_name, as NIXL's
 from ._types import (_Handle, nixl_path_stat, nixl_prepped_dlist_handle, nixl_xfer_handle,  # noqa: F401
                      nixl_xfer_info, nixlXferTelemetry)
 
@@ -41,51 +49,8 @@ DEFAULT_COMM_PORT = nixlBind.DEFAULT_COMM_PORT
 NIXL_INIT_AGENT = nixlBind.NIXL_INIT_AGENT
 ETCD_ISSUE = "issue 5 (metadata at scale: etcd)"
 
-# NIXL backend names -> libnixl backends.  An alias stands for every backend of
-# ours that does part of what NIXL's backend does; those present in this
-# libnixl are created (the core then picks per request by locality and
-# memory type).  Names of ours are accepted as they are.
-BACKEND_ALIASES: dict[str, tuple[str, ...]] = {
-    "UCX": ("shm", "cuda_ipc", "ucx"),
-    "UCX_MO": ("shm", "cuda_ipc", "ucx"),
-    "LIBFABRIC": ("shm", "cuda_ipc", "libfabric"),
-    "POSIX": ("posix",),
-    "GDS": ("gds",),
-    "GDS_MT": ("gds",),
-}
-# NIXL init parameters that mean one of ours; any other key given to an alias
-# is dropped with a warning (it configures a transport we do not have).
-PARAM_ALIASES = {"num_threads": "threads", "thread_count": "threads", "num_cpus": "threads"}
-
-_OPS = {"WRITE": _lib.OP_WRITE, "READ": _lib.OP_READ}
-
-
-def _to_bytes(msg: Union[bytes, bytearray, memoryview, str, None]) -> bytes:
-    if msg is None:
-        return b""
-    return msg.encode() if isinstance(msg, str) else bytes(msg)
-
-
-def _avail() -> dict[str, Any]:
-    """Backends this libnixl has: name -> {mem_types, caps, params, description, origin}."""
-    infos = ctypes.POINTER(_lib.nixl_backend_info_t)()
-    n = ctypes.c_size_t()
-    check(L.nixl_backends_available(ctypes.byref(infos), ctypes.byref(n)), "nixl_backends_available")
-    out = {}
-    for i in range(n.value):
-        b = infos[i]
-        params = {}
-        for j in range(b.num_params):
-            p = b.params[j]
-            params[p.key.decode()] = (p.default_value or b"").decode()
-        out[b.name.decode()] = {
-            "mem_types": [v for k, v in _lib.MEM_NAMES.items() if b.mem_types & (1 << k)],
-            "caps": [v for k, v in _lib.CAP_NAMES.items() if b.caps & k],
-            "params": params,
-            "description": (b.description or b"").decode(),
-            "origin": (b.origin or b"").decode(),
-        }
-    return out
+_to_bytes = to_bytes
+_avail = available
 
 
 def available_backends() -> dict[str, Any]:
@@ -152,17 +117,17 @@ class nixl_agent:
                                             else nixl_thread_sync_t.NIXL_THREAD_SYNC_NONE)
         if not 0 <= conf.port <= 65535:
             raise make_error(nixlInvalidParamError, "nixl_agent", f"listen_port {conf.port} is not a TCP port")
-        cfg = _lib.nixl_agent_config_t()
-        cfg.field_mask = (_lib.CFG_NAME | _lib.CFG_PROGRESS_THREAD | _lib.CFG_LISTEN | _lib.CFG_LISTEN_PORT |
-                          _lib.CFG_THREAD_MODE)
-        cfg.name = agent_name.encode()
-        cfg.progress_thread = int(conf.enable_pthread)
-        cfg.listen = int(conf.enable_listen)
-        cfg.listen_port = conf.port
-        cfg.thread_mode = _lib.THREAD_SERIALIZED
-        ptr = ctypes.c_void_p()
-        check(L.nixl_agent_create(ctypes.byref(cfg), ctypes.byref(ptr)), "nixl_agent", f"agent {agent_name!r}")
-        self._agent = ptr.value
+        # As NIXL's nixl_agent: a nixlAgentConfig, then nixlBind.nixlAgent (looked up now, so a test may spy on it).
+        cfg = nixlBind.nixlAgentConfig()
+        cfg.useProgThread = conf.enable_pthread
+        cfg.useListenThread = conf.enable_listen
+        cfg.listenPort = conf.port
+        cfg.syncMode = self.sync_mode.value
+        cfg.pthrDelay = 0
+        cfg.lthrDelay = 100000
+        cfg.captureTelemetry = conf.capture_telemetry
+        self.agent = nixlBind.nixlAgent(agent_name, cfg)
+        self._agent = self.agent._p("nixl_agent")
         self._closed = False
         self._handles: "weakref.WeakSet[_Handle]" = weakref.WeakSet()
         self._lock = threading.Lock()  # self.notifs and the backend tables
@@ -174,7 +139,7 @@ class nixl_agent:
         self._params: dict[str, dict[str, str]] = {}
         self.backend_mems: dict[str, list[str]] = {}
         self.backend_options: dict[str, dict[str, str]] = {}
-        self._plugins = _avail()
+        self._plugins = self.agent._plugins
         self.plugin_list = self.get_plugin_list()
         wanted = list(self._plugins) if instantiate_all else conf.backends
         for b in wanted:
@@ -197,7 +162,7 @@ class nixl_agent:
         self._closed = True
         for h in list(self._handles):
             h._orphan()
-        L.nixl_agent_destroy(self._agent)
+        self.agent.close()
         self._agent = None
 
     def __enter__(self) -> "nixl_agent":
@@ -212,6 +177,17 @@ class nixl_agent:
         except Exception:
             pass
 
+    @property
+    def _closed(self) -> bool:
+        """Closed by close(), or its nixlAgent closed directly (then its C agent is gone too)."""
+        d = self.__dict__
+        agent = d.get("agent")
+        return d.get("_closed_v", True) or agent is None or agent.closed
+
+    @_closed.setter
+    def _closed(self, v: bool) -> None:
+        self.__dict__["_closed_v"] = v
+
     def _ptr(self, call: str) -> int:
         if self._closed:
             raise make_error(nixlInvalidParamError, call, f"agent {self.name} was closed")
@@ -224,14 +200,10 @@ class nixl_agent:
 
     # ---- backends ----
     def _why_missing(self, name: str) -> str:
-        if name in BACKEND_ALIASES:
-            return f"it maps to {', '.join(BACKEND_ALIASES[name])}, none of which is built"
-        return "unknown backend name"
+        return why_missing(name)
 
     def _targets(self, name: str) -> list[str]:
-        if name in self._plugins:
-            return [name]
-        return [b for b in BACKEND_ALIASES.get(name, ()) if b in self._plugins]
+        return targets(self._plugins, name)
 
     def get_plugin_list(self) -> list[str]:
         """Our backends, then the NIXL names that map to at least one of them."""
@@ -300,37 +272,19 @@ class nixl_agent:
         log.info("agent %s: backend %s created (%s)", self.name, backend, ", ".join(made))
 
     def _translate(self, alias: str, ours: str, params: dict[str, str]) -> dict[str, str]:
-        known = self._plugins[ours]["params"]
-        out = {}
-        for k, v in params.items():
-            k2 = PARAM_ALIASES.get(k, k)
-            if k2 in known:
-                out[k2] = v
-            else:
-                log.warning("agent %s: %s parameter %s=%s has no meaning for our %s backend: ignored", self.name,
-                            alias, k, v, ours)
-        return out
+        return translate(self._plugins, alias, ours, params, log, self.name)
 
     def _create_one(self, name: str, params: dict[str, str], call: str) -> int:
-        keys = [k.encode() for k in params]
-        vals = [v.encode() for v in params.values()]
-        arr = (_lib.nixl_param_t * max(len(keys), 1))()
-        for i, (k, v) in enumerate(zip(keys, vals)):
-            arr[i].key, arr[i].value = k, v
-        out = ctypes.c_void_p()
-        check(L.nixl_backend_create(self._ptr(call), name.encode(), arr if keys else None, len(keys),
-                                    ctypes.byref(out)), call, f"backend {name!r} with {params or 'defaults'}")
-        self._ours[name] = out.value
-        self._name_of[out.value] = name
-        eff = {}
-        for k, default in self._plugins[name]["params"].items():
-            env = os.environ.get(f"NIXL_{name}_{k}".upper())
-            eff[k] = params.get(k, env if env is not None else default)
+        self._ptr(call)
+        h = self.agent.create_c(name, params, call)  # the nixlAgent makes the C backend
+        eff = self.agent._params[name]
+        self._ours[name] = h
+        self._name_of[h] = name
         self._params[name] = eff
-        self.backends[name] = [out.value]
+        self.backends[name] = [h]
         self.backend_mems[name] = list(self._plugins[name]["mem_types"])
         self.backend_options[name] = dict(eff)
-        return out.value
+        return h
 
     def _opt(self, backends: Optional[list[str]], notif: Optional[bytes], call: str, mem: Optional[str] = None,
              timeout_ms: Optional[int] = None):
@@ -339,49 +293,65 @@ class nixl_agent:
         With mem (registration), a NIXL name stands only for those of its
         backends that take that memory type: libnixl wants each one listed to.
         """
-        if not backends and notif is None and timeout_ms is None:
-            return None, None
-        opt = _lib.nixl_opt_args_t()
-        keep: list[Any] = []
-        if timeout_ms is not None:
-            if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or not 0 <= timeout_ms <= 0xFFFFFFFF:
-                raise make_error(nixlInvalidParamError, call,
-                                 f"timeout_ms must be an int from 0 (no deadline) to 2**32-1, not {timeout_ms!r}")
-            opt.field_mask |= _lib.OPT_TIMEOUT_MS
-            opt.timeout_ms = timeout_ms
-        if backends:
-            hs: list[int] = []
-            for b in backends:
-                if b not in self.backends:
-                    raise make_error(nixlNotFoundError, call, f"backend {b!r} was not created in agent {self.name}")
-                mine = self.backends[b]
-                if mem is not None and b not in self._ours:
-                    mine = [h for h in mine if mem in self._plugins[self._name_of[h]]["mem_types"]] or mine
-                hs += [h for h in mine if h not in hs]
-            arr = (ctypes.c_void_p * len(hs))(*hs)
-            keep.append(arr)
-            opt.field_mask |= _lib.OPT_BACKENDS
-            opt.backends = ctypes.cast(arr, ctypes.c_void_p)
-            opt.num_backends = len(hs)
-        if notif is not None:
-            buf = ctypes.create_string_buffer(notif, max(len(notif), 1))
-            keep.append(buf)
-            opt.field_mask |= _lib.OPT_NOTIF
-            opt.notif = ctypes.cast(buf, ctypes.c_void_p)
-            opt.notif_len = len(notif)
-        keep.append(opt)
-        return ctypes.byref(opt), keep
+        hs: list[int] = []
+        for b in backends or ():
+            if b not in self.backends:
+                raise make_error(nixlNotFoundError, call, f"backend {b!r} was not created in agent {self.name}")
+            mine = self.backends[b]
+            if mem is not None and b not in self._ours:
+                mine = [h for h in mine if mem in self._plugins[self._name_of[h]]["mem_types"]] or mine
+            hs += [h for h in mine if h not in hs]
+        return make_opt(hs, notif, call, timeout_ms)
 
     # ---- memory ----
-    def get_reg_descs(self, descs: Any, mem_type: Optional[str] = None) -> nixlRegDList:
-        return to_dlist(descs, mem_type, True, "get_reg_descs")
+    @staticmethod
+    def _descs_or_none(descs: Any, mem_type: Any, reg: bool, call: str) -> Optional[_DList]:
+        """NIXL's rule: input that makes no list gives None (logged why); an unknown mem_type is a KeyError."""
+        other = nixlXferDList if reg else nixlRegDList
+        if isinstance(descs, other):
+            log.error("%s: a %s was given; %s wants a %s (%s)", call, other.__name__, call,
+                      "nixlRegDList" if reg else "nixlXferDList",
+                      "get_reg_descs(list(xfer_list), mem_type)" if reg else "reg_list.trim()")
+            return None
+        if mem_type is not None:
+            mem_type_code(mem_type, call)  # nixlInvalidKeyError (a KeyError) for an unknown name, as NIXL
+        try:
+            return to_dlist(descs, mem_type, reg, call)
+        except nixlInvalidKeyError:
+            raise
+        except (nixlInvalidParamError, IndexError) as e:
+            log.error("%s: no descriptor list made: %s", call, e)
+            return None
 
-    def get_xfer_descs(self, descs: Any, mem_type: Optional[str] = None) -> nixlXferDList:
-        return to_dlist(descs, mem_type, False, "get_xfer_descs")
+    def get_reg_descs(self, descs: Any, mem_type: Optional[str] = None) -> Optional[nixlRegDList]:
+        """A nixlRegDList of descs, or None (logged why) when they make none, as NIXL."""
+        return self._descs_or_none(descs, mem_type, True, "get_reg_descs")  # type: ignore[return-value]
+
+    def get_xfer_descs(self, descs: Any, mem_type: Optional[str] = None) -> Optional[nixlXferDList]:
+        """A nixlXferDList of descs, or None (logged why) when they make none, as NIXL."""
+        return self._descs_or_none(descs, mem_type, False, "get_xfer_descs")  # type: ignore[return-value]
+
+    def get_remote_descs(self, descs: Any, mem_type: Optional[str] = None) -> Optional[nixlRemoteDList]:
+        """NIXL's nixlRemoteDList of (addr, len, dev, agent_name) tuples (for prep_mem_view); None if bad."""
+        if isinstance(descs, nixlRemoteDList):
+            return descs
+        if mem_type is None:
+            log.error("get_remote_descs: mem_type is required")
+            return None
+        code = mem_type_code(mem_type, "get_remote_descs")
+        try:
+            return nixlRemoteDList(code, list(descs))
+        except (nixlInvalidParamError, TypeError) as e:
+            log.error("get_remote_descs: no descriptor list made: %s", e)
+            return None
 
     def register_memory(self, reg_list: Any, mem_type: Optional[str] = None,
-                        backends: Optional[list[str]] = None) -> nixlRegDList:
-        descs = to_dlist(reg_list, mem_type, True, "register_memory")
+                        backends: Optional[list[str]] = None) -> Optional[nixlRegDList]:
+        """Register; returns the nixlRegDList, or None (logged why) when reg_list makes none (as
+        get_reg_descs).  A registration libnixl refuses raises its nixl*Error."""
+        descs = self.get_reg_descs(reg_list, mem_type)
+        if descs is None:
+            return None
         opt, _keep = self._opt(backends, None, "register_memory", descs.mem_type)
         c = descs._c()
         check(L.nixl_mem_register(self._ptr("register_memory"), ctypes.byref(c), opt), "register_memory",
@@ -396,34 +366,32 @@ class nixl_agent:
               f"{len(descs)} {descs.mem_type} descriptors")
 
     def query_memory(self, reg_list: Any, backend: str, mem_type: Optional[str] = None) -> list:
+        if backend not in self.backends:  # NIXL checks this first, with ValueError
+            raise ValueError(f"Backend '{backend}' not found. Available backends: {list(self.backends)}")
         raise make_error(nixlNotSupportedError, "query_memory", "libnixl has no memory query (files come later)")
 
     # ---- metadata ----
     def get_agent_metadata(self) -> bytes:
-        blob = ctypes.c_void_p()
-        n = ctypes.c_size_t()
-        check(L.nixl_md_get_local(self._ptr("get_agent_metadata"), ctypes.byref(blob), ctypes.byref(n)),
-              "get_agent_metadata")
-        try:
-            return ctypes.string_at(blob.value, n.value)
-        finally:
-            L.nixl_free(blob)
+        self._ptr("get_agent_metadata")
+        return self.agent.getLocalMD()
 
-    def add_remote_agent(self, metadata: bytes) -> str:
-        """Load a peer's metadata; returns its name. Loading a known peer replaces it."""
+    def add_remote_agent(self, metadata: bytes) -> bytes:
+        """Load a peer's metadata; returns its name as bytes (as NIXL). Loading a known peer replaces it."""
         md = bytes(metadata)
         name = ctypes.create_string_buffer(_lib.NIXL_NAME_MAX + 1)
         check(L.nixl_md_load_remote(self._ptr("add_remote_agent"), md, len(md), name), "add_remote_agent",
               f"{len(md)} bytes of metadata")
-        return name.value.decode()
+        return name.value
 
     def remove_remote_agent(self, agent: str) -> None:
+        agent = agent_name(agent)
         check(L.nixl_md_invalidate_remote(self._ptr("remove_remote_agent"), agent.encode()), "remove_remote_agent",
               f"peer {agent!r}")
 
     def check_remote_metadata(self, agent: str, descs: Any = None) -> bool:
         """True when the peer's metadata is loaded (and, given descs, covers them)."""
         call = "check_remote_metadata"
+        agent = agent_name(agent)
         st = L.nixl_md_check_remote(self._ptr(call), agent.encode())
         if st != _lib.NIXL_OK or descs is None:
             return st == _lib.NIXL_OK
@@ -465,6 +433,7 @@ class nixl_agent:
         """Pull a peer's metadata from its listener and load it (blocks up to NIXL_MD_TIMEOUT_MS), or
         without ip_addr ask etcd for it (returns at once; check_remote_metadata says when it is loaded)."""
         call = "fetch_remote_metadata"
+        remote_agent = agent_name(remote_agent)
         if not ip_addr:
             args = self._etcd_args(label)
             return self._etcd(call, "nixl_md_etcd_fetch", remote_agent.encode(),
@@ -487,7 +456,8 @@ class nixl_agent:
     def get_partial_agent_metadata(self, descs: Any, inc_conn_info: bool = False,
                                    backends: Optional[list[str]] = None) -> bytes:
         raise make_error(nixlNotSupportedError, "get_partial_agent_metadata",
-                         "libnixl has no partial metadata; use get_agent_metadata")
+                         "libnixl makes partial metadata only to publish it in etcd (send_partial_agent_metadata "
+                         "with a label); there is no partial blob: use get_agent_metadata")
 
     def send_partial_agent_metadata(self, descs: Any, inc_conn_info: bool = False,
                                     backends: Optional[list[str]] = None, ip_addr: str = "",
@@ -495,7 +465,9 @@ class nixl_agent:
         """Publish in etcd, under label, the regions holding descs (connection info always included)."""
         call = "send_partial_agent_metadata"
         if ip_addr:
-            raise make_error(nixlNotSupportedError, call, "partial metadata goes through etcd only (no ip_addr)")
+            raise make_error(nixlNotSupportedError, call, "libnixl sends partial metadata only through etcd, not to "
+                             "a peer's listener: leave out ip_addr (with NIXL_ETCD_ENDPOINTS set), or send all of "
+                             "it with send_local_metadata(ip_addr, port)")
         if not label:
             raise make_error(nixlInvalidParamError, call, "a label is required")
         dl = to_dlist(descs, None, False, call)
@@ -504,6 +476,7 @@ class nixl_agent:
 
     def make_connection(self, remote_agent: str, backends: Optional[list[str]] = None) -> None:
         """libnixl connects when a request is made; this only checks the peer is known."""
+        remote_agent = agent_name(remote_agent)
         check(L.nixl_md_check_remote(self._ptr("make_connection"), remote_agent.encode()), "make_connection",
               f"peer {remote_agent!r}")
 
@@ -513,7 +486,8 @@ class nixl_agent:
         """Prepare a list once: agent_name NIXL_INIT_AGENT or "" = my side, else the peer's name."""
         call = "prep_xfer_dlist"
         descs = to_dlist(xfer_list, mem_type, False, call)
-        peer = None if agent_name in ("", NIXL_INIT_AGENT) else agent_name
+        name = agent_name_of(agent_name)
+        peer = None if name in ("", NIXL_INIT_AGENT) else name
         if peer is not None and peer == self.name:
             raise make_error(nixlNotSupportedError, call, "loopback (the remote side being this agent) is not "
                              "supported by libnixl: use a second agent")
@@ -529,7 +503,8 @@ class nixl_agent:
                           remote_xfer_side: nixl_prepped_dlist_handle, remote_indices: Any,
                           notif_msg: Union[bytes, str] = b"", backends: Optional[list[str]] = None,
                           skip_desc_merge: bool = False, timeout_ms: Optional[int] = None) -> nixl_xfer_handle:
-        """A request from index arrays into two prepared lists (skip_desc_merge is ignored: we always merge).
+        """A request from index arrays into two prepared lists (runs are always merged; with
+        skip_desc_merge telemetry counts the descriptors as given, as NIXL's unmerged request would).
 
         timeout_ms (ours): each post must end within it, else check_xfer_state
         raises NIXL_ERR_TIMEOUT (a nixlBackendError) and the notification is
@@ -559,7 +534,7 @@ class nixl_agent:
         def remake(msg: bytes, _indices: Any = (lkeep, rkeep)) -> int:  # the index arrays live with the request
             return make(msg)
 
-        return nixl_xfer_handle(self, make(notif), remote_xfer_side.peer, notif, remake)
+        return nixl_xfer_handle(self, make(notif), remote_xfer_side.peer, notif, remake, bool(skip_desc_merge))
 
     def initialize_xfer(self, operation: str, local_descs: Any, remote_descs: Any, remote_agent: str,
                         notif_msg: Union[bytes, str] = b"", backends: Optional[list[str]] = None,
@@ -569,6 +544,7 @@ class nixl_agent:
         timeout_ms: as for make_prepped_xfer.
         """
         call = "initialize_xfer"
+        remote_agent = agent_name(remote_agent)
         op = self._op(operation, call)
         ld = to_dlist(local_descs, None, False, call)
         rd = to_dlist(remote_descs, None, False, call)
@@ -583,12 +559,10 @@ class nixl_agent:
                   f"{operation} of {len(ld)} descriptors with {remote_agent!r}")
             return out.value
 
-        return nixl_xfer_handle(self, make(notif), remote_agent, notif, make)
+        return nixl_xfer_handle(self, make(notif), remote_agent, notif, make, True)
 
     def _op(self, operation: str, call: str) -> int:
-        if operation not in _OPS:
-            raise make_error(nixlInvalidParamError, call, f"operation must be 'READ' or 'WRITE', not {operation!r}")
-        return _OPS[operation]
+        return op_code(operation, call)  # nixlInvalidKeyError (a KeyError, as NIXL) if not READ/WRITE
 
     @staticmethod
     def _state(st: int) -> str:
@@ -636,6 +610,13 @@ class nixl_agent:
     def release_dlist_handle(self, handle: nixl_prepped_dlist_handle) -> None:
         handle.release()
 
+    def prep_mem_view(self, dlist: Any, *, backends: Optional[list[str]] = None) -> int:
+        """NIXL's memory view (UCX GPU device API): not in libnixl, raises nixlNotSupportedError."""
+        return self.agent.prepMemView(dlist, [])
+
+    def release_mem_view(self, mvh: int) -> None:
+        self.agent.releaseMemView(mvh)
+
     def _info(self, handle: nixl_xfer_handle, call: str) -> _lib.nixl_xfer_info_t:
         info = _lib.nixl_xfer_info_t()
         with handle._lock:
@@ -645,10 +626,12 @@ class nixl_agent:
     def get_xfer_telemetry(self, handle: nixl_xfer_handle) -> nixlXferTelemetry:
         """NIXL's telemetry (always captured here): startTime (us since the epoch), durations (us), bytes, descs."""
         call = "get_xfer_telemetry"
+        if not self.agent.telemetry:
+            raise make_error(nixlNoTelemetryError, call, "telemetry is off (NIXL_TELEMETRY_ENABLE)")
         info = self._info(handle, call)
         if not info.posts:
             raise make_error(nixlNoTelemetryError, call, f"request to {handle.peer!r} was never posted")
-        return nixlXferTelemetry(handle.start_us, info.post_ns // 1000, info.xfer_ns // 1000, info.bytes, info.descs)
+        return telemetry_of(info, handle.start_us, handle.descs_as_given)
 
     def get_xfer_info(self, handle: nixl_xfer_handle) -> nixl_xfer_info:
         """Our addition: backend, path ("shm.map", ...), bytes, descriptors before/after merging, times in ns."""
@@ -685,14 +668,7 @@ class nixl_agent:
 
     # ---- notifications ----
     def _drain(self, call: str) -> list[tuple[str, bytes]]:
-        token = next(_sink_ids)
-        sink: list[tuple[str, bytes]] = []
-        _sinks[token] = sink
-        try:
-            check(L.nixl_notifs_get(self._ptr(call), _notif_cb, token, None), call)
-        finally:
-            del _sinks[token]
-        return sink
+        return drain(self._ptr(call), call)
 
     def get_new_notifs(self, backends: Optional[list[str]] = None) -> dict[str, list[bytes]]:
         """Notifications received since the last call: {sender: [message, ...]} in arrival order."""
@@ -713,6 +689,7 @@ class nixl_agent:
                                backends: Optional[list[str]] = None, tag_is_prefix: bool = True) -> bool:
         """True (and the message is consumed) when a notification from that peer starts with (or,
         tag_is_prefix=False, contains) lookup_tag."""
+        remote_agent_name = agent_name(remote_agent_name)
         tag = _to_bytes(lookup_tag)
         self.update_notifs()
         with self._lock:
@@ -725,6 +702,7 @@ class nixl_agent:
 
     def send_notif(self, remote_agent_name: str, notif_msg: Union[bytes, str], backend: Optional[str] = None) -> None:
         call = "send_notif"
+        remote_agent_name = agent_name(remote_agent_name)
         msg = _to_bytes(notif_msg)
         opt, _keep = self._opt([backend] if backend else None, None, call)
         check(L.nixl_notif_send(self._ptr(call), remote_agent_name.encode(), msg, len(msg), opt), call,
@@ -738,22 +716,6 @@ class nixl_agent:
     def deserialize_descs(self, serialized_descs: bytes) -> _DList:
         import pickle
         return pickle.loads(serialized_descs)
-
-
-# nixl_notifs_get hands each notification to _notif_cb on the calling thread;
-# arg names the list of the call in flight (several threads may drain at once).
-# Module-level so that agents hold no reference cycle through their callback.
-_sinks: dict[int, list] = {}
-_sink_ids = itertools.count(1)
-
-
-def _on_notif(sender: bytes, msg: int, n: int, arg: int) -> None:
-    sink = _sinks.get(arg)
-    if sink is not None:
-        sink.append((sender.decode(errors="replace"), ctypes.string_at(msg, n) if n else b""))
-
-
-_notif_cb = _lib.NOTIF_CB(_on_notif)
 
 
 def _no_etcd(call: str) -> nixlNotImplementedYet:

@@ -27,7 +27,7 @@ from array import array
 from typing import Any, Iterable, Optional
 
 from . import _lib
-from ._errors import make_error, nixlInvalidParamError, nixlNotSupportedError
+from ._errors import make_error, nixlInvalidKeyError, nixlInvalidParamError, nixlNotFoundError, nixlNotSupportedError
 
 MEM_TYPES = {"DRAM": _lib.MEM_DRAM, "cpu": _lib.MEM_DRAM, "VRAM": _lib.MEM_VRAM, "cuda": _lib.MEM_VRAM,
              "BLOCK": _lib.MEM_BLOCK, "BLK": _lib.MEM_BLOCK, "OBJ": _lib.MEM_OBJ, "FILE": _lib.MEM_FILE}
@@ -42,13 +42,18 @@ def _invalid(call: str, detail: str) -> nixlInvalidParamError:
 
 
 def mem_type_code(mem_type: Any, call: str) -> int:
-    """'DRAM', 'VRAM', 'cpu', 'cuda', ... or one of the *_SEG integers."""
+    """'DRAM', 'VRAM', 'cpu', 'cuda', ... or one of the *_SEG integers.
+
+    An unknown one is nixlInvalidKeyError: a KeyError, as NIXL's dict lookup
+    of the name raises, and a nixlInvalidParamError.
+    """
     if isinstance(mem_type, str):
         if mem_type in MEM_TYPES:
             return MEM_TYPES[mem_type]
-    elif isinstance(mem_type, int) and mem_type in _lib.MEM_NAMES:
+    elif isinstance(mem_type, int) and not isinstance(mem_type, bool) and mem_type in _lib.MEM_NAMES:
         return int(mem_type)
-    raise _invalid(call, f"unknown memory type {mem_type!r} (use one of {', '.join(MEM_TYPES)})")
+    raise make_error(nixlInvalidKeyError, call,
+                     f"unknown memory type {mem_type!r} (use one of {', '.join(MEM_TYPES)})")
 
 
 def _dev_word(dev: int, meta_len: int) -> int:
@@ -66,10 +71,16 @@ class _DList:
     __slots__ = ("_mem", "_words", "_keep")
     _with_meta = False
 
-    def __init__(self, type: Any = _lib.MEM_DRAM, descs: Any = None):
+    def __init__(self, type: Any = _lib.MEM_DRAM, descs: Any = None, init_size: int = 0):
         self._mem = mem_type_code(type, self.__class__.__name__)
         self._words = array("Q")
         self._keep: list[bytes] = []  # meta bytes the words point into
+        if isinstance(descs, int) and not isinstance(descs, bool):  # NIXL's (type, init_size)
+            descs, init_size = None, descs
+        if init_size:
+            if init_size < 0:
+                raise _invalid(self.__class__.__name__, f"init_size must be >= 0, not {init_size}")
+            self._words = array("Q", bytes(32 * init_size))  # that many (0, 0, 0) descriptors
         if descs is not None:
             if _is_ndarray(descs):
                 self._words = _rows_from_ndarray(descs, self.__class__.__name__)
@@ -144,6 +155,45 @@ class _DList:
 
     append = addDesc
 
+    def __setitem__(self, i: int, desc: tuple) -> None:
+        n = len(self)
+        j = i + n if i < 0 else i
+        if not 0 <= j < n:
+            raise IndexError("descriptor index out of range")
+        one = self.__class__(self._mem, [desc])
+        self._words[4 * j:4 * j + 4] = one._words
+        self._keep += one._keep
+
+    def remDesc(self, index: int) -> None:
+        """Remove descriptor index (NIXL's remDesc); the later ones move down."""
+        n = len(self)
+        j = index + n if index < 0 else index
+        if not 0 <= j < n:
+            raise IndexError("descriptor index out of range")
+        del self._words[4 * j:4 * j + 4]
+
+    def clear(self) -> None:
+        self._words = array("Q")
+        self._keep = []
+
+    def index(self, desc: tuple) -> int:
+        """The index of the first descriptor equal to desc; nixlNotFoundError if none (as NIXL)."""
+        want = tuple(desc)
+        if self._with_meta and len(want) == 4 and isinstance(want[3], str):
+            want = want[:3] + (want[3].encode(),)
+        for i in range(len(self)):
+            if self._row(i) == want:
+                return i
+        raise make_error(nixlNotFoundError, "index", f"no descriptor {desc!r} in this list")
+
+    getIndex = index  # the C++ name
+
+    def print(self) -> None:
+        """Print the list, one descriptor a line (NIXL's print, to stdout)."""
+        lines = [f"{self.__class__.__name__} of mem type {self.mem_type}, {len(self)} descriptors"]
+        lines += [f"    {r!r}" for r in self]
+        print("\n".join(lines))
+
     def __reduce__(self):
         return (self.__class__, (self._mem, list(self)))
 
@@ -179,6 +229,81 @@ class nixlRegDList(_DList):
             out._words[4 * i + 2] = _dev_word(dev, 0)
             out._words[4 * i + 3] = 0
         return out
+
+
+class nixlRemoteDList:
+    """NIXL's list of remote descriptors: (addr, len, dev, agent_name) rows.
+
+    It exists so code that builds one (get_remote_descs) runs; the only NIXL
+    call that takes one, prep_mem_view, needs UCX's GPU device API, which
+    libnixl has not (nixl._bindings.HAVE_UCX_GPU_DEVICE_API is False).
+    """
+
+    __slots__ = ("_mem", "_rows")
+
+    def __init__(self, type: Any = _lib.MEM_DRAM, descs: Any = None, init_size: int = 0):
+        self._mem = mem_type_code(type, "nixlRemoteDList")
+        if isinstance(descs, int) and not isinstance(descs, bool):
+            descs, init_size = None, descs
+        self._rows: list[tuple] = [(0, 0, 0, "")] * init_size
+        for d in descs or ():
+            self.addDesc(d)
+
+    @staticmethod
+    def _check(desc: Any) -> tuple:
+        if not isinstance(desc, tuple) or len(desc) != 4:
+            raise _invalid("nixlRemoteDList", f"a remote descriptor is (addr, len, dev, agent_name), not {desc!r}")
+        a, n, d, name = desc
+        if not all(isinstance(v, int) and v >= 0 for v in (a, n, d)) or not isinstance(name, str):
+            raise _invalid("nixlRemoteDList", f"bad remote descriptor {desc!r}")
+        return (a, n, d, name)
+
+    def getType(self) -> int:
+        return self._mem
+
+    def descCount(self) -> int:
+        return len(self._rows)
+
+    def isEmpty(self) -> bool:
+        return not self._rows
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __getitem__(self, i: Any) -> Any:
+        return self._rows[i]
+
+    def __setitem__(self, i: int, desc: tuple) -> None:
+        self._rows[i] = self._check(desc)
+
+    def __iter__(self):
+        return iter(list(self._rows))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, nixlRemoteDList) and other._mem == self._mem and other._rows == self._rows
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def addDesc(self, desc: tuple) -> None:
+        self._rows.append(self._check(desc))
+
+    append = addDesc
+
+    def remDesc(self, index: int) -> None:
+        del self._rows[index]
+
+    def clear(self) -> None:
+        self._rows = []
+
+    def print(self) -> None:
+        print("\n".join([f"nixlRemoteDList of mem type {_lib.MEM_NAMES[self._mem]}, {len(self)} descriptors"] +
+                        [f"    {r!r}" for r in self._rows]))
+
+    def __reduce__(self):
+        return (self.__class__, (self._mem, list(self._rows)))
+
+    def __repr__(self) -> str:
+        return f"nixlRemoteDList({_lib.MEM_NAMES[self._mem]}, {len(self)} descs)"
 
 
 # ---- recognizing buffers ----

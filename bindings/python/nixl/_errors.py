@@ -83,6 +83,18 @@ class nixlNotImplementedYet(nixlNotSupportedError, NotImplementedError):
     """A NIXL feature whose libnixl part is still being built; the message names the issue."""
 
 
+class nixlInvalidKeyError(nixlInvalidParamError, KeyError):
+    """An unknown operation or memory type name: NIXL's Python looks these up in a
+    dict and raises KeyError; ours is that KeyError and a nixlInvalidParamError."""
+
+    __str__ = BaseException.__str__  # not KeyError's repr() of the message
+
+
+class nixlInvalidValueError(nixlInvalidParamError, ValueError):
+    """A value NIXL's C++ refuses with std::invalid_argument (ValueError in Python),
+    such as an empty agent name; ours is that ValueError and a nixlInvalidParamError."""
+
+
 ALL = (nixlNotPostedError, nixlInvalidParamError, nixlBackendError, nixlNotFoundError, nixlMismatchError,
        nixlNotAllowedError, nixlRepostActiveError, nixlUnknownError, nixlNotSupportedError,
        nixlRemoteDisconnectError, nixlCancelledError, nixlNoTelemetryError)

@@ -85,11 +85,13 @@ class nixl_prepped_dlist_handle(_Handle):
 class nixl_xfer_handle(_Handle):
     """A transfer request: post it with transfer(), poll check_xfer_state()."""
 
-    __slots__ = ("peer", "notif", "posted", "start_us", "_remake")
+    __slots__ = ("peer", "notif", "posted", "start_us", "_remake", "descs_as_given")
     _kind = "transfer handle"
 
-    def __init__(self, agent: "nixl_agent", ptr: int, peer: str, notif: bytes, remake: Any):
+    def __init__(self, agent: "nixl_agent", ptr: int, peer: str, notif: bytes, remake: Any,
+                 descs_as_given: bool = False):
         super().__init__(agent, ptr)
+        self.descs_as_given = descs_as_given  # telemetry's descCount: as given (NIXL does not merge these)
         self.peer = peer
         self.notif = notif
         self.posted = False

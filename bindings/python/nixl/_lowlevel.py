@@ -1,0 +1,752 @@
+"""NIXL's low-level classes (nixl._bindings.nixlAgentConfig, nixlAgent) over libnixl.
+
+NIXL's compiled module exposes its C++ agent to Python with integer handles:
+createBackend returns a backend handle, prepXferDlist a list handle,
+createXferReq / makeXferReq a request handle, and calls return NIXL's status
+values (NIXL_SUCCESS, NIXL_IN_PROG) or raise the nixl*Error of a failure.
+This module gives the same surface over libnixl's C API; nixl_agent
+(nixl._api) gets its C agent from nixlAgent, so a test that replaces
+nixl._bindings.nixlAgent sees every agent being made.
+
+The integers are this module's own keys, valid in the agent that gave them:
+a request keeps its key when a post with another notification makes it again
+(libnixl fixes a request's notification when it is made).  Calls libnixl
+has no counterpart for raise nixlNotSupportedError saying what is missing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import os
+import threading
+import time
+from typing import Any, Optional
+
+from . import _lib
+from ._descs import index_array, nixlRegDList, nixlXferDList, to_dlist
+from ._errors import (check, make_error, nixlInvalidKeyError, nixlInvalidParamError, nixlInvalidValueError,
+                      nixlMismatchError, nixlNoTelemetryError, nixlNotFoundError, nixlNotSupportedError,
+                      nixlRepostActiveError)
+from ._types import nixlXferTelemetry
+
+L = _lib.lib
+
+# NIXL's status values (nixl_status_t), which the low-level calls return or name.
+NIXL_STATUS = {
+    "NIXL_IN_PROG": 1, "NIXL_SUCCESS": 0, "NIXL_ERR_NOT_POSTED": -1, "NIXL_ERR_INVALID_PARAM": -2,
+    "NIXL_ERR_BACKEND": -3, "NIXL_ERR_NOT_FOUND": -4, "NIXL_ERR_MISMATCH": -5, "NIXL_ERR_NOT_ALLOWED": -6,
+    "NIXL_ERR_REPOST_ACTIVE": -7, "NIXL_ERR_UNKNOWN": -8, "NIXL_ERR_NOT_SUPPORTED": -9,
+    "NIXL_ERR_REMOTE_DISCONNECT": -10, "NIXL_ERR_CANCELED": -11, "NIXL_ERR_NO_TELEMETRY": -12,
+}
+NIXL_SUCCESS = NIXL_STATUS["NIXL_SUCCESS"]
+NIXL_IN_PROG = NIXL_STATUS["NIXL_IN_PROG"]
+NIXL_ERR_NOT_FOUND = NIXL_STATUS["NIXL_ERR_NOT_FOUND"]
+DEFAULT_COMM_PORT = 8888
+NIXL_INIT_AGENT = "NIXL_INIT_AGENT"
+
+# NIXL backend names -> libnixl backends.  An alias stands for every backend of
+# ours that does part of what NIXL's backend does; those present in this
+# libnixl are created (the core then picks per request by locality and
+# memory type).  Names of ours are accepted as they are.
+BACKEND_ALIASES: dict[str, tuple[str, ...]] = {
+    "UCX": ("shm", "cuda_ipc", "ucx"),
+    "UCX_MO": ("shm", "cuda_ipc", "ucx"),
+    "LIBFABRIC": ("shm", "cuda_ipc", "libfabric"),
+    "POSIX": ("posix",),
+    "GDS": ("gds",),
+    "GDS_MT": ("gds",),
+}
+# NIXL init parameters that mean one of ours; any other key given to an alias
+# is dropped with a warning (it configures a transport we do not have).
+PARAM_ALIASES = {"num_threads": "threads", "thread_count": "threads", "num_cpus": "threads"}
+
+OPS = {"WRITE": _lib.OP_WRITE, "READ": _lib.OP_READ}
+_ENV_FALSE = ("n", "no", "0", "false", "off")
+_ENV_TRUE = ("y", "yes", "1", "true", "on")
+
+
+def telemetry_enabled(capture: bool) -> bool:
+    """NIXL_TELEMETRY_ENABLE=no turns telemetry off, as in NIXL; otherwise it is on, whatever
+    capture (captureTelemetry) says: libnixl always records it."""
+    v = os.environ.get("NIXL_TELEMETRY_ENABLE")
+    return not (v is not None and v.strip().lower() in _ENV_FALSE)
+
+
+def to_bytes(msg: Any) -> bytes:
+    if msg is None:
+        return b""
+    return msg.encode() if isinstance(msg, str) else bytes(msg)
+
+
+def agent_name(name: Any) -> str:
+    """A peer's name as str: NIXL's calls take str or bytes (add_remote_agent returns bytes)."""
+    if isinstance(name, (bytes, bytearray, memoryview)):
+        return bytes(name).decode()
+    if not isinstance(name, str):
+        raise TypeError(f"an agent name is str or bytes, not {type(name).__name__}")
+    return name
+
+
+def op_code(operation: Any, call: str) -> int:
+    """'READ'/'WRITE' or NIXL_READ/NIXL_WRITE; any other is nixlInvalidKeyError (a KeyError, as NIXL)."""
+    if isinstance(operation, str):
+        if operation in OPS:
+            return OPS[operation]
+    elif isinstance(operation, int) and not isinstance(operation, bool) and operation in OPS.values():
+        return int(operation)
+    raise make_error(nixlInvalidKeyError, call, f"operation must be 'READ' or 'WRITE', not {operation!r}")
+
+
+def available() -> dict[str, Any]:
+    """Backends this libnixl has: name -> {mem_types, caps, params, description, origin}."""
+    infos = ctypes.POINTER(_lib.nixl_backend_info_t)()
+    n = ctypes.c_size_t()
+    check(L.nixl_backends_available(ctypes.byref(infos), ctypes.byref(n)), "nixl_backends_available")
+    out = {}
+    for i in range(n.value):
+        b = infos[i]
+        params = {}
+        for j in range(b.num_params):
+            p = b.params[j]
+            params[p.key.decode()] = (p.default_value or b"").decode()
+        out[b.name.decode()] = {
+            "mem_types": [v for k, v in _lib.MEM_NAMES.items() if b.mem_types & (1 << k)],
+            "caps": [v for k, v in _lib.CAP_NAMES.items() if b.caps & k],
+            "params": params,
+            "description": (b.description or b"").decode(),
+            "origin": (b.origin or b"").decode(),
+        }
+    return out
+
+
+def targets(plugins: dict[str, Any], name: str) -> list[str]:
+    """Our backends that a name stands for (itself, or those of a NIXL alias that are built)."""
+    if name in plugins:
+        return [name]
+    return [b for b in BACKEND_ALIASES.get(name, ()) if b in plugins]
+
+
+def why_missing(name: str) -> str:
+    if name in BACKEND_ALIASES:
+        return f"it maps to {', '.join(BACKEND_ALIASES[name])}, none of which is built"
+    return "unknown backend name"
+
+
+def translate(plugins: dict[str, Any], alias: str, ours: str, params: dict[str, str], log: Any,
+              who: str) -> dict[str, str]:
+    """A NIXL backend's init parameters, as our backend `ours` names them (others dropped, said)."""
+    known = plugins[ours]["params"]
+    out = {}
+    for k, v in params.items():
+        k2 = PARAM_ALIASES.get(k, k)
+        if k2 in known:
+            out[k2] = v
+        else:
+            log.warning("agent %s: %s parameter %s=%s has no meaning for our %s backend: ignored", who, alias, k,
+                        v, ours)
+    return out
+
+
+# ---- notifications: nixl_notifs_get hands each one to _notif_cb ----
+# arg names the list of the call in flight (several threads may drain at once).
+# Module-level so that agents hold no reference cycle through their callback.
+_sinks: dict[int, list] = {}
+_sink_ids = itertools.count(1)
+
+
+def _on_notif(sender: bytes, msg: int, n: int, arg: int) -> None:
+    sink = _sinks.get(arg)
+    if sink is not None:
+        sink.append((sender.decode(errors="replace"), ctypes.string_at(msg, n) if n else b""))
+
+
+_notif_cb = _lib.NOTIF_CB(_on_notif)
+
+
+def drain(agent_ptr: int, call: str) -> list[tuple[str, bytes]]:
+    """Every notification received since the last drain, as (sender, message), in arrival order."""
+    token = next(_sink_ids)
+    sink: list[tuple[str, bytes]] = []
+    _sinks[token] = sink
+    try:
+        check(L.nixl_notifs_get(agent_ptr, _notif_cb, token, None), call)
+    finally:
+        del _sinks[token]
+    return sink
+
+
+def make_opt(handles: Optional[list[int]], notif: Optional[bytes], call: str,
+             timeout_ms: Optional[int] = None) -> tuple[Any, Any]:
+    """A nixl_opt_args_t (and what it points to, to keep alive), or (None, None) when nothing is set."""
+    if not handles and notif is None and timeout_ms is None:
+        return None, None
+    opt = _lib.nixl_opt_args_t()
+    keep: list[Any] = []
+    if timeout_ms is not None:
+        if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or not 0 <= timeout_ms <= 0xFFFFFFFF:
+            raise make_error(nixlInvalidParamError, call,
+                             f"timeout_ms must be an int from 0 (no deadline) to 2**32-1, not {timeout_ms!r}")
+        opt.field_mask |= _lib.OPT_TIMEOUT_MS
+        opt.timeout_ms = timeout_ms
+    if handles:
+        arr = (ctypes.c_void_p * len(handles))(*handles)
+        keep.append(arr)
+        opt.field_mask |= _lib.OPT_BACKENDS
+        opt.backends = ctypes.cast(arr, ctypes.c_void_p)
+        opt.num_backends = len(handles)
+    if notif is not None:
+        buf = ctypes.create_string_buffer(notif, max(len(notif), 1))
+        keep.append(buf)
+        opt.field_mask |= _lib.OPT_NOTIF
+        opt.notif = ctypes.cast(buf, ctypes.c_void_p)
+        opt.notif_len = len(notif)
+    keep.append(opt)
+    return ctypes.byref(opt), keep
+
+
+def telemetry_of(info: _lib.nixl_xfer_info_t, start_us: int, descs_as_given: bool) -> nixlXferTelemetry:
+    """NIXL's telemetry of a request: durations in microseconds, rounded up (a post that took any
+    time reports at least 1 us); descCount as given for requests NIXL does not merge (createXferReq,
+    makeXferReq with skip_desc_merge), else after merging, as NIXL counts them."""
+    return nixlXferTelemetry(start_us, -(-info.post_ns // 1000), -(-info.xfer_ns // 1000), info.bytes,
+                             info.descs_in if descs_as_given else info.descs)
+
+
+class nixlAgentConfig:
+    """NIXL's agent configuration (C++ nixlAgentConfig), positional as NIXL's constructors:
+    (useProgThread, useListenThread, listenPort, syncMode, num_workers, pthrDelay, lthrDelay,
+    captureTelemetry).  libnixl uses useProgThread, useListenThread, listenPort and pthrDelay
+    (the progress thread's period in us, 0 = libnixl's default); syncMode is kept (every
+    mode gives a serialized C agent, docs/python.md); the rest are kept and unused."""
+
+    def __init__(self, useProgThread: bool = False, useListenThread: bool = False,
+                 listenPort: int = DEFAULT_COMM_PORT, syncMode: int = 0, num_workers: int = 1, pthrDelay: int = 0,
+                 lthrDelay: int = 100000, captureTelemetry: bool = False, etcdWatchTimeout: Any = 5000000):
+        self.useProgThread = bool(useProgThread)
+        self.useListenThread = bool(useListenThread)
+        self.listenPort = int(listenPort)
+        self.syncMode = int(getattr(syncMode, "value", syncMode))
+        self.num_workers = int(num_workers)
+        self.pthrDelay = int(pthrDelay)
+        self.lthrDelay = int(lthrDelay)
+        self.captureTelemetry = bool(captureTelemetry)
+        self.etcdWatchTimeout = etcdWatchTimeout
+
+    def __repr__(self) -> str:
+        return ("nixlAgentConfig(" + ", ".join(f"{k}={v!r}" for k, v in vars(self).items()) + ")")
+
+
+class _Req:
+    """A request made through nixlAgent: its C pointer now, and how to make it again."""
+
+    __slots__ = ("ptr", "notif", "posted", "start_us", "remake", "peer", "as_given")
+
+    def __init__(self, ptr: int, notif: bytes, remake: Any, peer: str, as_given: bool):
+        self.ptr, self.notif, self.remake, self.peer, self.as_given = ptr, notif, remake, peer, as_given
+        self.posted = False
+        self.start_us = 0
+
+
+class nixlAgent:
+    """NIXL's C++ agent (nixl._bindings.nixlAgent) over a libnixl agent.
+
+    nixlAgent(name, nixlAgentConfig): an empty name is ValueError (as NIXL's
+    std::invalid_argument); any other refused name is nixlInvalidParamError.
+    close() (ours) destroys the C agent now; it is also destroyed when garbage.
+    """
+
+    def __init__(self, name: str, config: Optional[nixlAgentConfig] = None):
+        self._ptr_v: Optional[int] = None
+        cfg = config if config is not None else nixlAgentConfig()
+        if not isinstance(name, str):
+            raise TypeError(f"agent name must be a str, not {type(name).__name__}")
+        if not name:
+            raise make_error(nixlInvalidValueError, "nixlAgent", "Agent needs a non-empty name")
+        port = int(cfg.listenPort)
+        if not 0 <= port <= 65535:
+            raise make_error(nixlInvalidParamError, "nixlAgent", f"listen port {port} is not a TCP port")
+        c = _lib.nixl_agent_config_t()
+        c.field_mask = (_lib.CFG_NAME | _lib.CFG_PROGRESS_THREAD | _lib.CFG_LISTEN | _lib.CFG_LISTEN_PORT |
+                        _lib.CFG_THREAD_MODE)
+        c.name = name.encode()
+        c.progress_thread = int(bool(cfg.useProgThread))
+        c.listen = int(bool(cfg.useListenThread))
+        c.listen_port = port
+        c.thread_mode = _lib.THREAD_SERIALIZED  # whatever syncMode says: docs/python.md, "Threads"
+        delay = int(getattr(cfg, "pthrDelay", 0) or 0)
+        if 0 < delay <= 0xFFFFFFFF:
+            c.field_mask |= _lib.CFG_PROGRESS_INTERVAL_US
+            c.progress_interval_us = delay
+        ptr = ctypes.c_void_p()
+        check(L.nixl_agent_create(ctypes.byref(c), ctypes.byref(ptr)), "nixlAgent", f"agent {name!r}")
+        self._ptr_v = ptr.value
+        self.name = name
+        self.config = cfg
+        self.telemetry = telemetry_enabled(bool(getattr(cfg, "captureTelemetry", False)))
+        self._lock = threading.RLock()
+        self._plugins = available()
+        self._ours: dict[str, int] = {}  # our backend name -> C handle
+        self._name_of: dict[int, str] = {}  # and back
+        self._params: dict[str, dict[str, str]] = {}  # our backend -> its effective parameters
+        self._groups: dict[int, list[int]] = {}  # backend handle given out -> C handles
+        self._group_name: dict[int, str] = {}
+        self._group_of: dict[int, int] = {}  # C handle -> the first handle given out holding it
+        self._ids = itertools.count(1 << 12)
+        self._preps: dict[int, tuple[int, Optional[str]]] = {}
+        self._reqs: dict[int, _Req] = {}
+
+    # ---- life cycle (ours) ----
+    def close(self) -> None:
+        with getattr(self, "_lock", threading.RLock()):
+            p, self._ptr_v = self._ptr_v, None
+            if p:
+                self._preps.clear()
+                self._reqs.clear()
+                L.nixl_agent_destroy(p)
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    @property
+    def closed(self) -> bool:
+        return not self._ptr_v
+
+    def _p(self, call: str) -> int:
+        if not self._ptr_v:
+            raise make_error(nixlInvalidParamError, call, f"agent {getattr(self, 'name', '?')} was closed")
+        return self._ptr_v
+
+    def __repr__(self) -> str:
+        return f"nixlAgent({getattr(self, 'name', '?')!r}{'' if self._ptr_v else ', closed'})"
+
+    # ---- plugins and backends ----
+    def getAvailPlugins(self) -> list[str]:
+        """Our backends, then the NIXL names that map to at least one of them."""
+        return list(self._plugins) + [a for a, t in BACKEND_ALIASES.items() if any(b in self._plugins for b in t)]
+
+    def _mems_params(self, names: list[str]) -> tuple[dict[str, str], list[str]]:
+        params: dict[str, str] = {}
+        mems: list[str] = []
+        for b in names:
+            params.update(self._params.get(b, self._plugins[b]["params"]))
+            mems += [m for m in self._plugins[b]["mem_types"] if m not in mems]
+        return params, mems
+
+    def getPluginParams(self, type: str) -> tuple[dict[str, str], list[str]]:
+        t = targets(self._plugins, type)
+        if not t:
+            raise make_error(nixlNotFoundError, "getPluginParams", f"plugin {type!r}: {why_missing(type)}")
+        return self._mems_params_defaults(t)
+
+    def _mems_params_defaults(self, names: list[str]) -> tuple[dict[str, str], list[str]]:
+        params: dict[str, str] = {}
+        mems: list[str] = []
+        for b in names:
+            params.update(self._plugins[b]["params"])
+            mems += [m for m in self._plugins[b]["mem_types"] if m not in mems]
+        return params, mems
+
+    def getBackendParams(self, backend: int) -> tuple[dict[str, str], list[str]]:
+        hs = self._backend_handles([backend], "getBackendParams")
+        return self._mems_params([self._name_of[h] for h in hs])
+
+    def create_c(self, name: str, params: dict[str, str], call: str) -> int:
+        """Create our backend `name` with params (ours; nixl_agent uses it): its C handle."""
+        keys = [k.encode() for k in params]
+        vals = [v.encode() for v in params.values()]
+        arr = (_lib.nixl_param_t * max(len(keys), 1))()
+        for i, (k, v) in enumerate(zip(keys, vals)):
+            arr[i].key, arr[i].value = k, v
+        out = ctypes.c_void_p()
+        with self._lock:
+            check(L.nixl_backend_create(self._p(call), name.encode(), arr if keys else None, len(keys),
+                                        ctypes.byref(out)), call, f"backend {name!r} with {params or 'defaults'}")
+            eff = {}
+            for k, default in self._plugins[name]["params"].items():
+                env = os.environ.get(f"NIXL_{name}_{k}".upper())
+                eff[k] = params.get(k, env if env is not None else default)
+            self._ours[name] = out.value
+            self._name_of[out.value] = name
+            self._params[name] = eff
+        return out.value
+
+    def createBackend(self, type: str, initParams: Optional[dict[str, str]] = None) -> int:
+        """A backend by our name or a NIXL name (then every backend of ours it maps to, made once
+        and shared between names); returns its handle for registerMem(..., [handle]) and the like."""
+        call = "createBackend"
+        from ._api import log
+        params = {str(k): str(v) for k, v in (initParams or {}).items()}
+        t = targets(self._plugins, type)
+        if not t:
+            raise make_error(nixlNotFoundError, call, f"backend {type!r}: {why_missing(type)}")
+        alias = type not in self._plugins
+        hs: list[int] = []
+        failed: list[Exception] = []
+        with self._lock:
+            for b in t:
+                if b in self._ours and alias:
+                    hs.append(self._ours[b])
+                    continue
+                try:
+                    hs.append(self.create_c(b, translate(self._plugins, type, b, params, log, self.name)
+                                            if alias else params, call))
+                except Exception as e:
+                    if not alias:
+                        raise
+                    failed.append(e)  # an alias needs only some of its backends (no GPU: no cuda_ipc)
+                    log.warning("agent %s: %s without our %s backend: %s", self.name, type, b, e)
+            if not hs:
+                raise failed[0]
+            gid = hs[0] if not alias else next(self._ids)
+            self._groups[gid] = hs
+            self._group_name[gid] = type
+            for h in hs:
+                self._group_of.setdefault(h, gid)
+        return gid
+
+    def _backend_handles(self, backends: Any, call: str, mem: Optional[str] = None) -> list[int]:
+        """The C handles of the backend handles given (those taking mem, for a registration)."""
+        hs: list[int] = []
+        for b in backends or ():
+            if isinstance(b, bool) or not isinstance(b, int) or b not in self._groups:
+                raise make_error(nixlNotFoundError, call, f"{b!r} is not a backend handle of agent {self.name}")
+            mine = self._groups[b]
+            if mem is not None and len(mine) > 1:
+                mine = [h for h in mine if mem in self._plugins[self._name_of[h]]["mem_types"]] or mine
+            hs += [h for h in mine if h not in hs]
+        return hs
+
+    # ---- memory ----
+    def _reg(self, fn: Any, descs: Any, backends: Any, call: str) -> int:
+        if not isinstance(descs, nixlRegDList):
+            raise TypeError(f"{call}: descs must be a nixlRegDList, not {type(descs).__name__}")
+        opt, _keep = make_opt(self._backend_handles(backends, call, descs.mem_type), None, call)
+        c = descs._c()
+        check(fn(self._p(call), ctypes.byref(c), opt), call, f"{len(descs)} {descs.mem_type} descriptors")
+        return NIXL_SUCCESS
+
+    def registerMem(self, descs: nixlRegDList, backends: Any = ()) -> int:
+        return self._reg(L.nixl_mem_register, descs, backends, "registerMem")
+
+    def deregisterMem(self, descs: nixlRegDList, backends: Any = ()) -> int:
+        return self._reg(L.nixl_mem_deregister, descs, backends, "deregisterMem")
+
+    def queryMem(self, descs: Any, backend: int) -> list:
+        raise make_error(nixlNotSupportedError, "queryMem", "libnixl has no memory query (queryMem needs file "
+                         "backends: POSIX, GDS; none is built)")
+
+    # ---- metadata ----
+    def getLocalMD(self) -> bytes:
+        blob = ctypes.c_void_p()
+        n = ctypes.c_size_t()
+        check(L.nixl_md_get_local(self._p("getLocalMD"), ctypes.byref(blob), ctypes.byref(n)), "getLocalMD")
+        try:
+            return ctypes.string_at(blob.value, n.value)
+        finally:
+            L.nixl_free(blob)
+
+    def getLocalPartialMD(self, descs: Any, inc_conn_info: bool = False, backends: Any = ()) -> bytes:
+        raise make_error(nixlNotSupportedError, "getLocalPartialMD", "libnixl makes partial metadata only "
+                         "to publish it in etcd (sendLocalPartialMD with a label); there is no partial blob")
+
+    def loadRemoteMD(self, remote_metadata: Any) -> bytes:
+        """Load a peer's metadata; returns its name as bytes (as NIXL)."""
+        md = to_bytes(remote_metadata)
+        name = ctypes.create_string_buffer(_lib.NIXL_NAME_MAX + 1)
+        check(L.nixl_md_load_remote(self._p("loadRemoteMD"), md, len(md), name), "loadRemoteMD",
+              f"{len(md)} bytes of metadata")
+        return name.value
+
+    def invalidateRemoteMD(self, remote_agent: str) -> int:
+        """NIXL returns the status (NIXL_ERR_NOT_FOUND for an unknown peer) instead of raising."""
+        remote_agent = agent_name(remote_agent)
+        st = L.nixl_md_invalidate_remote(self._p("invalidateRemoteMD"), remote_agent.encode())
+        if _lib.status_name(st) == "NIXL_ERR_UNKNOWN_PEER":
+            return NIXL_ERR_NOT_FOUND
+        check(st, "invalidateRemoteMD", f"peer {remote_agent!r}")
+        return NIXL_SUCCESS
+
+    def checkRemoteMD(self, remote_name: str, descs: Any = None) -> int:
+        """NIXL_SUCCESS when the peer is known (and its metadata covers descs), else NIXL_ERR_NOT_FOUND."""
+        p = self._p("checkRemoteMD")
+        remote_name = agent_name(remote_name)
+        if L.nixl_md_check_remote(p, remote_name.encode()) != _lib.NIXL_OK:
+            return NIXL_ERR_NOT_FOUND
+        if descs is None or not len(descs):
+            return NIXL_SUCCESS
+        c = to_dlist(descs, None, False, "checkRemoteMD")._c()
+        prep = ctypes.c_void_p()
+        if L.nixl_prep_create(p, remote_name.encode(), ctypes.byref(c), None, ctypes.byref(prep)) != 0:
+            return NIXL_ERR_NOT_FOUND
+        L.nixl_prep_release(prep)
+        return NIXL_SUCCESS
+
+    def etcd(self, call: str, fn: str, *args: Any) -> None:
+        """Queue an etcd request (the agent's etcd thread does it)."""
+        if fn not in _lib.HAVE:
+            from ._api import _no_etcd
+            raise _no_etcd(call)
+        check(getattr(L, fn)(self._p(call), *args), call, "through etcd (NIXL_ETCD_ENDPOINTS, docs/etcd.md)")
+
+    @staticmethod
+    def etcd_args(label: str = "") -> Any:
+        if not label:
+            return None
+        a = _lib.nixl_etcd_args_t()
+        a.field_mask = _lib.ETCD_ARG_LABEL
+        a.label = label.encode()
+        return a
+
+    def sendLocalMD(self, ip_addr: str = "", port: int = 0) -> None:
+        call = "sendLocalMD"
+        if not ip_addr:
+            return self.etcd(call, "nixl_md_etcd_publish", None, None)
+        check(L.nixl_md_send_local(self._p(call), ip_addr.encode(), port or DEFAULT_COMM_PORT), call,
+              f"to {ip_addr}:{port or DEFAULT_COMM_PORT}")
+
+    def sendLocalPartialMD(self, descs: Any, inc_conn_info: bool = False, backends: Any = (), ip_addr: str = "",
+                           port: int = 0, label: str = "") -> None:
+        call = "sendLocalPartialMD"
+        if ip_addr:
+            raise make_error(nixlNotSupportedError, call, "libnixl sends partial metadata only through etcd: "
+                             "leave out ip_addr (and set NIXL_ETCD_ENDPOINTS), or send all of it (sendLocalMD)")
+        if not label:
+            raise make_error(nixlInvalidParamError, call, "a label is required")
+        c = to_dlist(descs, None, False, call)._c()
+        self.etcd(call, "nixl_md_etcd_publish", ctypes.byref(c), ctypes.byref(self.etcd_args(label)))
+
+    def fetch_name(self, ip_addr: str, port: int, call: str) -> str:
+        """Fetch and load the metadata of the agent listening at ip_addr:port; its name (ours)."""
+        name = ctypes.create_string_buffer(_lib.NIXL_NAME_MAX + 1)
+        check(L.nixl_md_fetch_remote(self._p(call), ip_addr.encode(), port, name), call, f"from {ip_addr}:{port}")
+        return name.value.decode()
+
+    def fetchRemoteMD(self, remote_agent: str, ip_addr: str = "", port: int = 0, label: str = "") -> None:
+        call = "fetchRemoteMD"
+        remote_agent = agent_name(remote_agent)
+        if not ip_addr:
+            args = self.etcd_args(label)
+            return self.etcd(call, "nixl_md_etcd_fetch", remote_agent.encode(), ctypes.byref(args) if args else None)
+        port = port or DEFAULT_COMM_PORT
+        got = self.fetch_name(ip_addr, port, call)
+        if remote_agent and got != remote_agent:
+            raise make_error(nixlMismatchError, call, f"{ip_addr}:{port} is agent {got!r}, not {remote_agent!r} "
+                             f"(its metadata was loaded)")
+
+    def invalidateLocalMD(self, ip_addr: str = "", port: int = 0) -> None:
+        call = "invalidateLocalMD"
+        if not ip_addr:
+            return self.etcd(call, "nixl_md_etcd_invalidate_local", None)
+        check(L.nixl_md_invalidate_local(self._p(call), ip_addr.encode(), port or DEFAULT_COMM_PORT), call,
+              f"at {ip_addr}:{port or DEFAULT_COMM_PORT}")
+
+    def makeConnection(self, remote_agent: str, backends: Any = ()) -> int:
+        """libnixl connects when a request is made; this checks the peer is known."""
+        remote_agent = agent_name(remote_agent)
+        check(L.nixl_md_check_remote(self._p("makeConnection"), remote_agent.encode()), "makeConnection",
+              f"peer {remote_agent!r}")
+        return NIXL_SUCCESS
+
+    # ---- transfers ----
+    def prepXferDlist(self, *args: Any, **kw: Any) -> int:
+        """prepXferDlist(agent_name, descs, backend=[]) or prepXferDlist(descs, backend=[]) (local side);
+        agent_name NIXL_INIT_AGENT is the local side too."""
+        call = "prepXferDlist"
+        if args and isinstance(args[0], (str, bytes)):
+            name, rest = agent_name(args[0]), args[1:]
+        else:
+            name, rest = agent_name(kw.pop("agent_name", NIXL_INIT_AGENT)), args
+        descs = rest[0] if rest else kw.pop("descs")
+        backends = rest[1] if len(rest) > 1 else kw.pop("backend", kw.pop("backends", ()))
+        if not isinstance(descs, nixlXferDList):
+            raise TypeError(f"{call}: descs must be a nixlXferDList, not {type(descs).__name__}")
+        peer = None if name in ("", NIXL_INIT_AGENT) else name
+        if peer == self.name:
+            raise make_error(nixlNotSupportedError, call, "loopback (the remote side being this agent) is not "
+                             "supported by libnixl: use a second agent")
+        opt, _keep = make_opt(self._backend_handles(backends, call), None, call)
+        c = descs._c()
+        out = ctypes.c_void_p()
+        with self._lock:
+            check(L.nixl_prep_create(self._p(call), peer.encode() if peer else None, ctypes.byref(c), opt,
+                                     ctypes.byref(out)), call,
+                  f"{len(descs)} descriptors of {'this agent' if peer is None else 'peer ' + repr(peer)}")
+            self._preps[out.value] = (out.value, peer)
+        return out.value
+
+    def releasedDlistH(self, handle: int) -> int:
+        with self._lock:
+            rec = self._preps.pop(handle, None)
+            if rec is None:
+                raise make_error(nixlInvalidParamError, "releasedDlistH", f"{handle!r} is not a prepared list of "
+                                 f"agent {self.name} (or was released)")
+            if self._ptr_v:
+                L.nixl_prep_release(rec[0])
+        return NIXL_SUCCESS
+
+    def _new_req(self, make: Any, notif: bytes, peer: str, as_given: bool) -> int:
+        ptr = make(notif)
+        with self._lock:  # a key of our own: the C pointer changes when a new notification remakes it
+            key = next(self._ids)
+            self._reqs[key] = _Req(ptr, notif, make, peer, as_given)
+        return key
+
+    def _req(self, reqh: int, call: str) -> _Req:
+        rec = self._reqs.get(reqh) if isinstance(reqh, int) else None
+        if rec is None or not self._ptr_v:
+            raise make_error(nixlInvalidParamError, call, f"{reqh!r} is not a request of agent {self.name} "
+                             f"(or was released)")
+        return rec
+
+    def makeXferReq(self, operation: Any, local_side: int, local_indices: Any, remote_side: int,
+                    remote_indices: Any, notif_msg: Any = b"", backend: Any = (), skip_desc_merg: bool = False,
+                    timeout_ms: Optional[int] = None) -> int:
+        call = "makeXferReq"
+        op = op_code(operation, call)
+        lkeep, laddr, ln = index_array(local_indices, call)
+        rkeep, raddr, rn = index_array(remote_indices, call)
+        if ln != rn:
+            raise make_error(nixlMismatchError, call, f"{ln} local indices but {rn} remote indices")
+        with self._lock:
+            lrec, rrec = self._preps.get(local_side), self._preps.get(remote_side)
+        if lrec is None or rrec is None:
+            raise make_error(nixlInvalidParamError, call, "local_side and remote_side must be prepared lists of "
+                             f"agent {self.name} (prepXferDlist)")
+        if rrec[1] is None:
+            raise make_error(nixlInvalidParamError, call, "the remote side was prepared as local (NIXL_INIT_AGENT)")
+        hs = self._backend_handles(backend, call)
+
+        def make(msg: bytes, _keep: Any = (lkeep, rkeep)) -> int:
+            opt, _k = make_opt(hs, msg if msg else None, call, timeout_ms)
+            out = ctypes.c_void_p()
+            check(L.nixl_xfer_make(self._p(call), op, lrec[0], laddr, rrec[0], raddr, ln, opt, ctypes.byref(out)),
+                  call, f"{ln} descriptors with {rrec[1]}")
+            return out.value
+
+        return self._new_req(make, to_bytes(notif_msg), rrec[1], bool(skip_desc_merg))
+
+    def createXferReq(self, operation: Any, local_descs: Any, remote_descs: Any, remote_agent: str,
+                      notif_msg: Any = b"", backend: Any = (), timeout_ms: Optional[int] = None) -> int:
+        call = "createXferReq"
+        op = op_code(operation, call)
+        remote_agent = agent_name(remote_agent)
+        for d in (local_descs, remote_descs):
+            if not isinstance(d, nixlXferDList):
+                raise TypeError(f"{call}: descriptor lists must be nixlXferDList, not {type(d).__name__}")
+        hs = self._backend_handles(backend, call)
+
+        def make(msg: bytes) -> int:
+            opt, _k = make_opt(hs, msg if msg else None, call, timeout_ms)
+            lc, rc = local_descs._c(), remote_descs._c()
+            out = ctypes.c_void_p()
+            check(L.nixl_xfer_create(self._p(call), op, ctypes.byref(lc), ctypes.byref(rc), remote_agent.encode(),
+                                     opt, ctypes.byref(out)), call,
+                  f"{len(local_descs)} descriptors with {remote_agent!r}")
+            return out.value
+
+        return self._new_req(make, to_bytes(notif_msg), remote_agent, True)
+
+    def estimateXferCost(self, req_handle: int) -> tuple:
+        raise make_error(nixlNotSupportedError, "estimateXferCost", "libnixl has no cost model")
+
+    def postXferReq(self, reqh: int, notif_msg: Any = b"") -> int:
+        """Post (or re-post) a request: NIXL_SUCCESS when it completed inside the call, else NIXL_IN_PROG.
+
+        A notif_msg other than the request's replaces it (the request is made again with it)."""
+        call = "postXferReq"
+        msg = to_bytes(notif_msg)
+        with self._lock:
+            rec = self._req(reqh, call)
+            if msg and msg != rec.notif:
+                if L.nixl_xfer_status(rec.ptr) == _lib.NIXL_IN_PROG:  # what a plain re-post would say
+                    raise make_error(nixlRepostActiveError, call, f"request to {rec.peer!r} is still in flight")
+                new = rec.remake(msg)
+                L.nixl_xfer_release(rec.ptr)
+                rec.ptr, rec.notif, rec.posted = new, msg, False
+            rec.start_us = time.time_ns() // 1000
+            st = L.nixl_xfer_post(rec.ptr)
+            if st >= 0:
+                rec.posted = True
+        return check(st, call, f"request to {rec.peer!r}")
+
+    def getXferStatus(self, reqh: int) -> int:
+        """NIXL_SUCCESS, NIXL_IN_PROG, or raises the failed request's nixl*Error."""
+        call = "getXferStatus"
+        with self._lock:
+            rec = self._req(reqh, call)
+            st, posted = L.nixl_xfer_status(rec.ptr), rec.posted
+        if st == _lib.ERR_INVALID_PARAM and not posted:
+            from ._errors import nixlNotPostedError
+            raise make_error(nixlNotPostedError, call, f"request to {rec.peer!r} was never posted")
+        return check(st, call, f"request to {rec.peer!r}")
+
+    def xfer_info(self, ptr: int, call: str) -> _lib.nixl_xfer_info_t:
+        info = _lib.nixl_xfer_info_t()
+        check(L.nixl_xfer_info(ptr, ctypes.byref(info)), call)
+        return info
+
+    def getXferTelemetry(self, reqh: int) -> nixlXferTelemetry:
+        call = "getXferTelemetry"
+        if not self.telemetry:
+            raise make_error(nixlNoTelemetryError, call, "telemetry is off (NIXL_TELEMETRY_ENABLE)")
+        with self._lock:
+            rec = self._req(reqh, call)
+            info = self.xfer_info(rec.ptr, call)
+        if not info.posts:
+            raise make_error(nixlNoTelemetryError, call, f"request to {rec.peer!r} was never posted")
+        return telemetry_of(info, rec.start_us, rec.as_given)
+
+    def queryXferBackend(self, reqh: int) -> int:
+        """The backend handle (from createBackend) that holds the backend the request uses."""
+        call = "queryXferBackend"
+        with self._lock:
+            rec = self._req(reqh, call)
+            b = self.xfer_info(rec.ptr, call).backend.decode()
+            h = self._ours.get(b)
+            if h is None or h not in self._group_of:
+                raise make_error(nixlNotFoundError, call, f"backend {b!r} was not made by createBackend")
+            return self._group_of[h]
+
+    def releaseXferReq(self, reqh: int) -> int:
+        """Free a request; one in flight is canceled (its notification is never delivered)."""
+        with self._lock:
+            rec = self._req(reqh, "releaseXferReq")
+            del self._reqs[reqh]
+            L.nixl_xfer_release(rec.ptr)
+        return NIXL_SUCCESS
+
+    # ---- notifications ----
+    def getNotifs(self, notif_map: Optional[dict] = None, backends: Any = ()) -> dict:
+        """Add the notifications received since the last call to notif_map ({sender: [bytes]}); returns it."""
+        out = notif_map if notif_map is not None else {}
+        for sender, msg in drain(self._p("getNotifs"), "getNotifs"):
+            out.setdefault(sender, []).append(msg)
+        return out
+
+    def genNotif(self, remote_agent: str, msg: Any, backends: Any = ()) -> int:
+        call = "genNotif"
+        remote_agent = agent_name(remote_agent)
+        m = to_bytes(msg)
+        if isinstance(backends, int) and not isinstance(backends, bool):
+            backends = [backends]
+        opt, _keep = make_opt(self._backend_handles(backends, call), None, call)
+        check(L.nixl_notif_send(self._p(call), remote_agent.encode(), m, len(m), opt), call,
+              f"to {remote_agent!r}")
+        return NIXL_SUCCESS
+
+    # ---- UCX GPU device API ----
+    def prepMemView(self, dlist: Any, backends: Any = ()) -> int:
+        raise make_error(nixlNotSupportedError, "prepMemView", "memory views need UCX's GPU device API, which "
+                         "libnixl has not (HAVE_UCX_GPU_DEVICE_API is False)")
+
+    def releaseMemView(self, mvh: int) -> None:
+        raise make_error(nixlNotSupportedError, "releaseMemView", "memory views need UCX's GPU device API, which "
+                         "libnixl has not (HAVE_UCX_GPU_DEVICE_API is False)")
+
+
+__all__ = ["nixlAgentConfig", "nixlAgent", "NIXL_STATUS", "DEFAULT_COMM_PORT", "NIXL_INIT_AGENT",
+           "BACKEND_ALIASES"]
