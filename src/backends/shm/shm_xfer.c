@@ -25,11 +25,6 @@
 #define SHM_PATH_MAP "shm.map"
 #define SHM_PATH_CMA "shm.cma"
 
-static int shm_in_range(uint64_t addr, uint64_t len, uint64_t base, uint64_t base_len)
-{
-    return addr >= base && len <= base_len && addr - base <= base_len - len;
-}
-
 /* Walks the segments of a request: descriptors cut at 'chunk' bytes, and
  * groups them into items. */
 typedef struct shm_layout {
@@ -50,6 +45,12 @@ static void shm_layout_add(shm_layout_t *l, uint64_t seg_len, uint64_t chunk)
     l->nseg++;
 }
 
+/* The core resolved every piece inside registered regions of this
+ * backend on both sides (and merged only within one region), so ranges are
+ * not checked again here (backend.h: a backend may trust its iovs).  What
+ * is looked at is per region, not per piece: whether each one is mapped
+ * here, and whether reaching it is a fallback.  Consecutive pieces almost
+ * always share their regions, so a region is looked at when it changes. */
 static nixl_status_t shm_check_xfer(shm_be_t *be, const nixl_be_xfer_t *x, int *mapped_out, int *fallback_out)
 {
     int mapped = be->map_enabled, fallback = 0;
@@ -63,19 +64,22 @@ static nixl_status_t shm_check_xfer(shm_be_t *be, const nixl_be_xfer_t *x, int *
     }
     if (!x->peer || !x->iov || x->count == 0)
         return x->count == 0 ? NIXL_ERR_ZERO_LENGTH : NIXL_ERR_NULL;
+    const void *last_l = NULL, *last_r = NULL;
     for (size_t i = 0; i < x->count; i++) {
         const nixl_be_iov_t *v = &x->iov[i];
-        const shm_reg_t *l = v->lmd;
+        if (nixl_likely(v->lmd == last_l && v->rmd == last_r))
+            continue;
         const shm_rmd_t *r = v->rmd;
-        if (!l || !r || r->peer != x->peer || !shm_in_range(v->laddr, v->len, l->addr, l->len) ||
-            !shm_in_range(v->raddr, v->len, r->addr, r->len)) {
-            SHM_ERROR(be, "shm: piece %zu of a transfer lies outside its registered regions", i);
+        if (!v->lmd || !r || r->peer != x->peer) {
+            SHM_ERROR(be, "shm: piece %zu of a transfer has no registration of this backend on both sides", i);
             return NIXL_ERR_INVALID_PARAM;
         }
         if (!r->base)
             mapped = 0;
         if (r->fallback)
             fallback = 1;
+        last_l = v->lmd;
+        last_r = r;
     }
     *mapped_out = mapped;
     *fallback_out = mapped ? 0 : fallback;
@@ -116,9 +120,7 @@ static void shm_req_init(shm_req_t *r, shm_be_t *be, const nixl_be_xfer_t *x, in
 static nixl_status_t shm_prepare_mapped(shm_be_t *be, const nixl_be_xfer_t *x, int fallback,
                                         nixl_be_req_t **req_out)
 {
-    uint64_t bytes = 0;
-    for (size_t i = 0; i < x->count; i++)
-        bytes += x->iov[i].len;
+    uint64_t bytes = x->bytes; /* the core's sum of the pieces */
     if (bytes == 0) {
         SHM_ERROR(be, "shm: transfer of %zu pieces moves no bytes", x->count);
         return NIXL_ERR_ZERO_LENGTH;
@@ -142,6 +144,12 @@ static nixl_status_t shm_prepare_mapped(shm_be_t *be, const nixl_be_xfer_t *x, i
         it->bytes = (size_t)(want < be->chunk ? want : be->chunk);
         uint64_t left = it->bytes;
         while (left > 0) {
+            if (nixl_unlikely(piece == x->count)) {
+                SHM_ERROR(be, "shm: the request's byte count %llu exceeds the sum of its %zu pieces",
+                          (unsigned long long)bytes, x->count);
+                free(r);
+                return NIXL_ERR_INVALID_PARAM;
+            }
             uint64_t in_piece = x->iov[piece].len - off;
             if (in_piece > left) {
                 off += left;
