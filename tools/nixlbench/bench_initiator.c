@@ -28,6 +28,8 @@
 typedef struct row {
     uint64_t block, batch, bytes, iters;
     double seconds, gbps, limit_gbps, ratio, per_desc_us;
+    double ratio_min, ratio_max; /* of the interleaved pairs; ratio is their median */
+    uint64_t pairs;
     double prep_local_us, prep_remote_us, make_us, make_desc_per_s, make_first_desc_per_s, post_us;
     nixl_xfer_info_t info;
 } row_t;
@@ -207,6 +209,36 @@ static void make_request(initiator_t *in, row_t *r, const nixl_dlist_t *ll, cons
     r->make_desc_per_s = (double)r->batch * 1e9 / (double)median(tot, MAKE_REPS);
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* One measurement of the row's raw limit, in bytes per second: the same
+ * pieces moved with nothing of libnixl in between (see the top of this
+ * file for which copy stands for which memory). */
+static double row_limit(initiator_t *in, const row_t *r, uint64_t seed)
+{
+    const bench_opts_t *o = in->o;
+    if (o->init_mem != o->tgt_mem) {
+        /* DRAM <-> VRAM: the driver's host copy of the same bytes. */
+        int dev = o->init_mem == BENCH_MEM_VRAM ? o->init_dev : o->tgt_dev;
+        int to_device = (o->op == NIXL_OP_WRITE) == (o->tgt_mem == BENCH_MEM_VRAM);
+        return bench_host_limit(dev, to_device, r->bytes, o->alloc);
+    }
+    if (o->init_mem == BENCH_MEM_VRAM) {
+        int from = o->op == NIXL_OP_WRITE ? o->init_dev : o->tgt_dev, to = o->op == NIXL_OP_WRITE ? o->tgt_dev : o->init_dev;
+        return bench_vram_limit(from, to, r->bytes);
+    }
+#ifdef BENCH_HAVE_OFI
+    if (bench_ofi_wanted(o)) /* libfabric: the raw provider loop of the same pieces (bench_ofi.c) */
+        return bench_ofi_limit(o, r->block, r->batch, in->slot, o->op);
+#endif
+    bench_pattern_fill(in->lim_src, seed, 0, r->bytes);
+    return bench_memcpy_limit(in->lim_dst, in->lim_src, r->block, r->batch, in->slot, o->op);
+}
+
 static void run_row(initiator_t *in, row_t *r, uint64_t seed)
 {
     const bench_opts_t *o = in->o;
@@ -220,8 +252,8 @@ static void run_row(initiator_t *in, row_t *r, uint64_t seed)
                                      .dev_id = o->tgt_mem == BENCH_MEM_VRAM ? (uint32_t)o->tgt_dev : 0};
     }
     nixl_dlist_t ll = dlist_of(in->ldesc, r->batch, o->init_mem), rl = dlist_of(in->rdesc, r->batch, o->tgt_mem);
-    nixl_prep_t *lp, *rp;
-    nixl_xfer_t *x;
+    nixl_prep_t *lp = NULL, *rp = NULL;
+    nixl_xfer_t *x = NULL;
 
     make_request(in, r, &ll, &rl, &lp, &rp, &x);
 
@@ -233,59 +265,64 @@ static void run_row(initiator_t *in, row_t *r, uint64_t seed)
     for (uint64_t w = 0; w < o->warmup; w++)
         xfer_wait(in, x, nixl_xfer_post(x), "warmup transfer");
 
-    uint64_t post_ns = 0;
-    t0 = bench_now_ns();
-    for (uint64_t it = 0; it < r->iters; it++) {
-        uint64_t a = bench_now_ns();
-        nixl_status_t st = nixl_xfer_post(x);
-        post_ns += bench_now_ns() - a;
-        if (st < 0)
-            bench_check(st, "nixl_xfer_post");
-        xfer_wait(in, x, st, "timed transfer");
+    /* The rate and its limit are measured in turns, A B A B ...: the
+     * machine's noise (another process, a busy core) then lands on both
+     * sides of a pair instead of on one of them.  The row's ratio is the
+     * median of the pair ratios, reported with their min and max. */
+    uint64_t pairs = o->pairs < r->iters ? o->pairs : r->iters;
+    double pr[1000];
+    uint64_t post_ns = 0, lib_ns = 0, done = 0;
+    double lim_sum = 0;
+    for (uint64_t k = 0; k < pairs; k++) {
+        uint64_t n = r->iters / pairs + (k < r->iters % pairs);
+        t0 = bench_now_ns();
+        for (uint64_t it = 0; it < n; it++) {
+            uint64_t a = bench_now_ns();
+            nixl_status_t st = nixl_xfer_post(x);
+            post_ns += bench_now_ns() - a;
+            if (st < 0)
+                bench_check(st, "nixl_xfer_post");
+            xfer_wait(in, x, st, "timed transfer");
+        }
+        t1 = bench_now_ns();
+        uint64_t dt = t1 - t0 ? t1 - t0 : 1;
+        lib_ns += dt;
+        done += n;
+        double lim = row_limit(in, r, seed);
+        lim_sum += lim;
+        pr[k] = ((double)r->bytes * (double)n * 1e9 / (double)dt) / lim;
     }
-    t1 = bench_now_ns();
     bench_check(nixl_xfer_info(x, &r->info), "nixl_xfer_info");
     nixl_xfer_release(x);
     nixl_prep_release(rp);
     nixl_prep_release(lp);
 
-    r->seconds = (double)(t1 - t0) / 1e9;
-    r->gbps = (double)r->bytes * (double)r->iters / r->seconds / 1e9;
-    r->per_desc_us = r->seconds * 1e6 / ((double)r->iters * (double)r->batch);
-    r->post_us = (double)post_ns / 1e3 / (double)r->iters;
-
-    if (o->init_mem != o->tgt_mem) {
-        /* DRAM <-> VRAM: the driver's host copy of the same bytes. */
-        int dev = o->init_mem == BENCH_MEM_VRAM ? o->init_dev : o->tgt_dev;
-        int to_device = (o->op == NIXL_OP_WRITE) == (o->tgt_mem == BENCH_MEM_VRAM);
-        r->limit_gbps = bench_host_limit(dev, to_device, r->bytes, o->alloc) / 1e9;
-    } else if (o->init_mem == BENCH_MEM_VRAM) {
-        int from = o->op == NIXL_OP_WRITE ? o->init_dev : o->tgt_dev, to = o->op == NIXL_OP_WRITE ? o->tgt_dev : o->init_dev;
-        r->limit_gbps = bench_vram_limit(from, to, r->bytes) / 1e9;
-#ifdef BENCH_HAVE_OFI
-    } else if (bench_ofi_wanted(o)) {
-        /* libfabric: the raw provider loop of the same pieces (bench_ofi.c). */
-        r->limit_gbps = bench_ofi_limit(o, r->block, r->batch, in->slot, o->op) / 1e9;
-#endif
-    } else {
-        bench_pattern_fill(in->lim_src, seed, 0, r->bytes);
-        r->limit_gbps = bench_memcpy_limit(in->lim_dst, in->lim_src, r->block, r->batch, in->slot, o->op) / 1e9;
-    }
-    r->ratio = r->gbps / r->limit_gbps;
+    r->seconds = (double)lib_ns / 1e9;
+    r->gbps = (double)r->bytes * (double)done / r->seconds / 1e9;
+    r->per_desc_us = r->seconds * 1e6 / ((double)done * (double)r->batch);
+    r->post_us = (double)post_ns / 1e3 / (double)done;
+    r->limit_gbps = lim_sum / (double)pairs / 1e9;
+    r->pairs = pairs;
+    qsort(pr, pairs, sizeof(pr[0]), cmp_double);
+    r->ratio = pairs % 2 ? pr[pairs / 2] : (pr[pairs / 2 - 1] + pr[pairs / 2]) / 2;
+    r->ratio_min = pr[0];
+    r->ratio_max = pr[pairs - 1];
 }
 
 static void print_header(void)
 {
-    printf("%8s %7s %9s %10s %6s %11s %10s %12s %9s  %s\n", "block", "batch", "GB/s", "limit GB/s", "ratio",
-           "per-desc us", "prep us", "make Mdesc/s", "post us", "path");
+    printf("%8s %7s %9s %10s %6s %13s %11s %10s %12s %9s  %s\n", "block", "batch", "GB/s", "limit GB/s", "ratio",
+           "(min-max)", "per-desc us", "prep us", "make Mdesc/s", "post us", "path");
 }
 
 static void print_row(const row_t *r)
 {
     char b[16];
     bench_fmt_size(r->block, b, sizeof(b));
-    printf("%8s %7" PRIu64 " %9.2f %10.2f %6.3f %11.4f %10.1f %12.2f %9.2f  %s\n", b, r->batch, r->gbps,
-           r->limit_gbps, r->ratio, r->per_desc_us, r->prep_local_us + r->prep_remote_us,
+    char spread[32];
+    snprintf(spread, sizeof(spread), "%.3f-%.3f", r->ratio_min, r->ratio_max);
+    printf("%8s %7" PRIu64 " %9.2f %10.2f %6.3f %13s %11.4f %10.1f %12.2f %9.2f  %s\n", b, r->batch, r->gbps,
+           r->limit_gbps, r->ratio, spread, r->per_desc_us, r->prep_local_us + r->prep_remote_us,
            r->make_desc_per_s / 1e6, r->post_us, r->info.path);
     fflush(stdout);
 }
@@ -316,8 +353,8 @@ static void json_row(initiator_t *in, const row_t *r)
     fprintf(f, ",\"op\":\"%s\",\"block_size\":%" PRIu64 ",\"batch_size\":%" PRIu64 ",\"bytes\":%" PRIu64,
             o->op == NIXL_OP_WRITE ? "write" : "read", r->block, r->batch, r->bytes);
     fprintf(f, ",\"iters\":%" PRIu64 ",\"warmup\":%" PRIu64 ",\"seconds\":%.9g,\"gbps\":%.6g,\"limit_gbps\":%.6g"
-               ",\"ratio\":%.6g",
-            r->iters, o->warmup, r->seconds, r->gbps, r->limit_gbps, r->ratio);
+               ",\"ratio\":%.6g,\"ratio_min\":%.6g,\"ratio_max\":%.6g,\"pairs\":%" PRIu64,
+            r->iters, o->warmup, r->seconds, r->gbps, r->limit_gbps, r->ratio, r->ratio_min, r->ratio_max, r->pairs);
     fputs(",\"path\":", f);
     json_str(f, r->info.path);
     fprintf(f, ",\"descs_after_merge\":%" PRIu64 ",\"make_desc_per_s\":%.6g,\"make_first_desc_per_s\":%.6g,\"prep_us\":%.6g"

@@ -132,6 +132,9 @@ static void usage(FILE *f)
           "  --iters N              timed posts per row (default 20 from 1M per request, else enough\n"
           "                         to move 256 MiB, at most 100000)\n"
           "  --warmup N             untimed posts per row (default 3)\n"
+          "  --pairs N              the row's timed posts are split into N parts, each followed by one\n"
+          "                         measurement of the raw limit (A B A B ...); ratio = median of the N\n"
+          "                         part ratios, with their min and max (default 5)\n"
           "  --layout shuffled|contig  where initiator block i lands on the target: a random slot\n"
           "                         (default; runs cannot merge) or slot i (runs merge)\n"
           "  --alloc nixl|malloc    buffers from nixl_mem_alloc (shared: shm.map) or malloc (shm.cma)\n"
@@ -163,7 +166,7 @@ enum {
     OPT_BACKEND = 256, OPT_OP, OPT_BLOCK, OPT_BATCH, OPT_ITERS, OPT_WARMUP, OPT_LAYOUT, OPT_ALLOC,
     OPT_INIT_MEM, OPT_TARGET_MEM, OPT_JSON, OPT_QUIET, OPT_MAX_BYTES, OPT_SEED, OPT_TIMEOUT, OPT_PEER,
     OPT_ROLE, OPT_LISTEN_PORT, OPT_REPORT_FD, OPT_POLL_US, OPT_PARAM, OPT_HELP,
-    OPT_INIT_DEV, OPT_TARGET_DEV, OPT_KV_REPLAY,
+    OPT_INIT_DEV, OPT_TARGET_DEV, OPT_KV_REPLAY, OPT_PAIRS,
     OPT_ETCD, OPT_RANKS, OPT_SCHEME, OPT_RUN_ID, /* --etcd mode */
 };
 
@@ -174,6 +177,7 @@ static const struct option long_opts[] = {
     {"batch", required_argument, NULL, OPT_BATCH},
     {"iters", required_argument, NULL, OPT_ITERS},
     {"warmup", required_argument, NULL, OPT_WARMUP},
+    {"pairs", required_argument, NULL, OPT_PAIRS},
     {"layout", required_argument, NULL, OPT_LAYOUT},
     {"alloc", required_argument, NULL, OPT_ALLOC},
     {"initiator-mem", required_argument, NULL, OPT_INIT_MEM},
@@ -264,7 +268,7 @@ static void parse_opts(int argc, char **argv, bench_opts_t *o, char *ip, size_t 
 {
     *o = (bench_opts_t){
         .backend = "shm", .op = NIXL_OP_WRITE, .alloc = BENCH_ALLOC_NIXL, .layout = BENCH_LAYOUT_SHUFFLED,
-        .block_min = 1024, .block_max = 64u << 20, .batch_min = 1, .batch_max = 1, .warmup = 3,
+        .block_min = 1024, .block_max = 64u << 20, .batch_min = 1, .batch_max = 1, .warmup = 3, .pairs = 5,
         .max_bytes = 1ull << 30, .seed = 1, .timeout_ms = 30000, .target_poll_us = 1000, .report_fd = -1,
     };
     int c;
@@ -289,6 +293,11 @@ static void parse_opts(int argc, char **argv, bench_opts_t *o, char *ip, size_t 
             break;
         case OPT_ITERS: o->iters = parse_count("--iters", optarg, 1ull << 40); break;
         case OPT_WARMUP: o->warmup = parse_count("--warmup", optarg, 1ull << 40); break;
+        case OPT_PAIRS:
+            o->pairs = parse_count("--pairs", optarg, 1000);
+            if (o->pairs == 0)
+                bad_usage("--pairs: at least 1");
+            break;
         case OPT_LAYOUT:
             if (!strcmp(optarg, "shuffled"))
                 o->layout = BENCH_LAYOUT_SHUFFLED;

@@ -59,7 +59,11 @@ static void host_fallback(void *ctx, const char *path, const char *cause)
 static void host_notif_deliver(void *ctx, const char *sender, const void *msg, size_t len)
 {
     test_host_t *h = ctx;
-    int ok = h->on_notif ? h->on_notif(h->on_notif_arg, msg, len) : 1;
+    pthread_mutex_lock(&h->lock);
+    int (*hook)(void *, const void *, size_t) = h->on_notif;
+    void *hook_arg = h->on_notif_arg;
+    pthread_mutex_unlock(&h->lock);
+    int ok = hook ? hook(hook_arg, msg, len) : 1;
     test_notif_t n = {.len = len, .hook_ok = ok};
     snprintf(n.sender, sizeof(n.sender), "%s", sender);
     n.msg = malloc(len ? len : 1);
@@ -79,6 +83,14 @@ static size_t host_notif_backlog(void *ctx)
     size_t n = h->inbox_bytes;
     pthread_mutex_unlock(&h->lock);
     return n;
+}
+
+void test_host_set_hook(test_host_t *h, int (*fn)(void *, const void *, size_t), void *arg)
+{
+    pthread_mutex_lock(&h->lock);
+    h->on_notif = fn;
+    h->on_notif_arg = arg;
+    pthread_mutex_unlock(&h->lock);
 }
 
 size_t test_take_notifs(test_host_t *h)

@@ -54,6 +54,9 @@ typedef struct test_side {
 const nixl_backend_ops_t *test_ops(void);
 void test_host_init(test_host_t *h, const char *agent_name);
 void test_host_clear(test_host_t *h);
+/* Set the data check run at each delivery (the receiver thread may be
+ * delivering already: set it through here). */
+void test_host_set_hook(test_host_t *h, int (*fn)(void *, const void *, size_t), void *arg);
 /* Move what the inbox holds into notifs[]; returns num_notifs. */
 size_t test_take_notifs(test_host_t *h);
 /* Create a backend; params as key/value pairs ending with NULL. */

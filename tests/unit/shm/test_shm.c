@@ -232,8 +232,7 @@ static void case_large(void)
         test_fill(f.lmem.p, len, 31);
         memset(f.rmem.p, 0, len);
         notif_check_t nc = {f.rmem.p, len, 31};
-        f.b.host.on_notif = check_on_notif;
-        f.b.host.on_notif_arg = &nc;
+        test_host_set_hook(&f.b.host, check_on_notif, &nc);
 
         piece_t whole = {0, 0, len};
         nixl_be_iov_t *iov = fx_iovs(&f, &whole, 1);

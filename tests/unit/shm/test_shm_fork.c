@@ -168,8 +168,7 @@ static void child_main(int rfd, int wfd)
     void *prmd = load_region(&b, ppeer, &preg);
 
     data_check_t dc;
-    b.host.on_notif = on_notif_check;
-    b.host.on_notif_arg = &dc;
+    test_host_set_hook(&b.host, on_notif_check, &dc);
     cmd_t c;
     while (read_all(rfd, &c, sizeof(c))) {
         uint32_t ok = 1;
@@ -341,14 +340,13 @@ static void parent_write_back(parent_t *p)
 {
     data_check_t dc = {p->local.p, 1 * MiB, 500};
     memset(p->local.p, 0, REGION_LEN);
-    p->a.host.on_notif = on_notif_check;
-    p->a.host.on_notif_arg = &dc;
+    test_host_set_hook(&p->a.host, on_notif_check, &dc);
     test_host_clear(&p->a.host);
     CHECK(child_cmd(p, CMD_WRITE_PARENT, 0, 500, 1 * MiB));
     CHECK(test_wait_notifs(&p->a, 1, 10000));
     CHECK(p->a.host.notifs[0].hook_ok && strcmp(p->a.host.notifs[0].sender, "child") == 0);
     CHECK(p->a.host.notifs[0].len == 10 && memcmp(p->a.host.notifs[0].msg, "from-child", 10) == 0);
-    p->a.host.on_notif = NULL;
+    test_host_set_hook(&p->a.host, NULL, NULL);
 }
 
 static void parent_main(pid_t child, int rfd, int wfd)
