@@ -38,7 +38,7 @@ typedef struct bench_opts {
     uint64_t block_min, block_max; /* equal when not a sweep */
     uint64_t batch_min, batch_max;
     uint64_t iters;                /* 0: chosen per row */
-    uint64_t pairs;                /* library/limit measurements interleaved per row (A B A B ...) */
+    uint64_t pairs;                /* library/limit measurements interleaved per row (A B A B ...); 0: default */
     uint64_t warmup;
     uint64_t max_bytes;            /* largest block*batch a row may use */
     uint64_t seed;

@@ -134,7 +134,8 @@ static void usage(FILE *f)
           "  --warmup N             untimed posts per row (default 3)\n"
           "  --pairs N              the row's timed posts are split into N parts, each followed by one\n"
           "                         measurement of the raw limit (A B A B ...); ratio = median of the N\n"
-          "                         part ratios, with their min and max (default 5)\n"
+          "                         part ratios, with their min and max (default 5 for host memory, 1\n"
+          "                         with VRAM on a side)\n"
           "  --layout shuffled|contig  where initiator block i lands on the target: a random slot\n"
           "                         (default; runs cannot merge) or slot i (runs merge)\n"
           "  --alloc nixl|malloc    buffers from nixl_mem_alloc (shared: shm.map) or malloc (shm.cma)\n"
@@ -268,7 +269,7 @@ static void parse_opts(int argc, char **argv, bench_opts_t *o, char *ip, size_t 
 {
     *o = (bench_opts_t){
         .backend = "shm", .op = NIXL_OP_WRITE, .alloc = BENCH_ALLOC_NIXL, .layout = BENCH_LAYOUT_SHUFFLED,
-        .block_min = 1024, .block_max = 64u << 20, .batch_min = 1, .batch_max = 1, .warmup = 3, .pairs = 5,
+        .block_min = 1024, .block_max = 64u << 20, .batch_min = 1, .batch_max = 1, .warmup = 3,
         .max_bytes = 1ull << 30, .seed = 1, .timeout_ms = 30000, .target_poll_us = 1000, .report_fd = -1,
     };
     int c;

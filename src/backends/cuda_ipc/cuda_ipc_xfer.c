@@ -30,11 +30,6 @@
 
 #define CIP_KERNEL_THREADS 256 /* 8 warps: one piece per warp */
 
-static int cip_inside(uint64_t addr, uint64_t len, uint64_t base, uint64_t size)
-{
-    return addr >= base && len <= size && addr - base <= size - len;
-}
-
 static nixl_status_t cip_add_ce(cip_group_t *g, uint64_t dst, uint64_t src, uint64_t len)
 {
     if (NIXL_ARRAY_RESERVE(g->ce, g->ce_cap, g->nce + 1, 64))
@@ -178,7 +173,11 @@ static cip_group_t *cip_group_of(cip_req_t *r, void *ctx, int device)
     return g;
 }
 
-/* Every piece of one group: import its remote key here, choose its way. */
+/* Every piece of one group: import its remote key here, choose its way.
+ * What a piece's group and remote view depend on (its registrations) is
+ * looked at when they change from the previous piece's; with one group
+ * (all local memory in one context, the usual request) every piece is
+ * the group's. */
 static nixl_status_t cip_group_build(cip_be_t *be, cip_req_t *r, cip_group_t *g, const nixl_be_xfer_t *x)
 {
     if (!be->map_peers && !r->peer->same_process) {
@@ -186,15 +185,25 @@ static nixl_status_t cip_group_build(cip_be_t *be, cip_req_t *r, cip_group_t *g,
         return NIXL_ERR_NO_PATH;
     }
     cip_rmd_t *last_rmd = NULL;
+    const void *last_l = NULL, *last_r = NULL;
+    int single = r->ngroups == 1, mine = 0;
     cip_view_t view = {0};
     int write = x->op == NIXL_OP_WRITE;
+    /* Kernel pieces usually are all of them: one allocation up front. */
+    if (single && g->cx->copy_fn && !r->host_local && NIXL_ARRAY_RESERVE(g->kt, g->kt_cap, x->count, 64))
+        return NIXL_ERR_NO_MEMORY;
     for (size_t i = 0; i < x->count; i++) {
         const nixl_be_iov_t *v = &x->iov[i];
-        int dev;
-        if (cip_piece_ctx(be, r, v, &dev) != g->ctx)
+        if (nixl_unlikely(v->lmd != last_l || v->rmd != last_r)) {
+            int dev;
+            mine = single || cip_piece_ctx(be, r, v, &dev) == g->ctx;
+            last_l = v->lmd;
+            last_r = v->rmd;
+        }
+        if (!mine)
             continue;
         cip_rmd_t *rmd = v->rmd;
-        if (rmd != last_rmd) {
+        if (nixl_unlikely(rmd != last_rmd)) {
             nixl_status_t st = cip_rmd_view(be, rmd, g->cx, &view, r->cause, sizeof(r->cause));
             if (st != NIXL_OK)
                 return st;
@@ -283,17 +292,24 @@ nixl_status_t cip_xfer_prepare(void *bev, const nixl_be_xfer_t *x, nixl_be_req_t
     r->write = x->op == NIXL_OP_WRITE;
     r->host_local = x->local_mem == NIXL_MEM_DRAM;
     nixl_status_t st = NIXL_OK;
+    /* The core resolved every piece inside registrations of this backend on
+     * both sides (backend.h: a backend may trust its iovs), so ranges are
+     * not checked again; what is looked at is per registration, when the
+     * pair changes from the previous piece's (it rarely does). */
+    const void *last_l = NULL, *last_r = NULL;
     for (size_t i = 0; i < x->count; i++) {
         const nixl_be_iov_t *v = &x->iov[i];
+        if (nixl_likely(v->lmd == last_l && v->rmd == last_r))
+            continue;
         const cip_reg_t *l = v->lmd;
         const cip_rmd_t *rm = v->rmd;
-        if (!l || !rm || rm->peer != x->peer || l->host != r->host_local ||
-            !cip_inside(v->laddr, v->len, l->addr, l->len) || !cip_inside(v->raddr, v->len, rm->addr, rm->len) ||
-            v->len == 0) {
-            CIP_ERROR(be, "cuda_ipc: piece %zu of a transfer lies outside its registered regions", i);
+        if (!l || !rm || rm->peer != x->peer || l->host != r->host_local) {
+            CIP_ERROR(be, "cuda_ipc: piece %zu of a transfer has no registration of this backend on both sides", i);
             st = NIXL_ERR_INVALID_PARAM;
             goto err;
         }
+        last_l = l;
+        last_r = rm;
         int dev = 0;
         void *ctx = cip_piece_ctx(be, r, v, &dev);
         if (!ctx) {
