@@ -110,6 +110,32 @@ __attribute__((visibility("default"))) void fake_test_counters(fake_counters_t *
     }
 }
 
+static int64_t g_meet_inside;
+static uint64_t g_meet_total;
+
+__attribute__((visibility("default"))) void fake_test_meet(int64_t inside, uint64_t total);
+__attribute__((visibility("default"))) void fake_test_meet(int64_t inside, uint64_t total)
+{
+    __atomic_store_n(&g_meet_total, total, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&g_meet_inside, inside, __ATOMIC_SEQ_CST);
+}
+
+/* See fake_backend.h: wait for the others of a batch, 5 s at most. */
+static void meet_others(void)
+{
+    int64_t want = __atomic_load_n(&g_meet_inside, __ATOMIC_SEQ_CST);
+    if (want <= 0)
+        return;
+    uint64_t total = __atomic_load_n(&g_meet_total, __ATOMIC_SEQ_CST);
+    const struct timespec step = {0, 200000};
+    for (int i = 0; i < 25000; i++) {
+        if (__atomic_load_n(&g_inside, __ATOMIC_SEQ_CST) >= want ||
+            __atomic_load_n(&g_counters.reg_calls, __ATOMIC_SEQ_CST) >= total)
+            return;
+        nanosleep(&step, NULL);
+    }
+}
+
 static void inside_enter(void)
 {
     int64_t now = __atomic_add_fetch(&g_inside, 1, __ATOMIC_SEQ_CST);
@@ -207,6 +233,7 @@ static nixl_status_t fake_reg(void *be, const nixl_be_region_t *r, void **md)
     inside_enter();
     note_thread();
     __atomic_add_fetch(&g_counters.reg_calls, 1, __ATOMIC_SEQ_CST);
+    meet_others();
     if (f->reg_delay_us) {
         struct timespec ts = {f->reg_delay_us / 1000000, (long)(f->reg_delay_us % 1000000) * 1000};
         while (nanosleep(&ts, &ts) != 0)

@@ -21,4 +21,13 @@ typedef struct fake_counters {
 /* Copies the counters; with reset non-zero, zeroes them afterwards. */
 typedef void (*fake_counters_fn)(fake_counters_t *out, int reset);
 
+/* A rendezvous instead of a race with the clock: from now on each reg()
+ * waits, before its delay, until `inside` calls are inside at once, or
+ * `total` calls have entered since the counters were last reset (the last
+ * ones of a batch meet no one), or 5 s passed.  So a pool allowing N
+ * concurrent calls shows max_inside N however late the machine schedules
+ * its threads, and one allowing fewer shows fewer.  inside 0: off. */
+#define FAKE_MEET_SYM "fake_test_meet"
+typedef void (*fake_meet_fn)(int64_t inside, uint64_t total);
+
 #endif
