@@ -463,3 +463,54 @@ def test_partial_metadata_over_the_socket_says_what_is_missing(pair):
         a.get_partial_agent_metadata(reg, True)
     with pytest.raises(nixl.nixlNotSupportedError, match="loopback"):
         a.prep_xfer_dlist(a.name, reg.trim())
+
+
+# ---- backend names (issue 11, item 6) ----
+
+# Every plugin of NIXL's src/plugins, and the names its older trees and tests use.
+NIXL_PLUGINS = ["UCX", "UCX_MO", "LIBFABRIC", "UCCL", "MOONCAKE", "GPUNETIO", "POSIX", "HF3FS", "MOCK_DRAM", "GDS",
+                "GDS_MT", "GUSLI", "OBJ", "AZURE_BLOB", "INFINIA"]
+
+
+@pytest.mark.parametrize("name", NIXL_PLUGINS)
+def test_every_nixl_backend_name_maps_or_names_what_is_missing(name):
+    from nixl._lowlevel import BACKEND_ALIASES, targets
+    assert name in BACKEND_ALIASES
+    avail = nixl.available_backends()
+    a = nixl_agent(unique("be"), nixl_agent_config(enable_prog_thread=False, backends=[]))
+    try:
+        if targets(avail, name):
+            a.create_backend(name)
+            assert name in a.get_plugin_list() and a.backends[name]
+            made = {a._name_of[h] for h in a.backends[name]}
+            assert made <= set(BACKEND_ALIASES[name]) | {"libfabric"}
+        else:
+            assert name not in a.get_plugin_list()
+            with pytest.raises(nixl.nixlNotFoundError) as e:
+                a.create_backend(name)
+            missing = ", ".join(BACKEND_ALIASES[name])
+            assert f"maps to our {missing}" in str(e.value) and "this libnixl has: " in str(e.value)
+            with pytest.raises(nixl.nixlNotFoundError, match=f"maps to our {missing}"):
+                a.agent.createBackend(name, {})
+    finally:
+        a.close()
+
+
+def test_ucx_reaches_other_hosts_through_libfabric_when_no_ucx_is_built(caplog, monkeypatch):
+    import logging
+    from nixl import _lowlevel
+    avail = nixl.available_backends()
+    if "ucx" in avail or "libfabric" not in avail:
+        pytest.skip(f"needs libfabric and no ucx backend built (built: {', '.join(avail)})")
+    monkeypatch.setattr(_lowlevel, "_standin_said", [])  # as in a fresh process
+    with caplog.at_level(logging.INFO, logger="nixl"):
+        agents = [nixl_agent(unique("ucx"), nixl_agent_config(enable_prog_thread=False)) for _ in range(2)]
+    try:
+        for a in agents:
+            made = [a._name_of[h] for h in a.backends["UCX"]]
+            assert "libfabric" in made and "CROSS_HOST" in avail["libfabric"]["caps"]
+        said = [r for r in caplog.records if "no ucx backend is built" in r.getMessage()]
+        assert len(said) == 1  # once per process, not per agent
+    finally:
+        for a in agents:
+            a.close()

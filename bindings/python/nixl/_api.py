@@ -200,14 +200,14 @@ class nixl_agent:
 
     # ---- backends ----
     def _why_missing(self, name: str) -> str:
-        return why_missing(name)
+        return why_missing(name, self._plugins)
 
     def _targets(self, name: str) -> list[str]:
         return targets(self._plugins, name)
 
     def get_plugin_list(self) -> list[str]:
         """Our backends, then the NIXL names that map to at least one of them."""
-        return list(self._plugins) + [a for a, t in BACKEND_ALIASES.items() if any(b in self._plugins for b in t)]
+        return list(self._plugins) + [a for a in BACKEND_ALIASES if targets(self._plugins, a)]
 
     def get_plugin_mem_types(self, backend: str) -> list[str]:
         mems: list[str] = []

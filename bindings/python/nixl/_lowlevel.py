@@ -48,15 +48,42 @@ NIXL_INIT_AGENT = "NIXL_INIT_AGENT"
 # NIXL backend names -> libnixl backends.  An alias stands for every backend of
 # ours that does part of what NIXL's backend does; those present in this
 # libnixl are created (the core then picks per request by locality and
-# memory type).  Names of ours are accepted as they are.
+# memory type).  Names of ours are accepted as they are.  Every plugin of
+# NIXL's src/plugins is here (and UCX_MO, MOCK_DRAM, of its older trees and
+# tests); one whose backends of ours are not built is nixlNotFoundError,
+# naming them (why_missing).
 BACKEND_ALIASES: dict[str, tuple[str, ...]] = {
     "UCX": ("shm", "cuda_ipc", "ucx"),
     "UCX_MO": ("shm", "cuda_ipc", "ucx"),
     "LIBFABRIC": ("shm", "cuda_ipc", "libfabric"),
+    "UCCL": ("shm", "cuda_ipc", "libfabric"),
+    "MOONCAKE": ("shm", "cuda_ipc", "libfabric"),
+    "GPUNETIO": ("cuda_ipc", "libfabric"),
     "POSIX": ("posix",),
+    "HF3FS": ("posix",),
+    "MOCK_DRAM": ("posix",),
     "GDS": ("gds",),
     "GDS_MT": ("gds",),
+    "GUSLI": ("block",),
+    "OBJ": ("obj",),
+    "AZURE_BLOB": ("obj",),
+    "INFINIA": ("obj",),
 }
+# What each NIXL name is, for the error that says what is missing.
+BACKEND_KIND: dict[str, str] = {
+    "UCX": "transfers within and across hosts", "UCX_MO": "UCX, multi-object",
+    "LIBFABRIC": "transfers across hosts over libfabric", "UCCL": "GPU transfers across hosts (UCCL P2P)",
+    "MOONCAKE": "transfers across hosts (Mooncake transfer engine)",
+    "GPUNETIO": "GPU-initiated RDMA (DOCA GPUNetIO)", "POSIX": "files", "HF3FS": "files on 3FS",
+    "MOCK_DRAM": "NIXL's test backend for DRAM and FILE", "GDS": "files to GPU memory (GPUDirect Storage)",
+    "GDS_MT": "files to GPU memory, multi-threaded", "GUSLI": "block devices", "OBJ": "object storage (S3)",
+    "AZURE_BLOB": "object storage (Azure Blob)", "INFINIA": "object storage (DDN Infinia)",
+}
+# UCX is SGLang's and vLLM's default and must reach other hosts: without a ucx
+# backend built, it takes in libfabric (said once per process).
+UCX_CROSS_HOST_STANDIN = "libfabric"
+_standin_said: list[bool] = []
+
 # NIXL init parameters that mean one of ours; any other key given to an alias
 # is dropped with a warning (it configures a transport we do not have).
 PARAM_ALIASES = {"num_threads": "threads", "thread_count": "threads", "num_cpus": "threads"}
@@ -121,16 +148,32 @@ def available() -> dict[str, Any]:
 
 
 def targets(plugins: dict[str, Any], name: str) -> list[str]:
-    """Our backends that a name stands for (itself, or those of a NIXL alias that are built)."""
+    """Our backends that a name stands for (itself, or those of a NIXL alias that are built).
+
+    UCX and UCX_MO take in libfabric while no ucx backend is built, so that
+    NIXL's default reaches other hosts (logged once per process)."""
     if name in plugins:
         return [name]
-    return [b for b in BACKEND_ALIASES.get(name, ()) if b in plugins]
+    want = list(BACKEND_ALIASES.get(name, ()))
+    if "ucx" in want and "ucx" not in plugins and UCX_CROSS_HOST_STANDIN in plugins:
+        want.append(UCX_CROSS_HOST_STANDIN)
+        if not _standin_said:
+            _standin_said.append(True)
+            import logging
+            logging.getLogger("nixl").info("NIXL's %s includes our %s backend: no ucx backend is built, and %s "
+                                           "is what reaches other hosts", name, UCX_CROSS_HOST_STANDIN,
+                                           UCX_CROSS_HOST_STANDIN)
+    return [b for b in want if b in plugins]
 
 
-def why_missing(name: str) -> str:
+def why_missing(name: str, plugins: Optional[dict[str, Any]] = None) -> str:
+    """Why a backend name maps to nothing built: what it stands for, and what this libnixl has."""
+    have = f" (this libnixl has: {', '.join(plugins) or 'none'})" if plugins is not None else ""
     if name in BACKEND_ALIASES:
-        return f"it maps to {', '.join(BACKEND_ALIASES[name])}, none of which is built"
-    return "unknown backend name"
+        ours = BACKEND_ALIASES[name]
+        return (f"NIXL's {name} ({BACKEND_KIND.get(name, 'a NIXL backend')}) maps to our "
+                f"{', '.join(ours)}, {'which is not' if len(ours) == 1 else 'none of which is'} built{have}")
+    return f"unknown backend name: neither NIXL's ({', '.join(BACKEND_ALIASES)}) nor ours{have}"
 
 
 def translate(plugins: dict[str, Any], alias: str, ours: str, params: dict[str, str], log: Any,
@@ -326,7 +369,7 @@ class nixlAgent:
     # ---- plugins and backends ----
     def getAvailPlugins(self) -> list[str]:
         """Our backends, then the NIXL names that map to at least one of them."""
-        return list(self._plugins) + [a for a, t in BACKEND_ALIASES.items() if any(b in self._plugins for b in t)]
+        return list(self._plugins) + [a for a in BACKEND_ALIASES if targets(self._plugins, a)]
 
     def _mems_params(self, names: list[str]) -> tuple[dict[str, str], list[str]]:
         params: dict[str, str] = {}
@@ -339,7 +382,7 @@ class nixlAgent:
     def getPluginParams(self, type: str) -> tuple[dict[str, str], list[str]]:
         t = targets(self._plugins, type)
         if not t:
-            raise make_error(nixlNotFoundError, "getPluginParams", f"plugin {type!r}: {why_missing(type)}")
+            raise make_error(nixlNotFoundError, "getPluginParams", f"plugin {type!r}: {why_missing(type, self._plugins)}")
         return self._mems_params_defaults(t)
 
     def _mems_params_defaults(self, names: list[str]) -> tuple[dict[str, str], list[str]]:
@@ -382,7 +425,7 @@ class nixlAgent:
         params = {str(k): str(v) for k, v in (initParams or {}).items()}
         t = targets(self._plugins, type)
         if not t:
-            raise make_error(nixlNotFoundError, call, f"backend {type!r}: {why_missing(type)}")
+            raise make_error(nixlNotFoundError, call, f"backend {type!r}: {why_missing(type, self._plugins)}")
         alias = type not in self._plugins
         hs: list[int] = []
         failed: list[Exception] = []
