@@ -103,6 +103,7 @@ def low_pair():
     """Two nixlAgents of this process with NIXL's UCX backend, 4096-byte buffers from nixl._utils."""
     conf = nb.nixlAgentConfig()
     conf.useProgThread = False
+    conf.captureTelemetry = True
     a, b = nb.nixlAgent(unique("lowa"), conf), nb.nixlAgent(unique("lowb"), conf)
     ba, bb = a.createBackend("UCX", {}), b.createBackend("UCX", {})
     size = 4096
@@ -514,3 +515,198 @@ def test_ucx_reaches_other_hosts_through_libfabric_when_no_ucx_is_built(caplog, 
     finally:
         for a in agents:
             a.close()
+
+
+# ---- telemetry (issue 11, item 4) ----
+
+def _shm_pair(capture, n=1 << 14):
+    a = nixl_agent(unique("tela"), nixl_agent_config(enable_prog_thread=False, backends=["shm"],
+                                                    capture_telemetry=capture))
+    b = nixl_agent(unique("telb"), nixl_agent_config(enable_prog_thread=False, backends=["shm"]))
+    src, dst = nixl.alloc_array(n), nixl.alloc_array(n)
+    src[:] = np.arange(n) % 253
+    a.register_memory(src)
+    b.register_memory(dst)
+    a.add_remote_agent(b.get_agent_metadata())
+    return a, b, src, dst
+
+
+def _done(a, h):
+    deadline = time.monotonic() + 20
+    while a.check_xfer_state(h) == "PROC":
+        assert time.monotonic() < deadline
+
+
+@pytest.mark.parametrize("env,capture,on", [(None, False, False), (None, True, True), ("yes", False, True),
+                                            ("ENABLE", False, True), ("1", False, True), ("no", True, False),
+                                            ("Disable", True, False), ("0", False, False)])
+def test_telemetry_is_switched_as_nixl_switches_it(monkeypatch, env, capture, on):
+    # NIXL: NIXL_TELEMETRY_ENABLE decides when set; unset, captureTelemetry decides.
+    if env is None:
+        monkeypatch.delenv("NIXL_TELEMETRY_ENABLE", raising=False)
+    else:
+        monkeypatch.setenv("NIXL_TELEMETRY_ENABLE", env)
+    a, b, src, dst = _shm_pair(capture)
+    try:
+        h = a.initialize_xfer("WRITE", a.get_xfer_descs(src), b.get_xfer_descs(dst), b.name)
+        a.transfer(h)
+        _done(a, h)
+        assert np.array_equal(src, dst)
+        if on:
+            t = a.get_xfer_telemetry(h)
+            assert t.totalBytes == src.nbytes and t.descCount == 1 and t.xferDuration >= t.postDuration >= 1
+        else:
+            with pytest.raises(nixl.nixlNoTelemetryError, match="telemetry is off"):
+                a.get_xfer_telemetry(h)
+        assert a.agent.telemetry is on
+    finally:
+        a.close()
+        b.close()
+
+
+def test_desc_count_is_what_nixl_counts(monkeypatch):
+    """initialize_xfer: as given.  make_prepped_xfer: NIXL's merging, which joins consecutive
+    indices only inside one dense run (equal lengths, back to back) of each prepared list."""
+    monkeypatch.delenv("NIXL_TELEMETRY_ENABLE", raising=False)
+    n = 1 << 14
+    a, b, src, dst = _shm_pair(True, n)
+    try:
+        s, d = src.ctypes.data, dst.ctypes.data
+
+        def run(kind, ldescs, rdescs, lidx=None, ridx=None, **kw):
+            dst[:] = 0
+            if kind == "one-shot":
+                h = a.initialize_xfer("WRITE", a.get_xfer_descs(ldescs, "DRAM"), a.get_xfer_descs(rdescs, "DRAM"),
+                                      b.name)
+            else:
+                lp, rp = a.prep_xfer_dlist("", ldescs, "DRAM"), a.prep_xfer_dlist(b.name, rdescs, "DRAM")
+                h = a.make_prepped_xfer("WRITE", lp, lidx, rp, ridx, **kw)
+            a.transfer(h)
+            _done(a, h)
+            pairs = list(zip(lidx, ridx)) if lidx is not None else list(enumerate(range(len(ldescs))))
+            for li, ri in pairs:  # every byte of every descriptor landed
+                (la, ln, _), (ra, _, _) = ldescs[li], rdescs[ri]
+                assert np.array_equal(dst[ra - d:ra - d + ln], src[la - s:la - s + ln])
+            return a.get_xfer_telemetry(h).descCount, a.get_xfer_info(h).descs
+
+        pages = [(s + i * 1024, 1024, 0) for i in range(8)]
+        rpages = [(d + i * 1024, 1024, 0) for i in range(8)]
+        assert run("one-shot", pages, rpages)[0] == 8  # NIXL's createXferReq does not merge
+        assert run("prep", pages, rpages, list(range(8)), list(range(8)))[0] == 1
+        assert run("prep", pages, rpages, list(range(8)), list(range(8)), skip_desc_merge=True)[0] == 8
+        assert run("prep", pages, rpages, [7, 6, 5, 4, 3, 2, 1, 0], list(range(8)))[0] == 8
+        assert run("prep", pages, rpages, [0, 1, 2, 5, 6], [3, 4, 5, 0, 1])[0] == 2
+        # back to back but of two lengths: two runs in NIXL, one range for libnixl's merging
+        mixed = [(s, 1024, 0), (s + 1024, 2048, 0)]
+        rmixed = [(d, 1024, 0), (d + 1024, 2048, 0)]
+        nixl_count, ours = run("prep", mixed, rmixed, [0, 1], [0, 1])
+        assert (nixl_count, ours) == (2, 1)
+        # equal lengths with gaps: a sparse run, never merged by NIXL
+        sparse = [(s + i * 2048, 1024, 0) for i in range(4)]
+        rsparse = [(d + i * 1024, 1024, 0) for i in range(4)]
+        assert run("prep", sparse, rsparse, [0, 1, 2, 3], [0, 1, 2, 3])[0] == 4
+        # the same with a numpy index array (NIXL's engines pass those)
+        assert run("prep", pages, rpages, np.arange(8, dtype=np.int32), np.arange(8, dtype=np.int32))[0] == 1
+    finally:
+        a.close()
+        b.close()
+
+
+def _read_ring(path):
+    """Our own reader of NIXL's telemetry file (docs/telemetry.md, cyclic buffer version 4): a
+    40-byte header (u64 write_pos, u64 read_pos, i32 version, i32 expected_version, u64 capacity,
+    u64 mask), then capacity events of (u32 type, 4 bytes padding, u64 value); consumes what it reads."""
+    import mmap
+    import struct
+    names = ["agent_tx_bytes", "agent_rx_bytes", "agent_tx_requests_num", "agent_rx_requests_num",
+             "agent_memory_registered", "agent_memory_deregistered", "agent_xfer_time", "agent_xfer_post_time"]
+    names += ["agent_err_" + e for e in ("not_posted", "invalid_param", "backend", "not_found", "mismatch",
+                                         "not_allowed", "repost_active", "unknown", "not_supported",
+                                         "remote_disconnect", "canceled", "no_telemetry")]
+    names += ["agent_telemetry_events_dropped"]
+    with open(path, "r+b") as f:
+        m = mmap.mmap(f.fileno(), 0)
+    w, r, version, expected, cap, mask = struct.unpack_from("<QQiiQQ", m, 0)
+    assert (version, expected) == (4, 4) and mask == cap - 1 and m.size() == 40 + 16 * cap
+    out = []
+    while r != w:
+        typ, value = struct.unpack_from("<I4xQ", m, 40 + 16 * r)
+        out.append((names[typ], value))
+        r = (r + 1) & mask
+    struct.pack_into("<Q", m, 8, r)
+    m.close()
+    return out
+
+
+def test_telemetry_dir_gets_the_file_nixls_readers_read(tmp_path, monkeypatch):
+    monkeypatch.delenv("NIXL_TELEMETRY_ENABLE", raising=False)
+    monkeypatch.delenv("NIXL_TELEMETRY_EXPORTER", raising=False)
+    monkeypatch.setenv("NIXL_TELEMETRY_DIR", str(tmp_path))
+    n = 1 << 14
+    a, b, src, dst = _shm_pair(True, n)
+    try:
+        path = tmp_path / a.name
+        assert path.exists() and not (tmp_path / b.name).exists()  # b did not ask for telemetry
+        assert _read_ring(path) == [("agent_memory_registered", n)]
+        h = a.initialize_xfer("WRITE", a.get_xfer_descs(src), b.get_xfer_descs(dst), b.name)
+        a.transfer(h)
+        _done(a, h)
+        assert np.array_equal(src, dst)
+        _done(a, h)  # seen done again: no second report
+        ev = _read_ring(path)
+        t = a.get_xfer_telemetry(h)
+        assert ev == [("agent_xfer_post_time", t.postDuration), ("agent_xfer_time", t.xferDuration),
+                      ("agent_tx_bytes", n), ("agent_tx_requests_num", 1)]
+        back = np.zeros(n // 2, np.uint8)
+        a.register_memory(back)
+        r = a.initialize_xfer("READ", a.get_xfer_descs(back), b.get_xfer_descs(dst[:n // 2]), b.name)
+        a.transfer(r)
+        _done(a, r)
+        assert np.array_equal(back, src[:n // 2])
+        with pytest.raises(nixl.nixlNotPostedError):
+            a.check_xfer_state(a.initialize_xfer("READ", a.get_xfer_descs(back[:8]), b.get_xfer_descs(dst[:8]),
+                                                 b.name))
+        a.deregister_memory(a.get_reg_descs(back))
+        names = [e[0] for e in _read_ring(path)]
+        assert names == ["agent_memory_registered", "agent_xfer_post_time", "agent_xfer_time", "agent_rx_bytes",
+                         "agent_rx_requests_num", "agent_err_not_posted", "agent_memory_deregistered"]
+    finally:
+        a.close()
+        b.close()
+
+
+def test_telemetry_file_full_drops_and_says_so(tmp_path, monkeypatch):
+    from nixl._telemetry import read_events
+    monkeypatch.setenv("NIXL_TELEMETRY_ENABLE", "y")
+    monkeypatch.setenv("NIXL_TELEMETRY_DIR", str(tmp_path))
+    monkeypatch.setenv("NIXL_TELEMETRY_BUFFER_SIZE", "8")
+    a = nixl_agent(unique("full"), nixl_agent_config(enable_prog_thread=False, backends=["shm"]))
+    try:
+        bufs = [np.zeros(64 * (i + 1), np.uint8) for i in range(10)]
+        for buf in bufs[:9]:
+            a.register_memory(buf)
+        got = read_events(str(tmp_path / a.name))  # the package's reader agrees with the test's
+        assert got == [("agent_memory_registered", 64 * (i + 1)) for i in range(7)]  # 8 slots, one kept free
+        a.register_memory(bufs[9])
+        assert _read_ring(tmp_path / a.name) == [("agent_telemetry_events_dropped", 2),
+                                                 ("agent_memory_registered", 640)]
+    finally:
+        a.close()
+
+
+def test_telemetry_enabled_metrics_keeps_what_it_names(tmp_path, monkeypatch):
+    monkeypatch.setenv("NIXL_TELEMETRY_ENABLE", "on")
+    monkeypatch.setenv("NIXL_TELEMETRY_DIR", str(tmp_path))
+    monkeypatch.setenv("NIXL_TELEMETRY_ENABLED_METRICS", "agent_tx_*, agent_xfer_time")
+    a, b, src, dst = _shm_pair(False)
+    try:
+        h = a.initialize_xfer("WRITE", a.get_xfer_descs(src), b.get_xfer_descs(dst), b.name)
+        a.transfer(h)
+        _done(a, h)
+        assert np.array_equal(src, dst)
+        assert [e[0] for e in _read_ring(tmp_path / a.name)] == ["agent_xfer_time", "agent_tx_bytes",
+                                                                  "agent_tx_requests_num"]
+        assert (tmp_path / b.name).exists()  # the variable turns it on for every agent
+    finally:
+        a.close()
+        b.close()

@@ -36,7 +36,8 @@ from ._errors import (check, make_error, nixlInvalidKeyError, nixlInvalidParamEr
                       nixlNoTelemetryError, nixlNotFoundError, nixlNotImplementedYet, nixlNotPostedError,
                       nixlNotSupportedError, nixlRepostActiveError)
 from ._lowlevel import (BACKEND_ALIASES, PARAM_ALIASES, agent_name, available, drain, make_opt,  # noqa: F401
-                        op_code, targets, telemetry_of, to_bytes, translate, why_missing)
+                        merged_counter, op_code, targets, telemetry_of, to_bytes, translate, why_missing)
+from ._telemetry import RunCache
 
 agent_name_of = agent_name  # prep_xfer_dlist's parameter is called agent_name, as NIXL's
 from ._types import (_Handle, nixl_path_stat, nixl_prepped_dlist_handle, nixl_xfer_handle,  # noqa: F401
@@ -80,7 +81,7 @@ class nixl_agent_config:
     enable_prog_thread: a progress thread drives the backends (else calls do).
     enable_listen_thread / listen_port: the metadata listener (port 0 = any
     free port; read it back from nixl_agent.listen_port).  capture_telemetry
-    is accepted and ignored: libnixl always records per-request telemetry.
+    (or NIXL_TELEMETRY_ENABLE) turns telemetry on, as in NIXL (_telemetry.py).
     num_threads > 0 sets the copy threads of backends that have them (shm
     "threads").  backends: NIXL names (see BACKEND_ALIASES) or ours.
     sync_mode: a nixl_thread_sync_t or None (NIXL's rule: STRICT with a
@@ -356,6 +357,7 @@ class nixl_agent:
         c = descs._c()
         check(L.nixl_mem_register(self._ptr("register_memory"), ctypes.byref(c), opt), "register_memory",
               f"{len(descs)} {descs.mem_type} descriptors")
+        self.agent.memory_event(True, descs)
         return descs
 
     def deregister_memory(self, dereg_list: Any, backends: Optional[list[str]] = None) -> None:
@@ -364,6 +366,7 @@ class nixl_agent:
         c = descs._c()
         check(L.nixl_mem_deregister(self._ptr("deregister_memory"), ctypes.byref(c), opt), "deregister_memory",
               f"{len(descs)} {descs.mem_type} descriptors")
+        self.agent.memory_event(False, descs)
 
     def query_memory(self, reg_list: Any, backend: str, mem_type: Optional[str] = None) -> list:
         if backend not in self.backends:  # NIXL checks this first, with ValueError
@@ -497,7 +500,7 @@ class nixl_agent:
         check(L.nixl_prep_create(self._ptr(call), peer.encode() if peer else None, ctypes.byref(c), opt,
                                  ctypes.byref(out)), call,
               f"{len(descs)} descriptors of {'this agent' if peer is None else 'peer ' + repr(peer)}")
-        return nixl_prepped_dlist_handle(self, out.value, peer, len(descs), descs.getType())
+        return nixl_prepped_dlist_handle(self, out.value, peer, len(descs), descs.getType(), RunCache(descs))
 
     def make_prepped_xfer(self, operation: str, local_xfer_side: nixl_prepped_dlist_handle, local_indices: Any,
                           remote_xfer_side: nixl_prepped_dlist_handle, remote_indices: Any,
@@ -534,7 +537,8 @@ class nixl_agent:
         def remake(msg: bytes, _indices: Any = (lkeep, rkeep)) -> int:  # the index arrays live with the request
             return make(msg)
 
-        return nixl_xfer_handle(self, make(notif), remote_xfer_side.peer, notif, remake, bool(skip_desc_merge))
+        count = None if skip_desc_merge else merged_counter(local_xfer_side.runs, lkeep, remote_xfer_side.runs, rkeep)
+        return nixl_xfer_handle(self, make(notif), remote_xfer_side.peer, notif, remake, count, op == _lib.OP_WRITE)
 
     def initialize_xfer(self, operation: str, local_descs: Any, remote_descs: Any, remote_agent: str,
                         notif_msg: Union[bytes, str] = b"", backends: Optional[list[str]] = None,
@@ -559,7 +563,7 @@ class nixl_agent:
                   f"{operation} of {len(ld)} descriptors with {remote_agent!r}")
             return out.value
 
-        return nixl_xfer_handle(self, make(notif), remote_agent, notif, make, True)
+        return nixl_xfer_handle(self, make(notif), remote_agent, notif, make, None, op == _lib.OP_WRITE)
 
     def _op(self, operation: str, call: str) -> int:
         return op_code(operation, call)  # nixlInvalidKeyError (a KeyError, as NIXL) if not READ/WRITE
@@ -590,7 +594,14 @@ class nixl_agent:
             st = L.nixl_xfer_post(ptr)
             if st >= 0:
                 handle.posted = True
-        return self._state(check(st, call, f"request to {handle.peer!r}"))
+                handle.reported = st == _lib.NIXL_OK
+                if st == _lib.NIXL_OK:
+                    self.agent.xfer_event(ptr, handle.is_write)
+        try:
+            return self._state(check(st, call, f"request to {handle.peer!r}"))
+        except Exception as e:
+            self.agent.error_event(e)
+            raise
 
     def check_xfer_state(self, handle: nixl_xfer_handle) -> str:
         """"DONE", "PROC", or raises the failed request's nixl*Error (as NIXL's bindings do)."""
@@ -599,9 +610,16 @@ class nixl_agent:
             ptr = handle._get(self, call)
             st = L.nixl_xfer_status(ptr)
             posted = handle.posted
-        if st == _lib.ERR_INVALID_PARAM and not posted:  # what libnixl says of a request never posted
-            raise make_error(nixlNotPostedError, call, f"request to {handle.peer!r} was never posted")
-        return self._state(check(st, call, f"request to {handle.peer!r}"))
+            if st == _lib.NIXL_OK and posted and not handle.reported:  # the first to see it done tells the file
+                handle.reported = True
+                self.agent.xfer_event(ptr, handle.is_write)
+        try:
+            if st == _lib.ERR_INVALID_PARAM and not posted:  # what libnixl says of a request never posted
+                raise make_error(nixlNotPostedError, call, f"request to {handle.peer!r} was never posted")
+            return self._state(check(st, call, f"request to {handle.peer!r}"))
+        except Exception as e:
+            self.agent.error_event(e)
+            raise
 
     def release_xfer_handle(self, handle: nixl_xfer_handle) -> None:
         """Free a request; one in flight is canceled (its notification is never delivered)."""
@@ -624,14 +642,17 @@ class nixl_agent:
         return info
 
     def get_xfer_telemetry(self, handle: nixl_xfer_handle) -> nixlXferTelemetry:
-        """NIXL's telemetry (always captured here): startTime (us since the epoch), durations (us), bytes, descs."""
+        """NIXL's telemetry: startTime (us since the epoch), durations (us), bytes, descriptors as NIXL
+        counts them.  Off (NIXL_TELEMETRY_ENABLE false, or unset without capture_telemetry):
+        nixlNoTelemetryError."""
         call = "get_xfer_telemetry"
         if not self.agent.telemetry:
-            raise make_error(nixlNoTelemetryError, call, "telemetry is off (NIXL_TELEMETRY_ENABLE)")
+            raise make_error(nixlNoTelemetryError, call, "telemetry is off (NIXL_TELEMETRY_ENABLE false, or unset "
+                             "without capture_telemetry)")
         info = self._info(handle, call)
         if not info.posts:
             raise make_error(nixlNoTelemetryError, call, f"request to {handle.peer!r} was never posted")
-        return telemetry_of(info, handle.start_us, handle.descs_as_given)
+        return telemetry_of(info, handle.start_us, handle.desc_count)
 
     def get_xfer_info(self, handle: nixl_xfer_handle) -> nixl_xfer_info:
         """Our addition: backend, path ("shm.map", ...), bytes, descriptors before/after merging, times in ns."""

@@ -28,6 +28,7 @@ from ._descs import index_array, nixlRegDList, nixlXferDList, to_dlist
 from ._errors import (check, make_error, nixlInvalidKeyError, nixlInvalidParamError, nixlInvalidValueError,
                       nixlMismatchError, nixlNoTelemetryError, nixlNotFoundError, nixlNotSupportedError,
                       nixlRepostActiveError)
+from ._telemetry import RunCache, TelemetryFile, merged_count, telemetry_enabled  # noqa: F401
 from ._types import nixlXferTelemetry
 
 L = _lib.lib
@@ -89,17 +90,6 @@ _standin_said: list[bool] = []
 PARAM_ALIASES = {"num_threads": "threads", "thread_count": "threads", "num_cpus": "threads"}
 
 OPS = {"WRITE": _lib.OP_WRITE, "READ": _lib.OP_READ}
-_ENV_FALSE = ("n", "no", "0", "false", "off")
-_ENV_TRUE = ("y", "yes", "1", "true", "on")
-
-
-def telemetry_enabled(capture: bool) -> bool:
-    """NIXL_TELEMETRY_ENABLE=no turns telemetry off, as in NIXL; otherwise it is on, whatever
-    capture (captureTelemetry) says: libnixl always records it."""
-    v = os.environ.get("NIXL_TELEMETRY_ENABLE")
-    return not (v is not None and v.strip().lower() in _ENV_FALSE)
-
-
 def to_bytes(msg: Any) -> bytes:
     if msg is None:
         return b""
@@ -248,19 +238,31 @@ def make_opt(handles: Optional[list[int]], notif: Optional[bytes], call: str,
     return ctypes.byref(opt), keep
 
 
-def telemetry_of(info: _lib.nixl_xfer_info_t, start_us: int, descs_as_given: bool) -> nixlXferTelemetry:
+def telemetry_of(info: _lib.nixl_xfer_info_t, start_us: int, desc_count: Any) -> nixlXferTelemetry:
     """NIXL's telemetry of a request: durations in microseconds, rounded up (a post that took any
-    time reports at least 1 us); descCount as given for requests NIXL does not merge (createXferReq,
-    makeXferReq with skip_desc_merge), else after merging, as NIXL counts them."""
+    time reports at least 1 us); descCount as NIXL counts it: desc_count(info), or as given when
+    desc_count is None (createXferReq, makeXferReq with skip_desc_merge: NIXL does not merge)."""
     return nixlXferTelemetry(start_us, -(-info.post_ns // 1000), -(-info.xfer_ns // 1000), info.bytes,
-                             info.descs_in if descs_as_given else info.descs)
+                             info.descs_in if desc_count is None else desc_count(info))
+
+
+def merged_counter(lruns: Any, lkeep: Any, rruns: Any, rkeep: Any) -> Any:
+    """descCount of a makeXferReq / make_prepped_xfer request: NIXL's merging of the indices,
+    worked out the first time it is asked for (_telemetry.merged_count), then kept."""
+    got: list[int] = []
+
+    def count(_info: Any) -> int:
+        if not got:
+            got.append(merged_count(lruns, lkeep, rruns, rkeep))
+        return got[0]
+    return count
 
 
 class nixlAgentConfig:
     """NIXL's agent configuration (C++ nixlAgentConfig), positional as NIXL's constructors:
     (useProgThread, useListenThread, listenPort, syncMode, num_workers, pthrDelay, lthrDelay,
     captureTelemetry).  libnixl uses useProgThread, useListenThread, listenPort and pthrDelay
-    (the progress thread's period in us, 0 = libnixl's default); syncMode is kept (every
+    (the progress thread's period in us, 0 = libnixl's default) and captureTelemetry; syncMode is kept (every
     mode gives a serialized C agent, docs/python.md); the rest are kept and unused."""
 
     def __init__(self, useProgThread: bool = False, useListenThread: bool = False,
@@ -283,10 +285,12 @@ class nixlAgentConfig:
 class _Req:
     """A request made through nixlAgent: its C pointer now, and how to make it again."""
 
-    __slots__ = ("ptr", "notif", "posted", "start_us", "remake", "peer", "as_given")
+    __slots__ = ("ptr", "notif", "posted", "start_us", "remake", "peer", "desc_count", "is_write", "reported")
 
-    def __init__(self, ptr: int, notif: bytes, remake: Any, peer: str, as_given: bool):
-        self.ptr, self.notif, self.remake, self.peer, self.as_given = ptr, notif, remake, peer, as_given
+    def __init__(self, ptr: int, notif: bytes, remake: Any, peer: str, desc_count: Any, is_write: bool):
+        self.ptr, self.notif, self.remake, self.peer, self.desc_count = ptr, notif, remake, peer, desc_count
+        self.is_write = is_write
+        self.reported = False
         self.posted = False
         self.start_us = 0
 
@@ -327,6 +331,8 @@ class nixlAgent:
         self.name = name
         self.config = cfg
         self.telemetry = telemetry_enabled(bool(getattr(cfg, "captureTelemetry", False)))
+        # NIXL_TELEMETRY_DIR: the file NIXL's telemetry readers read (_telemetry.py)
+        self.telemetry_file = TelemetryFile.for_agent(name) if self.telemetry else None
         self._lock = threading.RLock()
         self._plugins = available()
         self._ours: dict[str, int] = {}  # our backend name -> C handle
@@ -347,6 +353,9 @@ class nixlAgent:
                 self._preps.clear()
                 self._reqs.clear()
                 L.nixl_agent_destroy(p)
+            tf = getattr(self, "telemetry_file", None)
+            if tf is not None:
+                tf.close()
 
     def __del__(self):
         try:
@@ -470,7 +479,28 @@ class nixlAgent:
         opt, _keep = make_opt(self._backend_handles(backends, call, descs.mem_type), None, call)
         c = descs._c()
         check(fn(self._p(call), ctypes.byref(c), opt), call, f"{len(descs)} {descs.mem_type} descriptors")
+        self.memory_event(fn is L.nixl_mem_register, descs)
         return NIXL_SUCCESS
+
+    def memory_event(self, registered: bool, descs: Any) -> None:
+        """agent_memory_registered / _deregistered: the bytes of one call (ours; nixl_agent uses it)."""
+        tf = self.telemetry_file
+        if tf is not None:
+            tf.events([("agent_memory_registered" if registered else "agent_memory_deregistered",
+                        sum(descs._words[1::4]))])
+
+    def xfer_event(self, ptr: int, is_write: bool) -> None:
+        """A post seen complete: NIXL's four transfer events (ours; nixl_agent uses it)."""
+        tf = self.telemetry_file
+        if tf is not None:
+            info = _lib.nixl_xfer_info_t()
+            if L.nixl_xfer_info(ptr, ctypes.byref(info)) == _lib.NIXL_OK:
+                tf.xfer_done(is_write, info.bytes, -(-info.post_ns // 1000), -(-info.xfer_ns // 1000))
+
+    def error_event(self, exc: BaseException) -> None:
+        tf = self.telemetry_file
+        if tf is not None:
+            tf.error(exc)
 
     def registerMem(self, descs: nixlRegDList, backends: Any = ()) -> int:
         return self._reg(L.nixl_mem_register, descs, backends, "registerMem")
@@ -618,7 +648,7 @@ class nixlAgent:
             check(L.nixl_prep_create(self._p(call), peer.encode() if peer else None, ctypes.byref(c), opt,
                                      ctypes.byref(out)), call,
                   f"{len(descs)} descriptors of {'this agent' if peer is None else 'peer ' + repr(peer)}")
-            self._preps[out.value] = (out.value, peer)
+            self._preps[out.value] = (out.value, peer, RunCache(descs))
         return out.value
 
     def releasedDlistH(self, handle: int) -> int:
@@ -631,11 +661,11 @@ class nixlAgent:
                 L.nixl_prep_release(rec[0])
         return NIXL_SUCCESS
 
-    def _new_req(self, make: Any, notif: bytes, peer: str, as_given: bool) -> int:
+    def _new_req(self, make: Any, notif: bytes, peer: str, desc_count: Any, is_write: bool) -> int:
         ptr = make(notif)
         with self._lock:  # a key of our own: the C pointer changes when a new notification remakes it
             key = next(self._ids)
-            self._reqs[key] = _Req(ptr, notif, make, peer, as_given)
+            self._reqs[key] = _Req(ptr, notif, make, peer, desc_count, is_write)
         return key
 
     def _req(self, reqh: int, call: str) -> _Req:
@@ -670,7 +700,8 @@ class nixlAgent:
                   call, f"{ln} descriptors with {rrec[1]}")
             return out.value
 
-        return self._new_req(make, to_bytes(notif_msg), rrec[1], bool(skip_desc_merg))
+        counter = None if skip_desc_merg else merged_counter(lrec[2], lkeep, rrec[2], rkeep)
+        return self._new_req(make, to_bytes(notif_msg), rrec[1], counter, op == _lib.OP_WRITE)
 
     def createXferReq(self, operation: Any, local_descs: Any, remote_descs: Any, remote_agent: str,
                       notif_msg: Any = b"", backend: Any = (), timeout_ms: Optional[int] = None) -> int:
@@ -691,7 +722,7 @@ class nixlAgent:
                   f"{len(local_descs)} descriptors with {remote_agent!r}")
             return out.value
 
-        return self._new_req(make, to_bytes(notif_msg), remote_agent, True)
+        return self._new_req(make, to_bytes(notif_msg), remote_agent, None, op == _lib.OP_WRITE)
 
     def estimateXferCost(self, req_handle: int) -> tuple:
         raise make_error(nixlNotSupportedError, "estimateXferCost", "libnixl has no cost model")
@@ -714,7 +745,14 @@ class nixlAgent:
             st = L.nixl_xfer_post(rec.ptr)
             if st >= 0:
                 rec.posted = True
-        return check(st, call, f"request to {rec.peer!r}")
+                rec.reported = st == _lib.NIXL_OK
+                if st == _lib.NIXL_OK:
+                    self.xfer_event(rec.ptr, rec.is_write)
+        try:
+            return check(st, call, f"request to {rec.peer!r}")
+        except Exception as e:
+            self.error_event(e)
+            raise
 
     def getXferStatus(self, reqh: int) -> int:
         """NIXL_SUCCESS, NIXL_IN_PROG, or raises the failed request's nixl*Error."""
@@ -722,10 +760,17 @@ class nixlAgent:
         with self._lock:
             rec = self._req(reqh, call)
             st, posted = L.nixl_xfer_status(rec.ptr), rec.posted
-        if st == _lib.ERR_INVALID_PARAM and not posted:
-            from ._errors import nixlNotPostedError
-            raise make_error(nixlNotPostedError, call, f"request to {rec.peer!r} was never posted")
-        return check(st, call, f"request to {rec.peer!r}")
+            if st == _lib.NIXL_OK and posted and not rec.reported:
+                rec.reported = True
+                self.xfer_event(rec.ptr, rec.is_write)
+        try:
+            if st == _lib.ERR_INVALID_PARAM and not posted:
+                from ._errors import nixlNotPostedError
+                raise make_error(nixlNotPostedError, call, f"request to {rec.peer!r} was never posted")
+            return check(st, call, f"request to {rec.peer!r}")
+        except Exception as e:
+            self.error_event(e)
+            raise
 
     def xfer_info(self, ptr: int, call: str) -> _lib.nixl_xfer_info_t:
         info = _lib.nixl_xfer_info_t()
@@ -735,13 +780,14 @@ class nixlAgent:
     def getXferTelemetry(self, reqh: int) -> nixlXferTelemetry:
         call = "getXferTelemetry"
         if not self.telemetry:
-            raise make_error(nixlNoTelemetryError, call, "telemetry is off (NIXL_TELEMETRY_ENABLE)")
+            raise make_error(nixlNoTelemetryError, call, "telemetry is off (NIXL_TELEMETRY_ENABLE false, or unset "
+                             "without capture_telemetry)")
         with self._lock:
             rec = self._req(reqh, call)
             info = self.xfer_info(rec.ptr, call)
         if not info.posts:
             raise make_error(nixlNoTelemetryError, call, f"request to {rec.peer!r} was never posted")
-        return telemetry_of(info, rec.start_us, rec.as_given)
+        return telemetry_of(info, rec.start_us, rec.desc_count)
 
     def queryXferBackend(self, reqh: int) -> int:
         """The backend handle (from createBackend) that holds the backend the request uses."""
