@@ -262,8 +262,9 @@ class nixlAgentConfig:
     """NIXL's agent configuration (C++ nixlAgentConfig), positional as NIXL's constructors:
     (useProgThread, useListenThread, listenPort, syncMode, num_workers, pthrDelay, lthrDelay,
     captureTelemetry).  libnixl uses useProgThread, useListenThread, listenPort and pthrDelay
-    (the progress thread's period in us, 0 = libnixl's default) and captureTelemetry; syncMode is kept (every
-    mode gives a serialized C agent, docs/python.md); the rest are kept and unused."""
+    (the progress thread's period in us, 0 = libnixl's default); captureTelemetry turns telemetry
+    on (_telemetry.py); syncMode is kept (every mode gives a serialized C agent, docs/python.md);
+    the rest are kept and unused."""
 
     def __init__(self, useProgThread: bool = False, useListenThread: bool = False,
                  listenPort: int = DEFAULT_COMM_PORT, syncMode: int = 0, num_workers: int = 1, pthrDelay: int = 0,
@@ -391,7 +392,8 @@ class nixlAgent:
     def getPluginParams(self, type: str) -> tuple[dict[str, str], list[str]]:
         t = targets(self._plugins, type)
         if not t:
-            raise make_error(nixlNotFoundError, "getPluginParams", f"plugin {type!r}: {why_missing(type, self._plugins)}")
+            raise make_error(nixlNotFoundError, "getPluginParams",
+                             f"plugin {type!r}: {why_missing(type, self._plugins)}")
         return self._mems_params_defaults(t)
 
     def _mems_params_defaults(self, names: list[str]) -> tuple[dict[str, str], list[str]]:
