@@ -710,3 +710,71 @@ def test_telemetry_enabled_metrics_keeps_what_it_names(tmp_path, monkeypatch):
     finally:
         a.close()
         b.close()
+
+
+# ---- NIXL 1.5's strided descriptor arrays (issue 11, item 5) ----
+
+def test_strided_rows_stand_for_their_blocks_wherever_rows_go(pair):
+    a, _ = pair
+    rows = np.array([[0x10000, 64, 0, 256, 4], [0x90000, 128, 1, 128, 2]], np.uint64)
+    flat = [(0x10000 + k * 256, 64, 0) for k in range(4)] + [(0x90000 + k * 128, 128, 1) for k in range(2)]
+    assert list(a.get_xfer_descs(rows, "DRAM")) == flat
+    assert list(a.get_xfer_descs([tuple(int(v) for v in r) for r in rows], "DRAM")) == flat
+    assert list(nb.nixlXferDList(nb.DRAM_SEG, rows.astype(np.int64))) == flat
+    assert [d[:3] for d in a.get_reg_descs(rows, "DRAM")] == flat
+    # without a mem_type an N x 5 array is a buffer, as an N x 3 one (get_*_descs); prep_xfer_dlist
+    # wants one, with NIXL's ValueError
+    assert list(a.get_xfer_descs(rows)) == [(rows.ctypes.data, rows.nbytes, 0)]
+    with pytest.raises(ValueError, match="mem type"):
+        a.prep_xfer_dlist("", rows)
+    assert a.get_xfer_descs(np.array([[0x10000, 64, 0, 64, 0]], np.uint64), "DRAM") is None  # count 0
+    with pytest.raises(nixl.nixlInvalidParamError, match="count"):
+        a.prep_xfer_dlist("", np.array([[0x10000, 64, 0, 64, 0]], np.uint64), "DRAM")
+
+
+def test_strided_expansion_is_cheap():
+    from nixl._descs import expand_strided
+    rows = np.zeros((2000, 5), np.uint64)
+    rows[:, 0] = np.arange(2000, dtype=np.uint64) * (1 << 20)
+    rows[:, 1], rows[:, 3], rows[:, 4] = 4096, 8192, 100
+    t = time.perf_counter()
+    dl = nb.nixlXferDList(nb.DRAM_SEG, rows)
+    assert time.perf_counter() - t < 2.0 and len(dl) == 200000
+    assert dl[100 * 7 + 3] == (7 * (1 << 20) + 3 * 8192, 4096, 0)
+    assert expand_strided(rows)[-1].tolist() == [1999 * (1 << 20) + 99 * 8192, 4096, 0]
+
+
+def test_strided_prepped_lists_move_every_block(monkeypatch):
+    monkeypatch.delenv("NIXL_TELEMETRY_ENABLE", raising=False)
+    page, n_pages = 512, 32
+    a, b, src, dst = _shm_pair(True, page * n_pages * 2)
+    try:
+        s, d = src.ctypes.data, dst.ctypes.data
+        # local: every other page (a sparse run); remote: two dense runs of 16 pages back to back
+        local = np.array([[s, page, 0, 2 * page, n_pages]], np.uint64)
+        remote = np.array([[d, page, 0, page, 16], [d + 16 * page, page, 0, page, 16]], np.int64)
+        lp = a.prep_xfer_dlist("NIXL_INIT_AGENT", local, "DRAM")
+        rp = a.prep_xfer_dlist(b.name, remote, "DRAM")
+        idx = np.arange(n_pages, dtype=np.int32)
+        h = a.make_prepped_xfer("WRITE", lp, idx, rp, idx[::-1].copy())
+        a.transfer(h)
+        _done(a, h)
+        for i in range(n_pages):  # local block i (page 2i of src) landed in remote block 31 - i
+            r = n_pages - 1 - i
+            assert np.array_equal(dst[r * page:(r + 1) * page], src[2 * i * page:(2 * i + 1) * page]), i
+        assert a.get_xfer_telemetry(h).descCount == n_pages  # a sparse local run: nothing merges
+        # dense on both sides: merges within a run, not across the two remote rows (NIXL's runs)
+        lp2 = a.prep_xfer_dlist("", np.array([[s, page, 0, page, n_pages]], np.uint64), "DRAM")
+        dst[:] = 0
+        h2 = a.make_prepped_xfer("WRITE", lp2, idx, rp, idx)
+        a.transfer(h2)
+        _done(a, h2)
+        assert np.array_equal(dst[:n_pages * page], src[:n_pages * page])
+        assert a.get_xfer_telemetry(h2).descCount == 2
+        # the low-level form: prepXferDlist(agent_name, mem_type, N x 5 array, backend)
+        lh = a.agent.prepXferDlist(b.name, nb.DRAM_SEG, remote, [])
+        assert isinstance(lh, int)
+        a.agent.releasedDlistH(lh)
+    finally:
+        a.close()
+        b.close()

@@ -31,8 +31,10 @@ from typing import Any, Optional, Union
 
 from . import _bindings as nixlBind
 from . import _lib
-from ._descs import _DList, index_array, mem_type_code, nixlRegDList, nixlRemoteDList, nixlXferDList, to_dlist
-from ._errors import (check, make_error, nixlInvalidKeyError, nixlInvalidParamError, nixlMismatchError,
+from ._descs import (_DList, index_array, is_strided, mem_type_code, nixlRegDList, nixlRemoteDList, nixlXferDList,
+                     strided_rows, to_dlist)
+from ._errors import (check, make_error, nixlInvalidKeyError, nixlInvalidParamError, nixlInvalidValueError,
+                      nixlMismatchError,
                       nixlNoTelemetryError, nixlNotFoundError, nixlNotImplementedYet, nixlNotPostedError,
                       nixlNotSupportedError, nixlRepostActiveError)
 from ._lowlevel import (BACKEND_ALIASES, PARAM_ALIASES, agent_name, available, drain, make_opt,  # noqa: F401
@@ -488,7 +490,12 @@ class nixl_agent:
                         backends: Optional[list[str]] = None) -> nixl_prepped_dlist_handle:
         """Prepare a list once: agent_name NIXL_INIT_AGENT or "" = my side, else the peer's name."""
         call = "prep_xfer_dlist"
-        descs = to_dlist(xfer_list, mem_type, False, call)
+        strided = None
+        if is_strided(xfer_list):  # NIXL 1.5's N x 5 rows: a mem_type is required (ValueError, as NIXL)
+            if mem_type is None:
+                raise make_error(nixlInvalidValueError, call, "Please specify a mem type for strided descriptors")
+            strided = strided_rows(xfer_list, call)
+        descs = to_dlist(xfer_list if strided is None else strided, mem_type, False, call)
         name = agent_name_of(agent_name)
         peer = None if name in ("", NIXL_INIT_AGENT) else name
         if peer is not None and peer == self.name:
@@ -500,7 +507,8 @@ class nixl_agent:
         check(L.nixl_prep_create(self._ptr(call), peer.encode() if peer else None, ctypes.byref(c), opt,
                                  ctypes.byref(out)), call,
               f"{len(descs)} descriptors of {'this agent' if peer is None else 'peer ' + repr(peer)}")
-        return nixl_prepped_dlist_handle(self, out.value, peer, len(descs), descs.getType(), RunCache(descs))
+        return nixl_prepped_dlist_handle(self, out.value, peer, len(descs), descs.getType(),
+                                         RunCache(descs, strided))
 
     def make_prepped_xfer(self, operation: str, local_xfer_side: nixl_prepped_dlist_handle, local_indices: Any,
                           remote_xfer_side: nixl_prepped_dlist_handle, remote_indices: Any,

@@ -24,7 +24,7 @@ import time
 from typing import Any, Optional
 
 from . import _lib
-from ._descs import index_array, nixlRegDList, nixlXferDList, to_dlist
+from ._descs import index_array, is_strided, nixlRegDList, nixlXferDList, strided_rows, to_dlist
 from ._errors import (check, make_error, nixlInvalidKeyError, nixlInvalidParamError, nixlInvalidValueError,
                       nixlMismatchError, nixlNoTelemetryError, nixlNotFoundError, nixlNotSupportedError,
                       nixlRepostActiveError)
@@ -629,12 +629,24 @@ class nixlAgent:
     # ---- transfers ----
     def prepXferDlist(self, *args: Any, **kw: Any) -> int:
         """prepXferDlist(agent_name, descs, backend=[]) or prepXferDlist(descs, backend=[]) (local side);
-        agent_name NIXL_INIT_AGENT is the local side too."""
+        agent_name NIXL_INIT_AGENT is the local side too.  NIXL 1.5's strided form:
+        prepXferDlist([agent_name,] mem_type, N x 5 array, backend=[])."""
         call = "prepXferDlist"
         if args and isinstance(args[0], (str, bytes)):
             name, rest = agent_name(args[0]), args[1:]
         else:
             name, rest = agent_name(kw.pop("agent_name", NIXL_INIT_AGENT)), args
+        strided = None
+        if rest and isinstance(rest[0], int) and not isinstance(rest[0], bool) or "mem_type" in kw:
+            # NIXL 1.5: prepXferDlist([agent_name,] mem_type, N x 5 array, backend=[])
+            mem = rest[0] if rest and isinstance(rest[0], int) else kw.pop("mem_type")
+            rest = rest[1:] if rest and isinstance(rest[0], int) else rest
+            arr = rest[0] if rest else kw.pop("descs")
+            if not is_strided(arr):
+                raise TypeError(f"{call}: with a mem_type, descs must be an N x 5 array of strided rows")
+            strided = strided_rows(arr, call)
+            descs = nixlXferDList(mem, strided)
+            rest = (descs,) + tuple(rest[1:])
         descs = rest[0] if rest else kw.pop("descs")
         backends = rest[1] if len(rest) > 1 else kw.pop("backend", kw.pop("backends", ()))
         if not isinstance(descs, nixlXferDList):
@@ -650,7 +662,7 @@ class nixlAgent:
             check(L.nixl_prep_create(self._p(call), peer.encode() if peer else None, ctypes.byref(c), opt,
                                      ctypes.byref(out)), call,
                   f"{len(descs)} descriptors of {'this agent' if peer is None else 'peer ' + repr(peer)}")
-            self._preps[out.value] = (out.value, peer, RunCache(descs))
+            self._preps[out.value] = (out.value, peer, RunCache(descs, strided))
         return out.value
 
     def releasedDlistH(self, handle: int) -> int:

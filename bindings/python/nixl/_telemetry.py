@@ -252,19 +252,38 @@ def _runs(rows: Any) -> tuple[list[int], list[int], list[int], list[bool], list[
 class RunCache:
     """The runs of one prepared list, made the first time a request's telemetry asks."""
 
-    __slots__ = ("_descs", "_runs", "_lock")
+    __slots__ = ("_descs", "_strided", "_runs", "_lock")
 
-    def __init__(self, descs: Any):
+    def __init__(self, descs: Any, strided: Any = None):
         self._descs = descs
+        self._strided = strided  # N x 5 rows given to prep_xfer_dlist: NIXL keeps them as its runs
         self._runs: Any = None
         self._lock = threading.Lock()
 
     def get(self) -> Any:
         with self._lock:
             if self._runs is None:
-                self._runs = _runs([r[:3] for r in self._descs])
-                self._descs = None
+                if self._strided is not None:
+                    self._runs = _strided_runs(self._strided)
+                else:
+                    self._runs = _runs([r[:3] for r in self._descs])
+                self._descs = self._strided = None
             return self._runs
+
+
+def _strided_runs(rows: Any) -> tuple[list[int], list[int], list[int], list[bool], list[int]]:
+    """The runs of a strided list as NIXL keeps them: one per row, dense when stride == len."""
+    counts = [int(r[4]) for r in rows]
+    run_of: list[int] = []
+    start: list[int] = []
+    at = 0
+    for k, c in enumerate(counts):
+        start.append(at)
+        run_of.extend([k] * c)
+        at += c
+    stride = [int(r[3]) for r in rows]
+    dense = [int(r[3]) == int(r[1]) for r in rows]
+    return run_of, start, counts, dense, stride
 
 
 def merged_count(lruns: RunCache, lidx: Any, rruns: RunCache, ridx: Any) -> int:
