@@ -197,7 +197,6 @@ def test_low_level_plugins_backends_and_what_libnixl_lacks(low_pair):
     reg = nb.nixlRegDList(nb.DRAM_SEG, [(src, size, 0, "")])
     for call, args, what in ((a.getLocalPartialMD, (reg,), "etcd"), (a.queryMem, (reg, ba), "memory query"),
                              (a.prepMemView, (nb.nixlXferDList(nb.VRAM_SEG),), "GPU device API"),
-                             (a.estimateXferCost, (1,), "cost model"),
                              (a.prepXferDlist, (a.name, nb.nixlXferDList(nb.DRAM_SEG, [(src, 8, 0)])), "loopback"),
                              (a.sendLocalPartialMD, (reg, True, [], "127.0.0.1", 1, "l"), "etcd")):
         with pytest.raises(nb.nixlNotSupportedError, match=what):
@@ -778,3 +777,34 @@ def test_strided_prepped_lists_move_every_block(monkeypatch):
     finally:
         a.close()
         b.close()
+
+
+# ---- estimate_xfer_cost (issue 11, item 5): our own model, NIXL's shape ----
+
+def test_estimate_xfer_cost_follows_path_and_size(pair):
+    from nixl._lowlevel import PATH_GBPS, REQUEST_US
+    a, b = pair
+    n = 4 << 20
+    src, dst = nixl.alloc_array(n), nixl.alloc_array(n)
+    src[:] = 7
+    a.register_memory(src)
+    b.register_memory(dst)
+    a.add_remote_agent(b.get_agent_metadata())
+    small = a.initialize_xfer("WRITE", a.get_xfer_descs(src[:4096]), b.get_xfer_descs(dst[:4096]), b.name)
+    big = a.initialize_xfer("WRITE", a.get_xfer_descs(src), b.get_xfer_descs(dst), b.name)
+    ds, ms, method = a.estimate_xfer_cost(small)
+    db, mb, _ = a.estimate_xfer_cost(big)  # before any post: from the path chosen at creation
+    assert method == "ANALYTICAL_BACKEND" and 0 < ms <= ds and 0 < mb <= db
+    path = a.get_xfer_info(big).path
+    rate = PATH_GBPS.get(path) or PATH_GBPS[path.split(".")[0]]
+    assert db >= REQUEST_US + n / (rate * 1000) and db > ds
+    a.transfer(big)
+    while a.check_xfer_state(big) == "PROC":
+        pass
+    assert np.array_equal(dst, src)
+    dl, ml, m = a.agent.estimateXferCost(a.agent.createXferReq("READ", a.get_xfer_descs(src),
+                                                               b.get_xfer_descs(dst), b.name))
+    assert (dl, ml, m) == (db, mb, nb.NIXL_COST_ANALYTICAL_BACKEND)
+    a.release_xfer_handle(small)
+    with pytest.raises(nixl.nixlInvalidParamError, match="released"):
+        a.estimate_xfer_cost(small)

@@ -38,7 +38,8 @@ from ._errors import (check, make_error, nixlInvalidKeyError, nixlInvalidParamEr
                       nixlNoTelemetryError, nixlNotFoundError, nixlNotImplementedYet, nixlNotPostedError,
                       nixlNotSupportedError, nixlRepostActiveError)
 from ._lowlevel import (BACKEND_ALIASES, PARAM_ALIASES, agent_name, available, drain, make_opt,  # noqa: F401
-                        merged_counter, op_code, targets, telemetry_of, to_bytes, translate, why_missing)
+                        estimate_cost, merged_counter, op_code, targets, telemetry_of, to_bytes, translate,
+                        why_missing)
 from ._telemetry import RunCache
 
 agent_name_of = agent_name  # prep_xfer_dlist's parameter is called agent_name, as NIXL's
@@ -671,8 +672,11 @@ class nixl_agent:
         b = self._info(handle, "query_xfer_backend").backend.decode()
         return self._alias_of.get(b, b)
 
-    def estimate_xfer_cost(self, req_handle: nixl_xfer_handle) -> tuple:
-        raise make_error(nixlNotSupportedError, "estimate_xfer_cost", "libnixl has no cost model")
+    def estimate_xfer_cost(self, req_handle: nixl_xfer_handle) -> tuple[int, int, str]:
+        """(duration_us, err_margin_us, "ANALYTICAL_BACKEND"), as NIXL returns it: our own estimate
+        from the request's path, bytes and runs (docs/python.md), made without posting it."""
+        d, m = estimate_cost(self._info(req_handle, "estimate_xfer_cost"))
+        return d, m, "ANALYTICAL_BACKEND"
 
     # ---- path accounting (our addition) ----
     def get_path_stats(self) -> dict[str, nixl_path_stat]:

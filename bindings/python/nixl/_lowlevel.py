@@ -258,6 +258,33 @@ def merged_counter(lruns: Any, lkeep: Any, rruns: Any, rkeep: Any) -> Any:
     return count
 
 
+# ---- estimateXferCost / estimate_xfer_cost: our own analytical model ----
+# Sustained rate of each path (GB/s = 1000 bytes/us) and the fixed costs of a
+# request, from what each path does: shm.map is one memcpy per run in the
+# sender; shm.cma one process_vm_writev per run (a syscall, page walks);
+# cuda_ipc.ce copy-engine DMA over NVLink / PCIe; cuda_ipc.kernel a copy
+# kernel (many small runs); cuda_ipc.staged through host memory on both
+# sides; libfabric the NIC.  A path not listed takes its backend's rate,
+# else UNKNOWN_PATH_GBPS.  docs/python.md, "Transfers", has the table.
+PATH_GBPS = {"shm.map": 8.0, "shm.cma": 4.0, "shm": 4.0, "cuda_ipc.ce": 40.0, "cuda_ipc.kernel": 30.0,
+             "cuda_ipc": 40.0, "cuda_ipc.staged": 5.0, "libfabric": 5.0, "ucx": 10.0}
+UNKNOWN_PATH_GBPS = 1.0
+REQUEST_US = 5.0  # post, completion, notification
+DESC_US = {"shm.cma": 0.5, "shm.map": 0.05}  # each run after merging (others: DEFAULT_DESC_US)
+DEFAULT_DESC_US = 0.2
+COST_MARGIN = 0.5  # the error margin: half the estimate
+
+
+def estimate_cost(info: _lib.nixl_xfer_info_t) -> tuple[int, int]:
+    """(duration_us, err_margin_us) of a request from its path, bytes and runs (after merging)."""
+    path, backend = info.path.decode(), info.backend.decode()
+    gbps = PATH_GBPS.get(path) or PATH_GBPS.get(path.split(".")[0]) or PATH_GBPS.get(backend) or UNKNOWN_PATH_GBPS
+    per_desc = DESC_US.get(path, DEFAULT_DESC_US)
+    us = REQUEST_US + per_desc * info.descs + info.bytes / (gbps * 1000.0)
+    d = max(1, int(-(-us // 1)))
+    return d, max(1, int(-(-d * COST_MARGIN // 1)))
+
+
 class nixlAgentConfig:
     """NIXL's agent configuration (C++ nixlAgentConfig), positional as NIXL's constructors:
     (useProgThread, useListenThread, listenPort, syncMode, num_workers, pthrDelay, lthrDelay,
@@ -738,8 +765,15 @@ class nixlAgent:
 
         return self._new_req(make, to_bytes(notif_msg), remote_agent, None, op == _lib.OP_WRITE)
 
-    def estimateXferCost(self, req_handle: int) -> tuple:
-        raise make_error(nixlNotSupportedError, "estimateXferCost", "libnixl has no cost model")
+    def estimateXferCost(self, req_handle: int) -> tuple[int, int, int]:
+        """(duration_us, err_margin_us, NIXL_COST_ANALYTICAL_BACKEND): our model of the request's
+        path, bytes and runs (estimate_cost), not a measurement."""
+        call = "estimateXferCost"
+        with self._lock:
+            rec = self._req(req_handle, call)
+            info = self.xfer_info(rec.ptr, call)
+        d, m = estimate_cost(info)
+        return d, m, 0  # NIXL_COST_ANALYTICAL_BACKEND
 
     def postXferReq(self, reqh: int, notif_msg: Any = b"") -> int:
         """Post (or re-post) a request: NIXL_SUCCESS when it completed inside the call, else NIXL_IN_PROG.
