@@ -808,3 +808,25 @@ def test_estimate_xfer_cost_follows_path_and_size(pair):
     a.release_xfer_handle(small)
     with pytest.raises(nixl.nixlInvalidParamError, match="released"):
         a.estimate_xfer_cost(small)
+
+
+def test_desc_count_without_numpy_counts_the_same(monkeypatch):
+    import sys
+    from nixl._telemetry import RunCache, merged_count
+    rng = np.random.default_rng(2)
+    for trial in range(20):
+        n = 40
+        lens = rng.choice([64, 64, 64, 128], n)
+        gaps = rng.choice([0, 0, 0, 64], n)
+        addr = np.cumsum(lens + gaps) - (lens + gaps)
+        local = [(int(a), int(ln), 0) for a, ln in zip(addr, lens)]
+        remote = [(int(a) + (1 << 30), int(ln), 0) for a, ln in zip(addr, lens)]
+        start = int(rng.integers(0, n - 10))
+        idx = list(range(start, start + 10)) if trial % 2 else sorted(rng.choice(n, 10, replace=False).tolist())
+        with_np = merged_count(RunCache(local), idx, RunCache(remote), idx)
+        monkeypatch.setitem(sys.modules, "numpy", None)  # import numpy now fails
+        try:
+            without = merged_count(RunCache(local), idx, RunCache(remote), idx)
+        finally:
+            monkeypatch.setitem(sys.modules, "numpy", np)  # the same module back, not a reload
+        assert with_np == without and 1 <= with_np <= len(idx), (trial, idx)
