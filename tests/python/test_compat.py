@@ -308,6 +308,8 @@ def test_remote_dlist():
     try:
         assert agent.get_remote_descs([(1, 2, 0, "p")], "VRAM") == nb.nixlRemoteDList(nb.VRAM_SEG, [(1, 2, 0, "p")])
         assert agent.get_remote_descs([(1, 2, 0, "p")]) is None
+        assert agent.get_remote_descs([(1, 2, 0)], "VRAM") is None  # NIXL: a 4-tuple list is needed
+        assert list(agent.get_remote_descs([(1, 2, 0, b"p")], "DRAM")) == [(1, 2, 0, "p")]  # a name as bytes
         with pytest.raises(nb.nixlNotSupportedError, match="GPU device API"):
             agent.prep_mem_view(rl)
     finally:

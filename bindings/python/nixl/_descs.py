@@ -266,6 +266,8 @@ class nixlRemoteDList:
         if not isinstance(desc, tuple) or len(desc) != 4:
             raise _invalid("nixlRemoteDList", f"a remote descriptor is (addr, len, dev, agent_name), not {desc!r}")
         a, n, d, name = desc
+        if isinstance(name, (bytes, bytearray)):  # the name add_remote_agent returned
+            name = bytes(name).decode()
         if not all(isinstance(v, int) and v >= 0 for v in (a, n, d)) or not isinstance(name, str):
             raise _invalid("nixlRemoteDList", f"bad remote descriptor {desc!r}")
         return (a, n, d, name)
