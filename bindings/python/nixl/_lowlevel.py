@@ -168,13 +168,16 @@ def why_missing(name: str, plugins: Optional[dict[str, Any]] = None) -> str:
 
 def translate(plugins: dict[str, Any], alias: str, ours: str, params: dict[str, str], log: Any,
               who: str) -> dict[str, str]:
-    """A NIXL backend's init parameters, as our backend `ours` names them (others dropped, said)."""
+    """A NIXL backend's init parameters, as our backend `ours` names them (others dropped, said
+    unless another backend the alias stands for takes them)."""
     known = plugins[ours]["params"]
     out = {}
     for k, v in params.items():
         k2 = PARAM_ALIASES.get(k, k)
         if k2 in known:
             out[k2] = v
+        elif any(k2 in plugins[b]["params"] for b in targets(plugins, alias)):
+            continue  # num_threads -> shm's threads: nothing to say about cuda_ipc and libfabric
         else:
             log.warning("agent %s: %s parameter %s=%s has no meaning for our %s backend: ignored", who, alias, k,
                         v, ours)
