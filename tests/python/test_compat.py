@@ -513,6 +513,22 @@ def test_ucx_reaches_other_hosts_through_libfabric_when_no_ucx_is_built(caplog, 
             assert "libfabric" in made and "CROSS_HOST" in avail["libfabric"]["caps"]
         said = [r for r in caplog.records if "no ucx backend is built" in r.getMessage()]
         assert len(said) == 1  # once per process, not per agent
+        # the bytes go over libfabric when asked, as they would to another host
+        a, b = agents
+        src = np.random.default_rng(4).integers(0, 256, 1 << 16, dtype=np.uint8)
+        dst = np.zeros(1 << 16, np.uint8)
+        a.register_memory(src)
+        b.register_memory(dst)
+        a.add_remote_agent(b.get_agent_metadata())
+        b.add_remote_agent(a.get_agent_metadata())
+        h = a.initialize_xfer("WRITE", a.get_xfer_descs(src), b.get_xfer_descs(dst), b.name, b"over-lf",
+                              backends=["libfabric"])
+        a.transfer(h)
+        deadline = time.monotonic() + 30
+        while a.check_xfer_state(h) == "PROC":
+            assert time.monotonic() < deadline
+        assert a.get_xfer_info(h).path.startswith("libfabric") and a.query_xfer_backend(h) == "UCX"
+        assert np.array_equal(src, dst)
     finally:
         for a in agents:
             a.close()
