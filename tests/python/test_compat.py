@@ -622,6 +622,16 @@ def test_desc_count_is_what_nixl_counts(monkeypatch):
         sparse = [(s + i * 2048, 1024, 0) for i in range(4)]
         rsparse = [(d + i * 1024, 1024, 0) for i in range(4)]
         assert run("prep", sparse, rsparse, [0, 1, 2, 3], [0, 1, 2, 3])[0] == 4
+        # the list as prepared counts, not as changed afterwards
+        mine = a.get_xfer_descs(pages, "DRAM")
+        lp, rp = a.prep_xfer_dlist("", mine), a.prep_xfer_dlist(b.name, rpages, "DRAM")
+        mine[1] = (s + 4096, 1024, 0)  # no longer back to back with descriptor 0
+        dst[:] = 0
+        h = a.make_prepped_xfer("WRITE", lp, [0, 1], rp, [0, 1])
+        a.transfer(h)
+        _done(a, h)
+        assert np.array_equal(dst[:2048], src[:2048]) and not dst[2048:].any()  # the prepared ranges moved
+        assert a.get_xfer_telemetry(h).descCount == 1
         # the same with a numpy index array (NIXL's engines pass those)
         assert run("prep", pages, rpages, np.arange(8, dtype=np.int32), np.arange(8, dtype=np.int32))[0] == 1
     finally:

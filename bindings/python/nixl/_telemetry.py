@@ -45,6 +45,7 @@ import mmap
 import os
 import struct
 import threading
+from array import array
 from typing import Any, Optional, Sequence
 
 log = logging.getLogger("nixl")
@@ -255,7 +256,9 @@ class RunCache:
     __slots__ = ("_descs", "_strided", "_runs", "_lock")
 
     def __init__(self, descs: Any, strided: Any = None):
-        self._descs = descs
+        # (addr, len, dev) as prepared: a copy, since the caller's list may change afterwards
+        words = getattr(descs, "_words", None)
+        self._descs = None if strided is not None else (array("Q", words) if words is not None else list(descs))
         self._strided = strided  # N x 5 rows given to prep_xfer_dlist: NIXL keeps them as its runs
         self._runs: Any = None
         self._lock = threading.Lock()
@@ -265,6 +268,10 @@ class RunCache:
             if self._runs is None:
                 if self._strided is not None:
                     self._runs = _strided_runs(self._strided)
+                elif isinstance(self._descs, array):
+                    w = self._descs
+                    from ._descs import _split_dev_word
+                    self._runs = _runs(list(zip(w[0::4], w[1::4], [_split_dev_word(x)[0] for x in w[2::4]])))
                 else:
                     self._runs = _runs([r[:3] for r in self._descs])
                 self._descs = self._strided = None
