@@ -858,3 +858,14 @@ def test_desc_count_without_numpy_counts_the_same(monkeypatch):
         finally:
             monkeypatch.setitem(sys.modules, "numpy", np)  # the same module back, not a reload
         assert with_np == without and 1 <= with_np <= len(idx), (trial, idx)
+
+
+def test_telemetry_file_that_cannot_be_made_fails_the_agent(tmp_path, monkeypatch):
+    monkeypatch.setenv("NIXL_TELEMETRY_ENABLE", "y")
+    monkeypatch.setenv("NIXL_TELEMETRY_DIR", str(tmp_path / "missing"))
+    with pytest.raises(nixl.nixlInvalidParamError, match="NIXL_TELEMETRY_DIR"):
+        nixl_agent(unique("nodir"), nixl_agent_config(enable_prog_thread=False, backends=["shm"]))
+    monkeypatch.setenv("NIXL_TELEMETRY_DIR", str(tmp_path))
+    monkeypatch.setenv("NIXL_TELEMETRY_BUFFER_SIZE", "100")  # NIXL's ring needs a power of 2
+    with pytest.raises(nixl.nixlInvalidParamError, match="power of 2"):
+        nixl_agent(unique("odd"), nixl_agent_config(enable_prog_thread=False, backends=["shm"]))

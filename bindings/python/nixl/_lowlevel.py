@@ -362,8 +362,7 @@ class nixlAgent:
         self.name = name
         self.config = cfg
         self.telemetry = telemetry_enabled(bool(getattr(cfg, "captureTelemetry", False)))
-        # NIXL_TELEMETRY_DIR: the file NIXL's telemetry readers read (_telemetry.py)
-        self.telemetry_file = TelemetryFile.for_agent(name) if self.telemetry else None
+        self.telemetry_file: Optional[TelemetryFile] = None
         self._lock = threading.RLock()
         self._plugins = available()
         self._ours: dict[str, int] = {}  # our backend name -> C handle
@@ -373,8 +372,15 @@ class nixlAgent:
         self._group_name: dict[int, str] = {}
         self._group_of: dict[int, int] = {}  # C handle -> the first handle given out holding it
         self._ids = itertools.count(1 << 12)
-        self._preps: dict[int, tuple[int, Optional[str]]] = {}
+        self._preps: dict[int, tuple[int, Optional[str], RunCache]] = {}
         self._reqs: dict[int, _Req] = {}
+        # NIXL_TELEMETRY_DIR: the file NIXL's telemetry readers read (_telemetry.py)
+        try:
+            self.telemetry_file = TelemetryFile.for_agent(name) if self.telemetry else None
+        except (OSError, ValueError) as e:  # NIXL's agent constructor throws here too
+            self.close()
+            raise make_error(nixlInvalidParamError, "nixlAgent", f"telemetry file of agent {name!r} "
+                             f"(NIXL_TELEMETRY_DIR, NIXL_TELEMETRY_BUFFER_SIZE): {e}") from None
 
     # ---- life cycle (ours) ----
     def close(self) -> None:
