@@ -34,9 +34,8 @@ from . import _lib
 from ._descs import (_DList, index_array, is_strided, mem_type_code, nixlRegDList, nixlRemoteDList, nixlXferDList,
                      strided_rows, to_dlist)
 from ._errors import (check, make_error, nixlInvalidKeyError, nixlInvalidParamError, nixlInvalidValueError,
-                      nixlMismatchError,
-                      nixlNoTelemetryError, nixlNotFoundError, nixlNotImplementedYet, nixlNotPostedError,
-                      nixlNotSupportedError, nixlRepostActiveError)
+                      nixlMismatchError, nixlNoTelemetryError, nixlNotFoundError, nixlNotImplementedYet,
+                      nixlNotPostedError, nixlNotSupportedError, nixlRepostActiveError)
 from ._lowlevel import (BACKEND_ALIASES, PARAM_ALIASES, agent_name, available, drain, make_opt,  # noqa: F401
                         estimate_cost, merged_counter, op_code, targets, telemetry_of, to_bytes, translate,
                         why_missing)
