@@ -217,7 +217,7 @@ class nixl_agent:
         for b in self._targets(backend):
             mems += [m for m in self._plugins[b]["mem_types"] if m not in mems]
         if not mems:
-            log.warning("plugin %s is not available", backend)
+            log.warning("plugin %s is not available: %s", backend, self._why_missing(backend))
         return mems
 
     def get_plugin_params(self, backend: str) -> dict[str, str]:
@@ -225,7 +225,7 @@ class nixl_agent:
         for b in self._targets(backend):
             out.update(self._plugins[b]["params"])
         if not self._targets(backend):
-            log.warning("plugin %s is not available", backend)
+            log.warning("plugin %s is not available: %s", backend, self._why_missing(backend))
         return out
 
     def get_backend_mem_types(self, backend: str) -> list[str]:
