@@ -59,8 +59,9 @@ def wait_notif(agent, sender, tag, timeout=20.0):
 
 @pytest.fixture
 def pair():
-    """Two agents of this process (prefill, decode); introduce() them once memory is registered."""
-    a, b = make_agent("pre"), make_agent("dec")
+    """Two agents of this process (prefill, decode); introduce() them once memory is registered.
+    They capture telemetry (NIXL's capture_telemetry, as vLLM's connector asks)."""
+    a, b = make_agent("pre", capture_telemetry=True), make_agent("dec", capture_telemetry=True)
     yield a, b
     a.close()
     b.close()

@@ -103,6 +103,7 @@ def low_pair():
     """Two nixlAgents of this process with NIXL's UCX backend, 4096-byte buffers from nixl._utils."""
     conf = nb.nixlAgentConfig()
     conf.useProgThread = False
+    conf.captureTelemetry = True
     a, b = nb.nixlAgent(unique("lowa"), conf), nb.nixlAgent(unique("lowb"), conf)
     ba, bb = a.createBackend("UCX", {}), b.createBackend("UCX", {})
     size = 4096
@@ -196,7 +197,6 @@ def test_low_level_plugins_backends_and_what_libnixl_lacks(low_pair):
     reg = nb.nixlRegDList(nb.DRAM_SEG, [(src, size, 0, "")])
     for call, args, what in ((a.getLocalPartialMD, (reg,), "etcd"), (a.queryMem, (reg, ba), "memory query"),
                              (a.prepMemView, (nb.nixlXferDList(nb.VRAM_SEG),), "GPU device API"),
-                             (a.estimateXferCost, (1,), "cost model"),
                              (a.prepXferDlist, (a.name, nb.nixlXferDList(nb.DRAM_SEG, [(src, 8, 0)])), "loopback"),
                              (a.sendLocalPartialMD, (reg, True, [], "127.0.0.1", 1, "l"), "etcd")):
         with pytest.raises(nb.nixlNotSupportedError, match=what):
@@ -308,6 +308,8 @@ def test_remote_dlist():
     try:
         assert agent.get_remote_descs([(1, 2, 0, "p")], "VRAM") == nb.nixlRemoteDList(nb.VRAM_SEG, [(1, 2, 0, "p")])
         assert agent.get_remote_descs([(1, 2, 0, "p")]) is None
+        assert agent.get_remote_descs([(1, 2, 0)], "VRAM") is None  # NIXL: a 4-tuple list is needed
+        assert list(agent.get_remote_descs([(1, 2, 0, b"p")], "DRAM")) == [(1, 2, 0, "p")]  # a name as bytes
         with pytest.raises(nb.nixlNotSupportedError, match="GPU device API"):
             agent.prep_mem_view(rl)
     finally:
@@ -463,3 +465,407 @@ def test_partial_metadata_over_the_socket_says_what_is_missing(pair):
         a.get_partial_agent_metadata(reg, True)
     with pytest.raises(nixl.nixlNotSupportedError, match="loopback"):
         a.prep_xfer_dlist(a.name, reg.trim())
+
+
+# ---- backend names (issue 11, item 6) ----
+
+# Every plugin of NIXL's src/plugins, and the names its older trees and tests use.
+NIXL_PLUGINS = ["UCX", "UCX_MO", "LIBFABRIC", "UCCL", "MOONCAKE", "GPUNETIO", "POSIX", "HF3FS", "MOCK_DRAM", "GDS",
+                "GDS_MT", "GUSLI", "OBJ", "AZURE_BLOB", "INFINIA"]
+
+
+@pytest.mark.parametrize("name", NIXL_PLUGINS)
+def test_every_nixl_backend_name_maps_or_names_what_is_missing(name):
+    from nixl._lowlevel import BACKEND_ALIASES, targets
+    assert name in BACKEND_ALIASES
+    avail = nixl.available_backends()
+    a = nixl_agent(unique("be"), nixl_agent_config(enable_prog_thread=False, backends=[]))
+    try:
+        if targets(avail, name):
+            a.create_backend(name)
+            assert name in a.get_plugin_list() and a.backends[name]
+            made = {a._name_of[h] for h in a.backends[name]}
+            assert made <= set(BACKEND_ALIASES[name]) | {"libfabric"}
+        else:
+            assert name not in a.get_plugin_list()
+            with pytest.raises(nixl.nixlNotFoundError) as e:
+                a.create_backend(name)
+            missing = ", ".join(BACKEND_ALIASES[name])
+            assert f"maps to our {missing}" in str(e.value) and "this libnixl has: " in str(e.value)
+            with pytest.raises(nixl.nixlNotFoundError, match=f"maps to our {missing}"):
+                a.agent.createBackend(name, {})
+    finally:
+        a.close()
+
+
+def test_ucx_reaches_other_hosts_through_libfabric_when_no_ucx_is_built(caplog, monkeypatch):
+    import logging
+    from nixl import _lowlevel
+    avail = nixl.available_backends()
+    if "ucx" in avail or "libfabric" not in avail:
+        pytest.skip(f"needs libfabric and no ucx backend built (built: {', '.join(avail)})")
+    monkeypatch.setattr(_lowlevel, "_standin_said", [])  # as in a fresh process
+    with caplog.at_level(logging.INFO, logger="nixl"):
+        agents = [nixl_agent(unique("ucx"), nixl_agent_config(enable_prog_thread=False)) for _ in range(2)]
+    try:
+        for a in agents:
+            made = [a._name_of[h] for h in a.backends["UCX"]]
+            assert "libfabric" in made and "CROSS_HOST" in avail["libfabric"]["caps"]
+        said = [r for r in caplog.records if "no ucx backend is built" in r.getMessage()]
+        assert len(said) == 1  # once per process, not per agent
+        # the bytes go over libfabric when asked, as they would to another host
+        a, b = agents
+        src = np.random.default_rng(4).integers(0, 256, 1 << 16, dtype=np.uint8)
+        dst = np.zeros(1 << 16, np.uint8)
+        a.register_memory(src)
+        b.register_memory(dst)
+        a.add_remote_agent(b.get_agent_metadata())
+        b.add_remote_agent(a.get_agent_metadata())
+        h = a.initialize_xfer("WRITE", a.get_xfer_descs(src), b.get_xfer_descs(dst), b.name, b"over-lf",
+                              backends=["libfabric"])
+        a.transfer(h)
+        deadline = time.monotonic() + 30
+        while a.check_xfer_state(h) == "PROC":
+            assert time.monotonic() < deadline
+        assert a.get_xfer_info(h).path.startswith("libfabric") and a.query_xfer_backend(h) == "UCX"
+        assert np.array_equal(src, dst)
+    finally:
+        for a in agents:
+            a.close()
+
+
+# ---- telemetry (issue 11, item 4) ----
+
+def _shm_pair(capture, n=1 << 14):
+    a = nixl_agent(unique("tela"), nixl_agent_config(enable_prog_thread=False, backends=["shm"],
+                                                    capture_telemetry=capture))
+    b = nixl_agent(unique("telb"), nixl_agent_config(enable_prog_thread=False, backends=["shm"]))
+    src, dst = nixl.alloc_array(n), nixl.alloc_array(n)
+    src[:] = np.arange(n) % 253
+    a.register_memory(src)
+    b.register_memory(dst)
+    a.add_remote_agent(b.get_agent_metadata())
+    return a, b, src, dst
+
+
+def _done(a, h):
+    deadline = time.monotonic() + 20
+    while a.check_xfer_state(h) == "PROC":
+        assert time.monotonic() < deadline
+
+
+@pytest.mark.parametrize("env,capture,on", [(None, False, False), (None, True, True), ("yes", False, True),
+                                            ("ENABLE", False, True), ("1", False, True), ("no", True, False),
+                                            ("Disable", True, False), ("0", False, False)])
+def test_telemetry_is_switched_as_nixl_switches_it(monkeypatch, env, capture, on):
+    # NIXL: NIXL_TELEMETRY_ENABLE decides when set; unset, captureTelemetry decides.
+    if env is None:
+        monkeypatch.delenv("NIXL_TELEMETRY_ENABLE", raising=False)
+    else:
+        monkeypatch.setenv("NIXL_TELEMETRY_ENABLE", env)
+    a, b, src, dst = _shm_pair(capture)
+    try:
+        h = a.initialize_xfer("WRITE", a.get_xfer_descs(src), b.get_xfer_descs(dst), b.name)
+        a.transfer(h)
+        _done(a, h)
+        assert np.array_equal(src, dst)
+        if on:
+            t = a.get_xfer_telemetry(h)
+            assert t.totalBytes == src.nbytes and t.descCount == 1 and t.xferDuration >= t.postDuration >= 1
+        else:
+            with pytest.raises(nixl.nixlNoTelemetryError, match="telemetry is off"):
+                a.get_xfer_telemetry(h)
+        assert a.agent.telemetry is on
+    finally:
+        a.close()
+        b.close()
+
+
+def test_desc_count_is_what_nixl_counts(monkeypatch):
+    """initialize_xfer: as given.  make_prepped_xfer: NIXL's merging, which joins consecutive
+    indices only inside one dense run (equal lengths, back to back) of each prepared list."""
+    monkeypatch.delenv("NIXL_TELEMETRY_ENABLE", raising=False)
+    n = 1 << 14
+    a, b, src, dst = _shm_pair(True, n)
+    try:
+        s, d = src.ctypes.data, dst.ctypes.data
+
+        def run(kind, ldescs, rdescs, lidx=None, ridx=None, **kw):
+            dst[:] = 0
+            if kind == "one-shot":
+                h = a.initialize_xfer("WRITE", a.get_xfer_descs(ldescs, "DRAM"), a.get_xfer_descs(rdescs, "DRAM"),
+                                      b.name)
+            else:
+                lp, rp = a.prep_xfer_dlist("", ldescs, "DRAM"), a.prep_xfer_dlist(b.name, rdescs, "DRAM")
+                h = a.make_prepped_xfer("WRITE", lp, lidx, rp, ridx, **kw)
+            a.transfer(h)
+            _done(a, h)
+            pairs = list(zip(lidx, ridx)) if lidx is not None else list(enumerate(range(len(ldescs))))
+            for li, ri in pairs:  # every byte of every descriptor landed
+                (la, ln, _), (ra, _, _) = ldescs[li], rdescs[ri]
+                assert np.array_equal(dst[ra - d:ra - d + ln], src[la - s:la - s + ln])
+            return a.get_xfer_telemetry(h).descCount, a.get_xfer_info(h).descs
+
+        pages = [(s + i * 1024, 1024, 0) for i in range(8)]
+        rpages = [(d + i * 1024, 1024, 0) for i in range(8)]
+        assert run("one-shot", pages, rpages)[0] == 8  # NIXL's createXferReq does not merge
+        assert run("prep", pages, rpages, list(range(8)), list(range(8)))[0] == 1
+        assert run("prep", pages, rpages, list(range(8)), list(range(8)), skip_desc_merge=True)[0] == 8
+        assert run("prep", pages, rpages, [7, 6, 5, 4, 3, 2, 1, 0], list(range(8)))[0] == 8
+        assert run("prep", pages, rpages, [0, 1, 2, 5, 6], [3, 4, 5, 0, 1])[0] == 2
+        # back to back but of two lengths: two runs in NIXL, one range for libnixl's merging
+        mixed = [(s, 1024, 0), (s + 1024, 2048, 0)]
+        rmixed = [(d, 1024, 0), (d + 1024, 2048, 0)]
+        nixl_count, ours = run("prep", mixed, rmixed, [0, 1], [0, 1])
+        assert (nixl_count, ours) == (2, 1)
+        # equal lengths with gaps: a sparse run, never merged by NIXL
+        sparse = [(s + i * 2048, 1024, 0) for i in range(4)]
+        rsparse = [(d + i * 1024, 1024, 0) for i in range(4)]
+        assert run("prep", sparse, rsparse, [0, 1, 2, 3], [0, 1, 2, 3])[0] == 4
+        # the list as prepared counts, not as changed afterwards
+        mine = a.get_xfer_descs(pages, "DRAM")
+        lp, rp = a.prep_xfer_dlist("", mine), a.prep_xfer_dlist(b.name, rpages, "DRAM")
+        mine[1] = (s + 4096, 1024, 0)  # no longer back to back with descriptor 0
+        dst[:] = 0
+        h = a.make_prepped_xfer("WRITE", lp, [0, 1], rp, [0, 1])
+        a.transfer(h)
+        _done(a, h)
+        assert np.array_equal(dst[:2048], src[:2048]) and not dst[2048:].any()  # the prepared ranges moved
+        assert a.get_xfer_telemetry(h).descCount == 1
+        # the same with a numpy index array (NIXL's engines pass those)
+        assert run("prep", pages, rpages, np.arange(8, dtype=np.int32), np.arange(8, dtype=np.int32))[0] == 1
+    finally:
+        a.close()
+        b.close()
+
+
+def _read_ring(path):
+    """Our own reader of NIXL's telemetry file (docs/telemetry.md, cyclic buffer version 4): a
+    40-byte header (u64 write_pos, u64 read_pos, i32 version, i32 expected_version, u64 capacity,
+    u64 mask), then capacity events of (u32 type, 4 bytes padding, u64 value); consumes what it reads."""
+    import mmap
+    import struct
+    names = ["agent_tx_bytes", "agent_rx_bytes", "agent_tx_requests_num", "agent_rx_requests_num",
+             "agent_memory_registered", "agent_memory_deregistered", "agent_xfer_time", "agent_xfer_post_time"]
+    names += ["agent_err_" + e for e in ("not_posted", "invalid_param", "backend", "not_found", "mismatch",
+                                         "not_allowed", "repost_active", "unknown", "not_supported",
+                                         "remote_disconnect", "canceled", "no_telemetry")]
+    names += ["agent_telemetry_events_dropped"]
+    with open(path, "r+b") as f:
+        m = mmap.mmap(f.fileno(), 0)
+    w, r, version, expected, cap, mask = struct.unpack_from("<QQiiQQ", m, 0)
+    assert (version, expected) == (4, 4) and mask == cap - 1 and m.size() == 40 + 16 * cap
+    out = []
+    while r != w:
+        typ, value = struct.unpack_from("<I4xQ", m, 40 + 16 * r)
+        out.append((names[typ], value))
+        r = (r + 1) & mask
+    struct.pack_into("<Q", m, 8, r)
+    m.close()
+    return out
+
+
+def test_telemetry_dir_gets_the_file_nixls_readers_read(tmp_path, monkeypatch):
+    monkeypatch.delenv("NIXL_TELEMETRY_ENABLE", raising=False)
+    monkeypatch.delenv("NIXL_TELEMETRY_EXPORTER", raising=False)
+    monkeypatch.setenv("NIXL_TELEMETRY_DIR", str(tmp_path))
+    n = 1 << 14
+    a, b, src, dst = _shm_pair(True, n)
+    try:
+        path = tmp_path / a.name
+        assert path.exists() and not (tmp_path / b.name).exists()  # b did not ask for telemetry
+        assert _read_ring(path) == [("agent_memory_registered", n)]
+        h = a.initialize_xfer("WRITE", a.get_xfer_descs(src), b.get_xfer_descs(dst), b.name)
+        a.transfer(h)
+        _done(a, h)
+        assert np.array_equal(src, dst)
+        _done(a, h)  # seen done again: no second report
+        ev = _read_ring(path)
+        t = a.get_xfer_telemetry(h)
+        assert ev == [("agent_xfer_post_time", t.postDuration), ("agent_xfer_time", t.xferDuration),
+                      ("agent_tx_bytes", n), ("agent_tx_requests_num", 1)]
+        back = np.zeros(n // 2, np.uint8)
+        a.register_memory(back)
+        r = a.initialize_xfer("READ", a.get_xfer_descs(back), b.get_xfer_descs(dst[:n // 2]), b.name)
+        a.transfer(r)
+        _done(a, r)
+        assert np.array_equal(back, src[:n // 2])
+        with pytest.raises(nixl.nixlNotPostedError):
+            a.check_xfer_state(a.initialize_xfer("READ", a.get_xfer_descs(back[:8]), b.get_xfer_descs(dst[:8]),
+                                                 b.name))
+        a.deregister_memory(a.get_reg_descs(back))
+        names = [e[0] for e in _read_ring(path)]
+        assert names == ["agent_memory_registered", "agent_xfer_post_time", "agent_xfer_time", "agent_rx_bytes",
+                         "agent_rx_requests_num", "agent_err_not_posted", "agent_memory_deregistered"]
+    finally:
+        a.close()
+        b.close()
+
+
+def test_telemetry_file_full_drops_and_says_so(tmp_path, monkeypatch):
+    from nixl._telemetry import read_events
+    monkeypatch.setenv("NIXL_TELEMETRY_ENABLE", "y")
+    monkeypatch.setenv("NIXL_TELEMETRY_DIR", str(tmp_path))
+    monkeypatch.setenv("NIXL_TELEMETRY_BUFFER_SIZE", "8")
+    a = nixl_agent(unique("full"), nixl_agent_config(enable_prog_thread=False, backends=["shm"]))
+    try:
+        bufs = [np.zeros(64 * (i + 1), np.uint8) for i in range(10)]
+        for buf in bufs[:9]:
+            a.register_memory(buf)
+        got = read_events(str(tmp_path / a.name))  # the package's reader agrees with the test's
+        assert got == [("agent_memory_registered", 64 * (i + 1)) for i in range(7)]  # 8 slots, one kept free
+        a.register_memory(bufs[9])
+        assert _read_ring(tmp_path / a.name) == [("agent_telemetry_events_dropped", 2),
+                                                 ("agent_memory_registered", 640)]
+    finally:
+        a.close()
+
+
+def test_telemetry_enabled_metrics_keeps_what_it_names(tmp_path, monkeypatch):
+    monkeypatch.setenv("NIXL_TELEMETRY_ENABLE", "on")
+    monkeypatch.setenv("NIXL_TELEMETRY_DIR", str(tmp_path))
+    monkeypatch.setenv("NIXL_TELEMETRY_ENABLED_METRICS", "agent_tx_*, agent_xfer_time")
+    a, b, src, dst = _shm_pair(False)
+    try:
+        h = a.initialize_xfer("WRITE", a.get_xfer_descs(src), b.get_xfer_descs(dst), b.name)
+        a.transfer(h)
+        _done(a, h)
+        assert np.array_equal(src, dst)
+        assert [e[0] for e in _read_ring(tmp_path / a.name)] == ["agent_xfer_time", "agent_tx_bytes",
+                                                                  "agent_tx_requests_num"]
+        assert (tmp_path / b.name).exists()  # the variable turns it on for every agent
+    finally:
+        a.close()
+        b.close()
+
+
+# ---- NIXL 1.5's strided descriptor arrays (issue 11, item 5) ----
+
+def test_strided_rows_stand_for_their_blocks_wherever_rows_go(pair):
+    a, _ = pair
+    rows = np.array([[0x10000, 64, 0, 256, 4], [0x90000, 128, 1, 128, 2]], np.uint64)
+    flat = [(0x10000 + k * 256, 64, 0) for k in range(4)] + [(0x90000 + k * 128, 128, 1) for k in range(2)]
+    assert list(a.get_xfer_descs(rows, "DRAM")) == flat
+    assert list(a.get_xfer_descs([tuple(int(v) for v in r) for r in rows], "DRAM")) == flat
+    assert list(nb.nixlXferDList(nb.DRAM_SEG, rows.astype(np.int64))) == flat
+    assert [d[:3] for d in a.get_reg_descs(rows, "DRAM")] == flat
+    # without a mem_type an N x 5 array is a buffer, as an N x 3 one (get_*_descs); prep_xfer_dlist
+    # wants one, with NIXL's ValueError
+    assert list(a.get_xfer_descs(rows)) == [(rows.ctypes.data, rows.nbytes, 0)]
+    with pytest.raises(ValueError, match="mem type"):
+        a.prep_xfer_dlist("", rows)
+    assert a.get_xfer_descs(np.array([[0x10000, 64, 0, 64, 0]], np.uint64), "DRAM") is None  # count 0
+    with pytest.raises(nixl.nixlInvalidParamError, match="count"):
+        a.prep_xfer_dlist("", np.array([[0x10000, 64, 0, 64, 0]], np.uint64), "DRAM")
+
+
+def test_strided_expansion_is_cheap():
+    from nixl._descs import expand_strided
+    rows = np.zeros((2000, 5), np.uint64)
+    rows[:, 0] = np.arange(2000, dtype=np.uint64) * (1 << 20)
+    rows[:, 1], rows[:, 3], rows[:, 4] = 4096, 8192, 100
+    t = time.perf_counter()
+    dl = nb.nixlXferDList(nb.DRAM_SEG, rows)
+    assert time.perf_counter() - t < 2.0 and len(dl) == 200000
+    assert dl[100 * 7 + 3] == (7 * (1 << 20) + 3 * 8192, 4096, 0)
+    assert expand_strided(rows)[-1].tolist() == [1999 * (1 << 20) + 99 * 8192, 4096, 0]
+
+
+def test_strided_prepped_lists_move_every_block(monkeypatch):
+    monkeypatch.delenv("NIXL_TELEMETRY_ENABLE", raising=False)
+    page, n_pages = 512, 32
+    a, b, src, dst = _shm_pair(True, page * n_pages * 2)
+    try:
+        s, d = src.ctypes.data, dst.ctypes.data
+        # local: every other page (a sparse run); remote: two dense runs of 16 pages back to back
+        local = np.array([[s, page, 0, 2 * page, n_pages]], np.uint64)
+        remote = np.array([[d, page, 0, page, 16], [d + 16 * page, page, 0, page, 16]], np.int64)
+        lp = a.prep_xfer_dlist("NIXL_INIT_AGENT", local, "DRAM")
+        rp = a.prep_xfer_dlist(b.name, remote, "DRAM")
+        idx = np.arange(n_pages, dtype=np.int32)
+        h = a.make_prepped_xfer("WRITE", lp, idx, rp, idx[::-1].copy())
+        a.transfer(h)
+        _done(a, h)
+        for i in range(n_pages):  # local block i (page 2i of src) landed in remote block 31 - i
+            r = n_pages - 1 - i
+            assert np.array_equal(dst[r * page:(r + 1) * page], src[2 * i * page:(2 * i + 1) * page]), i
+        assert a.get_xfer_telemetry(h).descCount == n_pages  # a sparse local run: nothing merges
+        # dense on both sides: merges within a run, not across the two remote rows (NIXL's runs)
+        lp2 = a.prep_xfer_dlist("", np.array([[s, page, 0, page, n_pages]], np.uint64), "DRAM")
+        dst[:] = 0
+        h2 = a.make_prepped_xfer("WRITE", lp2, idx, rp, idx)
+        a.transfer(h2)
+        _done(a, h2)
+        assert np.array_equal(dst[:n_pages * page], src[:n_pages * page])
+        assert a.get_xfer_telemetry(h2).descCount == 2
+        # the low-level form: prepXferDlist(agent_name, mem_type, N x 5 array, backend)
+        lh = a.agent.prepXferDlist(b.name, nb.DRAM_SEG, remote, [])
+        assert isinstance(lh, int)
+        a.agent.releasedDlistH(lh)
+    finally:
+        a.close()
+        b.close()
+
+
+# ---- estimate_xfer_cost (issue 11, item 5): our own model, NIXL's shape ----
+
+def test_estimate_xfer_cost_follows_path_and_size(pair):
+    from nixl._lowlevel import PATH_GBPS, REQUEST_US
+    a, b = pair
+    n = 4 << 20
+    src, dst = nixl.alloc_array(n), nixl.alloc_array(n)
+    src[:] = 7
+    a.register_memory(src)
+    b.register_memory(dst)
+    a.add_remote_agent(b.get_agent_metadata())
+    small = a.initialize_xfer("WRITE", a.get_xfer_descs(src[:4096]), b.get_xfer_descs(dst[:4096]), b.name)
+    big = a.initialize_xfer("WRITE", a.get_xfer_descs(src), b.get_xfer_descs(dst), b.name)
+    ds, ms, method = a.estimate_xfer_cost(small)
+    db, mb, _ = a.estimate_xfer_cost(big)  # before any post: from the path chosen at creation
+    assert method == "ANALYTICAL_BACKEND" and 0 < ms <= ds and 0 < mb <= db
+    path = a.get_xfer_info(big).path
+    rate = PATH_GBPS.get(path) or PATH_GBPS[path.split(".")[0]]
+    assert db >= REQUEST_US + n / (rate * 1000) and db > ds
+    a.transfer(big)
+    while a.check_xfer_state(big) == "PROC":
+        pass
+    assert np.array_equal(dst, src)
+    dl, ml, m = a.agent.estimateXferCost(a.agent.createXferReq("READ", a.get_xfer_descs(src),
+                                                               b.get_xfer_descs(dst), b.name))
+    assert (dl, ml, m) == (db, mb, nb.NIXL_COST_ANALYTICAL_BACKEND)
+    a.release_xfer_handle(small)
+    with pytest.raises(nixl.nixlInvalidParamError, match="released"):
+        a.estimate_xfer_cost(small)
+
+
+def test_desc_count_without_numpy_counts_the_same(monkeypatch):
+    import sys
+    from nixl._telemetry import RunCache, merged_count
+    rng = np.random.default_rng(2)
+    for trial in range(20):
+        n = 40
+        lens = rng.choice([64, 64, 64, 128], n)
+        gaps = rng.choice([0, 0, 0, 64], n)
+        addr = np.cumsum(lens + gaps) - (lens + gaps)
+        local = [(int(a), int(ln), 0) for a, ln in zip(addr, lens)]
+        remote = [(int(a) + (1 << 30), int(ln), 0) for a, ln in zip(addr, lens)]
+        start = int(rng.integers(0, n - 10))
+        idx = list(range(start, start + 10)) if trial % 2 else sorted(rng.choice(n, 10, replace=False).tolist())
+        with_np = merged_count(RunCache(local), idx, RunCache(remote), idx)
+        monkeypatch.setitem(sys.modules, "numpy", None)  # import numpy now fails
+        try:
+            without = merged_count(RunCache(local), idx, RunCache(remote), idx)
+        finally:
+            monkeypatch.setitem(sys.modules, "numpy", np)  # the same module back, not a reload
+        assert with_np == without and 1 <= with_np <= len(idx), (trial, idx)
+
+
+def test_telemetry_file_that_cannot_be_made_fails_the_agent(tmp_path, monkeypatch):
+    monkeypatch.setenv("NIXL_TELEMETRY_ENABLE", "y")
+    monkeypatch.setenv("NIXL_TELEMETRY_DIR", str(tmp_path / "missing"))
+    with pytest.raises(nixl.nixlInvalidParamError, match="NIXL_TELEMETRY_DIR"):
+        nixl_agent(unique("nodir"), nixl_agent_config(enable_prog_thread=False, backends=["shm"]))
+    monkeypatch.setenv("NIXL_TELEMETRY_DIR", str(tmp_path))
+    monkeypatch.setenv("NIXL_TELEMETRY_BUFFER_SIZE", "100")  # NIXL's ring needs a power of 2
+    with pytest.raises(nixl.nixlInvalidParamError, match="power of 2"):
+        nixl_agent(unique("odd"), nixl_agent_config(enable_prog_thread=False, backends=["shm"]))

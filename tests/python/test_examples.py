@@ -11,10 +11,10 @@ SMALL = ["--requests", "24", "--layers", "4", "--pages", "256", "--src-pages", "
          "--min-pages", "4", "--max-pages", "32", "--window", "6"]
 
 
-def run(script):
+def run(script, args=SMALL):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(SRC, "bindings", "python"),
                                                       os.environ.get("PYTHONPATH", "")]))
-    return subprocess.run([sys.executable, os.path.join(EXAMPLES, script)] + SMALL, env=env, capture_output=True,
+    return subprocess.run([sys.executable, os.path.join(EXAMPLES, script)] + args, env=env, capture_output=True,
                           text=True, timeout=240)
 
 
@@ -32,3 +32,10 @@ def test_kv_connector_gpu_runs_or_says_why_not():
     else:
         assert r.returncode == 0, r.stdout + r.stderr
         assert "decode: 24 requests verified, 0 bad" in r.stdout, r.stdout
+
+
+def test_two_peers_both_sides_verify_every_row():
+    r = run("two_peers.py", [])  # spawns the target, runs the initiator
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "initiator: 4 READs (twice), 2 WRITEs, 896 bytes in the last posts; rows verified" in r.stdout, r.stdout
+    assert "target: 2 writes, 8 reads notified; rows verified" in r.stdout, r.stdout

@@ -31,12 +31,15 @@ from typing import Any, Optional, Union
 
 from . import _bindings as nixlBind
 from . import _lib
-from ._descs import _DList, index_array, mem_type_code, nixlRegDList, nixlRemoteDList, nixlXferDList, to_dlist
-from ._errors import (check, make_error, nixlInvalidKeyError, nixlInvalidParamError, nixlMismatchError,
-                      nixlNoTelemetryError, nixlNotFoundError, nixlNotImplementedYet, nixlNotPostedError,
-                      nixlNotSupportedError, nixlRepostActiveError)
+from ._descs import (_DList, index_array, is_strided, mem_type_code, nixlRegDList, nixlRemoteDList, nixlXferDList,
+                     strided_rows, to_dlist)
+from ._errors import (check, make_error, nixlInvalidKeyError, nixlInvalidParamError, nixlInvalidValueError,
+                      nixlMismatchError, nixlNoTelemetryError, nixlNotFoundError, nixlNotImplementedYet,
+                      nixlNotPostedError, nixlNotSupportedError, nixlRepostActiveError)
 from ._lowlevel import (BACKEND_ALIASES, PARAM_ALIASES, agent_name, available, drain, make_opt,  # noqa: F401
-                        op_code, targets, telemetry_of, to_bytes, translate, why_missing)
+                        estimate_cost, merged_counter, op_code, targets, telemetry_of, to_bytes, translate,
+                        why_missing)
+from ._telemetry import RunCache
 
 agent_name_of = agent_name  # prep_xfer_dlist's parameter is called agent_name, as NIXL's
 from ._types import (_Handle, nixl_path_stat, nixl_prepped_dlist_handle, nixl_xfer_handle,  # noqa: F401
@@ -80,7 +83,7 @@ class nixl_agent_config:
     enable_prog_thread: a progress thread drives the backends (else calls do).
     enable_listen_thread / listen_port: the metadata listener (port 0 = any
     free port; read it back from nixl_agent.listen_port).  capture_telemetry
-    is accepted and ignored: libnixl always records per-request telemetry.
+    (or NIXL_TELEMETRY_ENABLE) turns telemetry on, as in NIXL (_telemetry.py).
     num_threads > 0 sets the copy threads of backends that have them (shm
     "threads").  backends: NIXL names (see BACKEND_ALIASES) or ours.
     sync_mode: a nixl_thread_sync_t or None (NIXL's rule: STRICT with a
@@ -200,21 +203,21 @@ class nixl_agent:
 
     # ---- backends ----
     def _why_missing(self, name: str) -> str:
-        return why_missing(name)
+        return why_missing(name, self._plugins)
 
     def _targets(self, name: str) -> list[str]:
         return targets(self._plugins, name)
 
     def get_plugin_list(self) -> list[str]:
         """Our backends, then the NIXL names that map to at least one of them."""
-        return list(self._plugins) + [a for a, t in BACKEND_ALIASES.items() if any(b in self._plugins for b in t)]
+        return list(self._plugins) + [a for a in BACKEND_ALIASES if targets(self._plugins, a)]
 
     def get_plugin_mem_types(self, backend: str) -> list[str]:
         mems: list[str] = []
         for b in self._targets(backend):
             mems += [m for m in self._plugins[b]["mem_types"] if m not in mems]
         if not mems:
-            log.warning("plugin %s is not available", backend)
+            log.warning("plugin %s is not available: %s", backend, self._why_missing(backend))
         return mems
 
     def get_plugin_params(self, backend: str) -> dict[str, str]:
@@ -222,7 +225,7 @@ class nixl_agent:
         for b in self._targets(backend):
             out.update(self._plugins[b]["params"])
         if not self._targets(backend):
-            log.warning("plugin %s is not available", backend)
+            log.warning("plugin %s is not available: %s", backend, self._why_missing(backend))
         return out
 
     def get_backend_mem_types(self, backend: str) -> list[str]:
@@ -356,6 +359,7 @@ class nixl_agent:
         c = descs._c()
         check(L.nixl_mem_register(self._ptr("register_memory"), ctypes.byref(c), opt), "register_memory",
               f"{len(descs)} {descs.mem_type} descriptors")
+        self.agent.memory_event(True, descs)
         return descs
 
     def deregister_memory(self, dereg_list: Any, backends: Optional[list[str]] = None) -> None:
@@ -364,6 +368,7 @@ class nixl_agent:
         c = descs._c()
         check(L.nixl_mem_deregister(self._ptr("deregister_memory"), ctypes.byref(c), opt), "deregister_memory",
               f"{len(descs)} {descs.mem_type} descriptors")
+        self.agent.memory_event(False, descs)
 
     def query_memory(self, reg_list: Any, backend: str, mem_type: Optional[str] = None) -> list:
         if backend not in self.backends:  # NIXL checks this first, with ValueError
@@ -485,7 +490,12 @@ class nixl_agent:
                         backends: Optional[list[str]] = None) -> nixl_prepped_dlist_handle:
         """Prepare a list once: agent_name NIXL_INIT_AGENT or "" = my side, else the peer's name."""
         call = "prep_xfer_dlist"
-        descs = to_dlist(xfer_list, mem_type, False, call)
+        strided = None
+        if is_strided(xfer_list):  # NIXL 1.5's N x 5 rows: a mem_type is required (ValueError, as NIXL)
+            if mem_type is None:
+                raise make_error(nixlInvalidValueError, call, "Please specify a mem type for strided descriptors")
+            strided = strided_rows(xfer_list, call)
+        descs = to_dlist(xfer_list if strided is None else strided, mem_type, False, call)
         name = agent_name_of(agent_name)
         peer = None if name in ("", NIXL_INIT_AGENT) else name
         if peer is not None and peer == self.name:
@@ -497,7 +507,8 @@ class nixl_agent:
         check(L.nixl_prep_create(self._ptr(call), peer.encode() if peer else None, ctypes.byref(c), opt,
                                  ctypes.byref(out)), call,
               f"{len(descs)} descriptors of {'this agent' if peer is None else 'peer ' + repr(peer)}")
-        return nixl_prepped_dlist_handle(self, out.value, peer, len(descs), descs.getType())
+        return nixl_prepped_dlist_handle(self, out.value, peer, len(descs), descs.getType(),
+                                         RunCache(descs, strided))
 
     def make_prepped_xfer(self, operation: str, local_xfer_side: nixl_prepped_dlist_handle, local_indices: Any,
                           remote_xfer_side: nixl_prepped_dlist_handle, remote_indices: Any,
@@ -534,7 +545,8 @@ class nixl_agent:
         def remake(msg: bytes, _indices: Any = (lkeep, rkeep)) -> int:  # the index arrays live with the request
             return make(msg)
 
-        return nixl_xfer_handle(self, make(notif), remote_xfer_side.peer, notif, remake, bool(skip_desc_merge))
+        count = None if skip_desc_merge else merged_counter(local_xfer_side.runs, lkeep, remote_xfer_side.runs, rkeep)
+        return nixl_xfer_handle(self, make(notif), remote_xfer_side.peer, notif, remake, count, op == _lib.OP_WRITE)
 
     def initialize_xfer(self, operation: str, local_descs: Any, remote_descs: Any, remote_agent: str,
                         notif_msg: Union[bytes, str] = b"", backends: Optional[list[str]] = None,
@@ -559,7 +571,7 @@ class nixl_agent:
                   f"{operation} of {len(ld)} descriptors with {remote_agent!r}")
             return out.value
 
-        return nixl_xfer_handle(self, make(notif), remote_agent, notif, make, True)
+        return nixl_xfer_handle(self, make(notif), remote_agent, notif, make, None, op == _lib.OP_WRITE)
 
     def _op(self, operation: str, call: str) -> int:
         return op_code(operation, call)  # nixlInvalidKeyError (a KeyError, as NIXL) if not READ/WRITE
@@ -590,7 +602,14 @@ class nixl_agent:
             st = L.nixl_xfer_post(ptr)
             if st >= 0:
                 handle.posted = True
-        return self._state(check(st, call, f"request to {handle.peer!r}"))
+                handle.reported = st == _lib.NIXL_OK
+                if st == _lib.NIXL_OK:
+                    self.agent.xfer_event(ptr, handle.is_write)
+        try:
+            return self._state(check(st, call, f"request to {handle.peer!r}"))
+        except Exception as e:
+            self.agent.error_event(e)
+            raise
 
     def check_xfer_state(self, handle: nixl_xfer_handle) -> str:
         """"DONE", "PROC", or raises the failed request's nixl*Error (as NIXL's bindings do)."""
@@ -599,9 +618,16 @@ class nixl_agent:
             ptr = handle._get(self, call)
             st = L.nixl_xfer_status(ptr)
             posted = handle.posted
-        if st == _lib.ERR_INVALID_PARAM and not posted:  # what libnixl says of a request never posted
-            raise make_error(nixlNotPostedError, call, f"request to {handle.peer!r} was never posted")
-        return self._state(check(st, call, f"request to {handle.peer!r}"))
+            if st == _lib.NIXL_OK and posted and not handle.reported:  # the first to see it done tells the file
+                handle.reported = True
+                self.agent.xfer_event(ptr, handle.is_write)
+        try:
+            if st == _lib.ERR_INVALID_PARAM and not posted:  # what libnixl says of a request never posted
+                raise make_error(nixlNotPostedError, call, f"request to {handle.peer!r} was never posted")
+            return self._state(check(st, call, f"request to {handle.peer!r}"))
+        except Exception as e:
+            self.agent.error_event(e)
+            raise
 
     def release_xfer_handle(self, handle: nixl_xfer_handle) -> None:
         """Free a request; one in flight is canceled (its notification is never delivered)."""
@@ -624,14 +650,17 @@ class nixl_agent:
         return info
 
     def get_xfer_telemetry(self, handle: nixl_xfer_handle) -> nixlXferTelemetry:
-        """NIXL's telemetry (always captured here): startTime (us since the epoch), durations (us), bytes, descs."""
+        """NIXL's telemetry: startTime (us since the epoch), durations (us), bytes, descriptors as NIXL
+        counts them.  Off (NIXL_TELEMETRY_ENABLE false, or unset without capture_telemetry):
+        nixlNoTelemetryError."""
         call = "get_xfer_telemetry"
         if not self.agent.telemetry:
-            raise make_error(nixlNoTelemetryError, call, "telemetry is off (NIXL_TELEMETRY_ENABLE)")
+            raise make_error(nixlNoTelemetryError, call, "telemetry is off (NIXL_TELEMETRY_ENABLE false, or unset "
+                             "without capture_telemetry)")
         info = self._info(handle, call)
         if not info.posts:
             raise make_error(nixlNoTelemetryError, call, f"request to {handle.peer!r} was never posted")
-        return telemetry_of(info, handle.start_us, handle.descs_as_given)
+        return telemetry_of(info, handle.start_us, handle.desc_count)
 
     def get_xfer_info(self, handle: nixl_xfer_handle) -> nixl_xfer_info:
         """Our addition: backend, path ("shm.map", ...), bytes, descriptors before/after merging, times in ns."""
@@ -642,8 +671,11 @@ class nixl_agent:
         b = self._info(handle, "query_xfer_backend").backend.decode()
         return self._alias_of.get(b, b)
 
-    def estimate_xfer_cost(self, req_handle: nixl_xfer_handle) -> tuple:
-        raise make_error(nixlNotSupportedError, "estimate_xfer_cost", "libnixl has no cost model")
+    def estimate_xfer_cost(self, req_handle: nixl_xfer_handle) -> tuple[int, int, str]:
+        """(duration_us, err_margin_us, "ANALYTICAL_BACKEND"), as NIXL returns it: our own estimate
+        from the request's path, bytes and runs (docs/python.md), made without posting it."""
+        d, m = estimate_cost(self._info(req_handle, "estimate_xfer_cost"))
+        return d, m, "ANALYTICAL_BACKEND"
 
     # ---- path accounting (our addition) ----
     def get_path_stats(self) -> dict[str, nixl_path_stat]:

@@ -7,6 +7,10 @@ any of:
 
   - a list of (addr, len, dev) or (addr, len, dev, meta) tuples, with mem_type;
   - an N x 3 integer numpy array of rows (addr, len, dev), with mem_type;
+  - NIXL 1.5's strided rows, with mem_type: an N x 5 integer numpy array (or
+    a list of 5-tuples) of (addr, len, dev, stride, count), each row `count`
+    blocks of `len` bytes whose starts are `stride` bytes apart; the list
+    holds the blocks one by one (flat index = NIXL's), expanded with numpy;
   - a tensor (duck-typed: data_ptr(), numel(), element_size(), device,
     is_cuda, get_device()), an object with __cuda_array_interface__ (VRAM),
     an object with __array_interface__ such as a numpy array (DRAM), or a
@@ -92,6 +96,14 @@ class _DList:
         words, keep = self._words, self._keep
         try:
             for r in rows:
+                if isinstance(r, (tuple, list)) and len(r) == 5:  # strided: (addr, len, dev, stride, count)
+                    a0, ln, dev, stride, count = r
+                    if min(a0, ln, dev, stride) < 0 or count < 1 or dev >= _U32:
+                        raise _invalid(call, f"a strided row needs non-negative fields and count >= 1, not {r!r}")
+                    dw = _dev_word(dev, 0)
+                    for k in range(count):
+                        words.extend((a0 + k * stride, ln, dw, 0))
+                    continue
                 if not isinstance(r, (tuple, list)) or len(r) not in (3, 4):
                     raise _invalid(call, f"a descriptor is (addr, len, dev) or (addr, len, dev, meta), not {r!r}")
                 meta = r[3] if len(r) == 4 and self._with_meta else None
@@ -254,6 +266,8 @@ class nixlRemoteDList:
         if not isinstance(desc, tuple) or len(desc) != 4:
             raise _invalid("nixlRemoteDList", f"a remote descriptor is (addr, len, dev, agent_name), not {desc!r}")
         a, n, d, name = desc
+        if isinstance(name, (bytes, bytearray)):  # the name add_remote_agent returned
+            name = bytes(name).decode()
         if not all(isinstance(v, int) and v >= 0 for v in (a, n, d)) or not isinstance(name, str):
             raise _invalid("nixlRemoteDList", f"bad remote descriptor {desc!r}")
         return (a, n, d, name)
@@ -313,16 +327,62 @@ def _is_ndarray(o: Any) -> bool:
 
 
 def _is_desc_array(o: Any) -> bool:
-    """A 2-D N x 3 integer array: rows of descriptors (NIXL's meaning, with a mem_type)."""
+    """A 2-D N x 3 (or strided N x 5) integer array: rows of descriptors (NIXL's meaning, with a mem_type)."""
     if not _is_ndarray(o):
         return False
-    return o.ndim == 2 and o.shape[1] == 3 and o.dtype.kind in "iu"
+    return o.ndim == 2 and o.shape[1] in (3, 5) and o.dtype.kind in "iu"
+
+
+def is_strided(o: Any) -> bool:
+    """NIXL 1.5's strided rows: an N x 5 integer array, or a non-empty list of 5-tuples."""
+    if _is_ndarray(o):
+        return o.ndim == 2 and o.shape[1] == 5 and o.dtype.kind in "iu"
+    return isinstance(o, (list, tuple)) and bool(o) and isinstance(o[0], (tuple, list)) and len(o[0]) == 5
+
+
+def strided_rows(o: Any, call: str) -> Any:
+    """Strided rows as a checked N x 5 uint64 numpy array; without numpy, a list of 5-tuples as
+    given (checked when the list is made)."""
+    try:
+        import numpy as np
+    except ImportError:
+        return [tuple(r) for r in o]
+    try:
+        a = np.asarray(o)
+    except (TypeError, ValueError) as e:
+        raise _invalid(call, f"strided rows are (addr, len, dev, stride, count) integers ({e})") from None
+    if a.ndim != 2 or a.shape[1] != 5 or (a.size and a.dtype.kind not in "iu"):
+        raise _invalid(call, f"strided rows are N x 5 integers, not {a.shape} {a.dtype}")
+    if a.shape[0]:
+        if a.dtype.kind == "i" and int(a.min()) < 0:
+            raise _invalid(call, "strided fields must be non-negative")
+        if int(a[:, 4].min()) < 1:
+            raise _invalid(call, "a strided row's count must be at least 1")
+        if int(a[:, 2].max()) >= _U32:
+            raise _invalid(call, "device id out of range")
+    return a.astype(np.uint64, copy=False)
+
+
+def expand_strided(a: Any) -> Any:
+    """N x 5 strided rows -> the (sum of counts) x 3 blocks they stand for, in order, with numpy."""
+    import numpy as np
+    counts = a[:, 4].astype(np.int64)
+    row = np.repeat(np.arange(a.shape[0]), counts)
+    first = np.cumsum(counts) - counts
+    k = (np.arange(int(counts.sum()), dtype=np.int64) - first[row]).astype(np.uint64)
+    out = np.empty((row.size, 3), dtype=np.uint64)
+    out[:, 0] = a[row, 0] + k * a[row, 3]
+    out[:, 1] = a[row, 1]
+    out[:, 2] = a[row, 2]
+    return out
 
 
 def _rows_from_ndarray(a: Any, call: str) -> array:
     import numpy as np
     if not _is_desc_array(a):
-        raise _invalid(call, f"a descriptor array is N x 3 integers, not {a.shape} {a.dtype}")
+        raise _invalid(call, f"a descriptor array is N x 3 (or strided N x 5) integers, not {a.shape} {a.dtype}")
+    if a.shape[1] == 5:
+        a = expand_strided(strided_rows(a, call))
     if a.shape[0]:
         if a.dtype.kind == "i" and int(a.min()) < 0:
             raise _invalid(call, "descriptor fields must be non-negative")
@@ -433,6 +493,12 @@ def to_dlist(obj: Any, mem_type: Any, reg: bool, call: str) -> _DList:
         if isinstance(obj[0], (tuple, list)):
             if mem_type is None:
                 raise _invalid(call, "mem_type ('DRAM', 'VRAM', ...) is required with descriptor tuples")
+            if is_strided(obj) and all(isinstance(r, (tuple, list)) and len(r) == 5 for r in obj):
+                try:
+                    import numpy  # noqa: F401  (expands in one pass when present)
+                except ImportError:
+                    return cls(mem_type_code(mem_type, call), obj)
+                return cls(mem_type_code(mem_type, call), strided_rows(obj, call))
             return cls(mem_type_code(mem_type, call), obj)
         rows, mem = [], None
         for o in obj:

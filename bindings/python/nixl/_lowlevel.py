@@ -24,10 +24,11 @@ import time
 from typing import Any, Optional
 
 from . import _lib
-from ._descs import index_array, nixlRegDList, nixlXferDList, to_dlist
+from ._descs import index_array, is_strided, nixlRegDList, nixlXferDList, strided_rows, to_dlist
 from ._errors import (check, make_error, nixlInvalidKeyError, nixlInvalidParamError, nixlInvalidValueError,
                       nixlMismatchError, nixlNoTelemetryError, nixlNotFoundError, nixlNotSupportedError,
                       nixlRepostActiveError)
+from ._telemetry import RunCache, TelemetryFile, merged_count, telemetry_enabled  # noqa: F401
 from ._types import nixlXferTelemetry
 
 L = _lib.lib
@@ -48,31 +49,47 @@ NIXL_INIT_AGENT = "NIXL_INIT_AGENT"
 # NIXL backend names -> libnixl backends.  An alias stands for every backend of
 # ours that does part of what NIXL's backend does; those present in this
 # libnixl are created (the core then picks per request by locality and
-# memory type).  Names of ours are accepted as they are.
+# memory type).  Names of ours are accepted as they are.  Every plugin of
+# NIXL's src/plugins is here (and UCX_MO, MOCK_DRAM, of its older trees and
+# tests); one whose backends of ours are not built is nixlNotFoundError,
+# naming them (why_missing).
 BACKEND_ALIASES: dict[str, tuple[str, ...]] = {
     "UCX": ("shm", "cuda_ipc", "ucx"),
     "UCX_MO": ("shm", "cuda_ipc", "ucx"),
     "LIBFABRIC": ("shm", "cuda_ipc", "libfabric"),
+    "UCCL": ("shm", "cuda_ipc", "libfabric"),
+    "MOONCAKE": ("shm", "cuda_ipc", "libfabric"),
+    "GPUNETIO": ("cuda_ipc", "libfabric"),
     "POSIX": ("posix",),
+    "HF3FS": ("posix",),
+    "MOCK_DRAM": ("posix",),
     "GDS": ("gds",),
     "GDS_MT": ("gds",),
+    "GUSLI": ("block",),
+    "OBJ": ("obj",),
+    "AZURE_BLOB": ("obj",),
+    "INFINIA": ("obj",),
 }
+# What each NIXL name is, for the error that says what is missing.
+BACKEND_KIND: dict[str, str] = {
+    "UCX": "transfers within and across hosts", "UCX_MO": "UCX, multi-object",
+    "LIBFABRIC": "transfers across hosts over libfabric", "UCCL": "GPU transfers across hosts (UCCL P2P)",
+    "MOONCAKE": "transfers across hosts (Mooncake transfer engine)",
+    "GPUNETIO": "GPU-initiated RDMA (DOCA GPUNetIO)", "POSIX": "files", "HF3FS": "files on 3FS",
+    "MOCK_DRAM": "NIXL's test backend for DRAM and FILE", "GDS": "files to GPU memory (GPUDirect Storage)",
+    "GDS_MT": "files to GPU memory, multi-threaded", "GUSLI": "block devices", "OBJ": "object storage (S3)",
+    "AZURE_BLOB": "object storage (Azure Blob)", "INFINIA": "object storage (DDN Infinia)",
+}
+# UCX is SGLang's and vLLM's default and must reach other hosts: without a ucx
+# backend built, it takes in libfabric (said once per process).
+UCX_CROSS_HOST_STANDIN = "libfabric"
+_standin_said: list[bool] = []
+
 # NIXL init parameters that mean one of ours; any other key given to an alias
 # is dropped with a warning (it configures a transport we do not have).
 PARAM_ALIASES = {"num_threads": "threads", "thread_count": "threads", "num_cpus": "threads"}
 
 OPS = {"WRITE": _lib.OP_WRITE, "READ": _lib.OP_READ}
-_ENV_FALSE = ("n", "no", "0", "false", "off")
-_ENV_TRUE = ("y", "yes", "1", "true", "on")
-
-
-def telemetry_enabled(capture: bool) -> bool:
-    """NIXL_TELEMETRY_ENABLE=no turns telemetry off, as in NIXL; otherwise it is on, whatever
-    capture (captureTelemetry) says: libnixl always records it."""
-    v = os.environ.get("NIXL_TELEMETRY_ENABLE")
-    return not (v is not None and v.strip().lower() in _ENV_FALSE)
-
-
 def to_bytes(msg: Any) -> bytes:
     if msg is None:
         return b""
@@ -121,27 +138,46 @@ def available() -> dict[str, Any]:
 
 
 def targets(plugins: dict[str, Any], name: str) -> list[str]:
-    """Our backends that a name stands for (itself, or those of a NIXL alias that are built)."""
+    """Our backends that a name stands for (itself, or those of a NIXL alias that are built).
+
+    UCX and UCX_MO take in libfabric while no ucx backend is built, so that
+    NIXL's default reaches other hosts (logged once per process)."""
     if name in plugins:
         return [name]
-    return [b for b in BACKEND_ALIASES.get(name, ()) if b in plugins]
+    want = list(BACKEND_ALIASES.get(name, ()))
+    if "ucx" in want and "ucx" not in plugins and UCX_CROSS_HOST_STANDIN in plugins:
+        want.append(UCX_CROSS_HOST_STANDIN)
+        if not _standin_said:
+            _standin_said.append(True)
+            import logging
+            logging.getLogger("nixl").info("NIXL's %s includes our %s backend: no ucx backend is built, and %s "
+                                           "is what reaches other hosts", name, UCX_CROSS_HOST_STANDIN,
+                                           UCX_CROSS_HOST_STANDIN)
+    return [b for b in want if b in plugins]
 
 
-def why_missing(name: str) -> str:
+def why_missing(name: str, plugins: Optional[dict[str, Any]] = None) -> str:
+    """Why a backend name maps to nothing built: what it stands for, and what this libnixl has."""
+    have = f" (this libnixl has: {', '.join(plugins) or 'none'})" if plugins is not None else ""
     if name in BACKEND_ALIASES:
-        return f"it maps to {', '.join(BACKEND_ALIASES[name])}, none of which is built"
-    return "unknown backend name"
+        ours = BACKEND_ALIASES[name]
+        return (f"NIXL's {name} ({BACKEND_KIND.get(name, 'a NIXL backend')}) maps to our "
+                f"{', '.join(ours)}, {'which is not' if len(ours) == 1 else 'none of which is'} built{have}")
+    return f"unknown backend name: neither NIXL's ({', '.join(BACKEND_ALIASES)}) nor ours{have}"
 
 
 def translate(plugins: dict[str, Any], alias: str, ours: str, params: dict[str, str], log: Any,
               who: str) -> dict[str, str]:
-    """A NIXL backend's init parameters, as our backend `ours` names them (others dropped, said)."""
+    """A NIXL backend's init parameters, as our backend `ours` names them (others dropped, said
+    unless another backend the alias stands for takes them)."""
     known = plugins[ours]["params"]
     out = {}
     for k, v in params.items():
         k2 = PARAM_ALIASES.get(k, k)
         if k2 in known:
             out[k2] = v
+        elif any(k2 in plugins[b]["params"] for b in targets(plugins, alias)):
+            continue  # num_threads -> shm's threads: nothing to say about cuda_ipc and libfabric
         else:
             log.warning("agent %s: %s parameter %s=%s has no meaning for our %s backend: ignored", who, alias, k,
                         v, ours)
@@ -205,20 +241,60 @@ def make_opt(handles: Optional[list[int]], notif: Optional[bytes], call: str,
     return ctypes.byref(opt), keep
 
 
-def telemetry_of(info: _lib.nixl_xfer_info_t, start_us: int, descs_as_given: bool) -> nixlXferTelemetry:
+def telemetry_of(info: _lib.nixl_xfer_info_t, start_us: int, desc_count: Any) -> nixlXferTelemetry:
     """NIXL's telemetry of a request: durations in microseconds, rounded up (a post that took any
-    time reports at least 1 us); descCount as given for requests NIXL does not merge (createXferReq,
-    makeXferReq with skip_desc_merge), else after merging, as NIXL counts them."""
+    time reports at least 1 us); descCount as NIXL counts it: desc_count(info), or as given when
+    desc_count is None (createXferReq, makeXferReq with skip_desc_merge: NIXL does not merge)."""
     return nixlXferTelemetry(start_us, -(-info.post_ns // 1000), -(-info.xfer_ns // 1000), info.bytes,
-                             info.descs_in if descs_as_given else info.descs)
+                             info.descs_in if desc_count is None else desc_count(info))
+
+
+def merged_counter(lruns: Any, lkeep: Any, rruns: Any, rkeep: Any) -> Any:
+    """descCount of a makeXferReq / make_prepped_xfer request: NIXL's merging of the indices,
+    worked out the first time it is asked for (_telemetry.merged_count), then kept."""
+    got: list[int] = []
+
+    def count(_info: Any) -> int:
+        if not got:
+            got.append(merged_count(lruns, lkeep, rruns, rkeep))
+        return got[0]
+    return count
+
+
+# ---- estimateXferCost / estimate_xfer_cost: our own analytical model ----
+# Sustained rate of each path (GB/s = 1000 bytes/us) and the fixed costs of a
+# request, from what each path does: shm.map is one memcpy per run in the
+# sender; shm.cma one process_vm_writev per run (a syscall, page walks);
+# cuda_ipc.ce copy-engine DMA over NVLink / PCIe; cuda_ipc.kernel a copy
+# kernel (many small runs); cuda_ipc.staged through host memory on both
+# sides; libfabric the NIC.  A path not listed takes its backend's rate,
+# else UNKNOWN_PATH_GBPS.  docs/python.md, "Transfers", has the table.
+PATH_GBPS = {"shm.map": 8.0, "shm.cma": 4.0, "shm": 4.0, "cuda_ipc.ce": 40.0, "cuda_ipc.kernel": 30.0,
+             "cuda_ipc": 40.0, "cuda_ipc.staged": 5.0, "libfabric": 5.0, "ucx": 10.0}
+UNKNOWN_PATH_GBPS = 1.0
+REQUEST_US = 5.0  # post, completion, notification
+DESC_US = {"shm.cma": 0.5, "shm.map": 0.05}  # each run after merging (others: DEFAULT_DESC_US)
+DEFAULT_DESC_US = 0.2
+COST_MARGIN = 0.5  # the error margin: half the estimate
+
+
+def estimate_cost(info: _lib.nixl_xfer_info_t) -> tuple[int, int]:
+    """(duration_us, err_margin_us) of a request from its path, bytes and runs (after merging)."""
+    path, backend = info.path.decode(), info.backend.decode()
+    gbps = PATH_GBPS.get(path) or PATH_GBPS.get(path.split(".")[0]) or PATH_GBPS.get(backend) or UNKNOWN_PATH_GBPS
+    per_desc = DESC_US.get(path, DEFAULT_DESC_US)
+    us = REQUEST_US + per_desc * info.descs + info.bytes / (gbps * 1000.0)
+    d = max(1, int(-(-us // 1)))
+    return d, max(1, int(-(-d * COST_MARGIN // 1)))
 
 
 class nixlAgentConfig:
     """NIXL's agent configuration (C++ nixlAgentConfig), positional as NIXL's constructors:
     (useProgThread, useListenThread, listenPort, syncMode, num_workers, pthrDelay, lthrDelay,
     captureTelemetry).  libnixl uses useProgThread, useListenThread, listenPort and pthrDelay
-    (the progress thread's period in us, 0 = libnixl's default); syncMode is kept (every
-    mode gives a serialized C agent, docs/python.md); the rest are kept and unused."""
+    (the progress thread's period in us, 0 = libnixl's default); captureTelemetry turns telemetry
+    on (_telemetry.py); syncMode is kept (every mode gives a serialized C agent, docs/python.md);
+    the rest are kept and unused."""
 
     def __init__(self, useProgThread: bool = False, useListenThread: bool = False,
                  listenPort: int = DEFAULT_COMM_PORT, syncMode: int = 0, num_workers: int = 1, pthrDelay: int = 0,
@@ -240,10 +316,12 @@ class nixlAgentConfig:
 class _Req:
     """A request made through nixlAgent: its C pointer now, and how to make it again."""
 
-    __slots__ = ("ptr", "notif", "posted", "start_us", "remake", "peer", "as_given")
+    __slots__ = ("ptr", "notif", "posted", "start_us", "remake", "peer", "desc_count", "is_write", "reported")
 
-    def __init__(self, ptr: int, notif: bytes, remake: Any, peer: str, as_given: bool):
-        self.ptr, self.notif, self.remake, self.peer, self.as_given = ptr, notif, remake, peer, as_given
+    def __init__(self, ptr: int, notif: bytes, remake: Any, peer: str, desc_count: Any, is_write: bool):
+        self.ptr, self.notif, self.remake, self.peer, self.desc_count = ptr, notif, remake, peer, desc_count
+        self.is_write = is_write
+        self.reported = False
         self.posted = False
         self.start_us = 0
 
@@ -284,6 +362,7 @@ class nixlAgent:
         self.name = name
         self.config = cfg
         self.telemetry = telemetry_enabled(bool(getattr(cfg, "captureTelemetry", False)))
+        self.telemetry_file: Optional[TelemetryFile] = None
         self._lock = threading.RLock()
         self._plugins = available()
         self._ours: dict[str, int] = {}  # our backend name -> C handle
@@ -293,8 +372,15 @@ class nixlAgent:
         self._group_name: dict[int, str] = {}
         self._group_of: dict[int, int] = {}  # C handle -> the first handle given out holding it
         self._ids = itertools.count(1 << 12)
-        self._preps: dict[int, tuple[int, Optional[str]]] = {}
+        self._preps: dict[int, tuple[int, Optional[str], RunCache]] = {}
         self._reqs: dict[int, _Req] = {}
+        # NIXL_TELEMETRY_DIR: the file NIXL's telemetry readers read (_telemetry.py)
+        try:
+            self.telemetry_file = TelemetryFile.for_agent(name) if self.telemetry else None
+        except (OSError, ValueError) as e:  # NIXL's agent constructor throws here too
+            self.close()
+            raise make_error(nixlInvalidParamError, "nixlAgent", f"telemetry file of agent {name!r} "
+                             f"(NIXL_TELEMETRY_DIR, NIXL_TELEMETRY_BUFFER_SIZE): {e}") from None
 
     # ---- life cycle (ours) ----
     def close(self) -> None:
@@ -304,6 +390,9 @@ class nixlAgent:
                 self._preps.clear()
                 self._reqs.clear()
                 L.nixl_agent_destroy(p)
+            tf = getattr(self, "telemetry_file", None)
+            if tf is not None:
+                tf.close()
 
     def __del__(self):
         try:
@@ -326,7 +415,7 @@ class nixlAgent:
     # ---- plugins and backends ----
     def getAvailPlugins(self) -> list[str]:
         """Our backends, then the NIXL names that map to at least one of them."""
-        return list(self._plugins) + [a for a, t in BACKEND_ALIASES.items() if any(b in self._plugins for b in t)]
+        return list(self._plugins) + [a for a in BACKEND_ALIASES if targets(self._plugins, a)]
 
     def _mems_params(self, names: list[str]) -> tuple[dict[str, str], list[str]]:
         params: dict[str, str] = {}
@@ -339,7 +428,8 @@ class nixlAgent:
     def getPluginParams(self, type: str) -> tuple[dict[str, str], list[str]]:
         t = targets(self._plugins, type)
         if not t:
-            raise make_error(nixlNotFoundError, "getPluginParams", f"plugin {type!r}: {why_missing(type)}")
+            raise make_error(nixlNotFoundError, "getPluginParams",
+                             f"plugin {type!r}: {why_missing(type, self._plugins)}")
         return self._mems_params_defaults(t)
 
     def _mems_params_defaults(self, names: list[str]) -> tuple[dict[str, str], list[str]]:
@@ -382,7 +472,7 @@ class nixlAgent:
         params = {str(k): str(v) for k, v in (initParams or {}).items()}
         t = targets(self._plugins, type)
         if not t:
-            raise make_error(nixlNotFoundError, call, f"backend {type!r}: {why_missing(type)}")
+            raise make_error(nixlNotFoundError, call, f"backend {type!r}: {why_missing(type, self._plugins)}")
         alias = type not in self._plugins
         hs: list[int] = []
         failed: list[Exception] = []
@@ -427,7 +517,28 @@ class nixlAgent:
         opt, _keep = make_opt(self._backend_handles(backends, call, descs.mem_type), None, call)
         c = descs._c()
         check(fn(self._p(call), ctypes.byref(c), opt), call, f"{len(descs)} {descs.mem_type} descriptors")
+        self.memory_event(fn is L.nixl_mem_register, descs)
         return NIXL_SUCCESS
+
+    def memory_event(self, registered: bool, descs: Any) -> None:
+        """agent_memory_registered / _deregistered: the bytes of one call (ours; nixl_agent uses it)."""
+        tf = self.telemetry_file
+        if tf is not None:
+            tf.events([("agent_memory_registered" if registered else "agent_memory_deregistered",
+                        sum(descs._words[1::4]))])
+
+    def xfer_event(self, ptr: int, is_write: bool) -> None:
+        """A post seen complete: NIXL's four transfer events (ours; nixl_agent uses it)."""
+        tf = self.telemetry_file
+        if tf is not None:
+            info = _lib.nixl_xfer_info_t()
+            if L.nixl_xfer_info(ptr, ctypes.byref(info)) == _lib.NIXL_OK:
+                tf.xfer_done(is_write, info.bytes, -(-info.post_ns // 1000), -(-info.xfer_ns // 1000))
+
+    def error_event(self, exc: BaseException) -> None:
+        tf = self.telemetry_file
+        if tf is not None:
+            tf.error(exc)
 
     def registerMem(self, descs: nixlRegDList, backends: Any = ()) -> int:
         return self._reg(L.nixl_mem_register, descs, backends, "registerMem")
@@ -554,12 +665,24 @@ class nixlAgent:
     # ---- transfers ----
     def prepXferDlist(self, *args: Any, **kw: Any) -> int:
         """prepXferDlist(agent_name, descs, backend=[]) or prepXferDlist(descs, backend=[]) (local side);
-        agent_name NIXL_INIT_AGENT is the local side too."""
+        agent_name NIXL_INIT_AGENT is the local side too.  NIXL 1.5's strided form:
+        prepXferDlist([agent_name,] mem_type, N x 5 array, backend=[])."""
         call = "prepXferDlist"
         if args and isinstance(args[0], (str, bytes)):
             name, rest = agent_name(args[0]), args[1:]
         else:
             name, rest = agent_name(kw.pop("agent_name", NIXL_INIT_AGENT)), args
+        strided = None
+        if rest and isinstance(rest[0], int) and not isinstance(rest[0], bool) or "mem_type" in kw:
+            # NIXL 1.5: prepXferDlist([agent_name,] mem_type, N x 5 array, backend=[])
+            mem = rest[0] if rest and isinstance(rest[0], int) else kw.pop("mem_type")
+            rest = rest[1:] if rest and isinstance(rest[0], int) else rest
+            arr = rest[0] if rest else kw.pop("descs")
+            if not is_strided(arr):
+                raise TypeError(f"{call}: with a mem_type, descs must be an N x 5 array of strided rows")
+            strided = strided_rows(arr, call)
+            descs = nixlXferDList(mem, strided)
+            rest = (descs,) + tuple(rest[1:])
         descs = rest[0] if rest else kw.pop("descs")
         backends = rest[1] if len(rest) > 1 else kw.pop("backend", kw.pop("backends", ()))
         if not isinstance(descs, nixlXferDList):
@@ -575,7 +698,7 @@ class nixlAgent:
             check(L.nixl_prep_create(self._p(call), peer.encode() if peer else None, ctypes.byref(c), opt,
                                      ctypes.byref(out)), call,
                   f"{len(descs)} descriptors of {'this agent' if peer is None else 'peer ' + repr(peer)}")
-            self._preps[out.value] = (out.value, peer)
+            self._preps[out.value] = (out.value, peer, RunCache(descs, strided))
         return out.value
 
     def releasedDlistH(self, handle: int) -> int:
@@ -588,11 +711,11 @@ class nixlAgent:
                 L.nixl_prep_release(rec[0])
         return NIXL_SUCCESS
 
-    def _new_req(self, make: Any, notif: bytes, peer: str, as_given: bool) -> int:
+    def _new_req(self, make: Any, notif: bytes, peer: str, desc_count: Any, is_write: bool) -> int:
         ptr = make(notif)
         with self._lock:  # a key of our own: the C pointer changes when a new notification remakes it
             key = next(self._ids)
-            self._reqs[key] = _Req(ptr, notif, make, peer, as_given)
+            self._reqs[key] = _Req(ptr, notif, make, peer, desc_count, is_write)
         return key
 
     def _req(self, reqh: int, call: str) -> _Req:
@@ -627,7 +750,8 @@ class nixlAgent:
                   call, f"{ln} descriptors with {rrec[1]}")
             return out.value
 
-        return self._new_req(make, to_bytes(notif_msg), rrec[1], bool(skip_desc_merg))
+        counter = None if skip_desc_merg else merged_counter(lrec[2], lkeep, rrec[2], rkeep)
+        return self._new_req(make, to_bytes(notif_msg), rrec[1], counter, op == _lib.OP_WRITE)
 
     def createXferReq(self, operation: Any, local_descs: Any, remote_descs: Any, remote_agent: str,
                       notif_msg: Any = b"", backend: Any = (), timeout_ms: Optional[int] = None) -> int:
@@ -648,10 +772,17 @@ class nixlAgent:
                   f"{len(local_descs)} descriptors with {remote_agent!r}")
             return out.value
 
-        return self._new_req(make, to_bytes(notif_msg), remote_agent, True)
+        return self._new_req(make, to_bytes(notif_msg), remote_agent, None, op == _lib.OP_WRITE)
 
-    def estimateXferCost(self, req_handle: int) -> tuple:
-        raise make_error(nixlNotSupportedError, "estimateXferCost", "libnixl has no cost model")
+    def estimateXferCost(self, req_handle: int) -> tuple[int, int, int]:
+        """(duration_us, err_margin_us, NIXL_COST_ANALYTICAL_BACKEND): our model of the request's
+        path, bytes and runs (estimate_cost), not a measurement."""
+        call = "estimateXferCost"
+        with self._lock:
+            rec = self._req(req_handle, call)
+            info = self.xfer_info(rec.ptr, call)
+        d, m = estimate_cost(info)
+        return d, m, 0  # NIXL_COST_ANALYTICAL_BACKEND
 
     def postXferReq(self, reqh: int, notif_msg: Any = b"") -> int:
         """Post (or re-post) a request: NIXL_SUCCESS when it completed inside the call, else NIXL_IN_PROG.
@@ -671,7 +802,14 @@ class nixlAgent:
             st = L.nixl_xfer_post(rec.ptr)
             if st >= 0:
                 rec.posted = True
-        return check(st, call, f"request to {rec.peer!r}")
+                rec.reported = st == _lib.NIXL_OK
+                if st == _lib.NIXL_OK:
+                    self.xfer_event(rec.ptr, rec.is_write)
+        try:
+            return check(st, call, f"request to {rec.peer!r}")
+        except Exception as e:
+            self.error_event(e)
+            raise
 
     def getXferStatus(self, reqh: int) -> int:
         """NIXL_SUCCESS, NIXL_IN_PROG, or raises the failed request's nixl*Error."""
@@ -679,10 +817,17 @@ class nixlAgent:
         with self._lock:
             rec = self._req(reqh, call)
             st, posted = L.nixl_xfer_status(rec.ptr), rec.posted
-        if st == _lib.ERR_INVALID_PARAM and not posted:
-            from ._errors import nixlNotPostedError
-            raise make_error(nixlNotPostedError, call, f"request to {rec.peer!r} was never posted")
-        return check(st, call, f"request to {rec.peer!r}")
+            if st == _lib.NIXL_OK and posted and not rec.reported:
+                rec.reported = True
+                self.xfer_event(rec.ptr, rec.is_write)
+        try:
+            if st == _lib.ERR_INVALID_PARAM and not posted:
+                from ._errors import nixlNotPostedError
+                raise make_error(nixlNotPostedError, call, f"request to {rec.peer!r} was never posted")
+            return check(st, call, f"request to {rec.peer!r}")
+        except Exception as e:
+            self.error_event(e)
+            raise
 
     def xfer_info(self, ptr: int, call: str) -> _lib.nixl_xfer_info_t:
         info = _lib.nixl_xfer_info_t()
@@ -692,13 +837,14 @@ class nixlAgent:
     def getXferTelemetry(self, reqh: int) -> nixlXferTelemetry:
         call = "getXferTelemetry"
         if not self.telemetry:
-            raise make_error(nixlNoTelemetryError, call, "telemetry is off (NIXL_TELEMETRY_ENABLE)")
+            raise make_error(nixlNoTelemetryError, call, "telemetry is off (NIXL_TELEMETRY_ENABLE false, or unset "
+                             "without capture_telemetry)")
         with self._lock:
             rec = self._req(reqh, call)
             info = self.xfer_info(rec.ptr, call)
         if not info.posts:
             raise make_error(nixlNoTelemetryError, call, f"request to {rec.peer!r} was never posted")
-        return telemetry_of(info, rec.start_us, rec.as_given)
+        return telemetry_of(info, rec.start_us, rec.desc_count)
 
     def queryXferBackend(self, reqh: int) -> int:
         """The backend handle (from createBackend) that holds the backend the request uses."""

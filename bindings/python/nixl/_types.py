@@ -69,14 +69,16 @@ class _Handle:
 class nixl_prepped_dlist_handle(_Handle):
     """A descriptor list prepared once (prep_xfer_dlist); requests index into it."""
 
-    __slots__ = ("peer", "count", "mem_type")
+    __slots__ = ("peer", "count", "mem_type", "runs")
     _kind = "prepared list"
 
-    def __init__(self, agent: "nixl_agent", ptr: int, peer: Optional[str], count: int, mem_type: int):
+    def __init__(self, agent: "nixl_agent", ptr: int, peer: Optional[str], count: int, mem_type: int,
+                 runs: Any = None):
         super().__init__(agent, ptr)
         self.peer = peer
         self.count = count
         self.mem_type = mem_type
+        self.runs = runs  # _telemetry.RunCache: NIXL's runs of the list, for telemetry's descCount
 
     def _free(self, ptr: int) -> None:
         L.nixl_prep_release(ptr)
@@ -85,13 +87,15 @@ class nixl_prepped_dlist_handle(_Handle):
 class nixl_xfer_handle(_Handle):
     """A transfer request: post it with transfer(), poll check_xfer_state()."""
 
-    __slots__ = ("peer", "notif", "posted", "start_us", "_remake", "descs_as_given")
+    __slots__ = ("peer", "notif", "posted", "start_us", "_remake", "desc_count", "is_write", "reported")
     _kind = "transfer handle"
 
     def __init__(self, agent: "nixl_agent", ptr: int, peer: str, notif: bytes, remake: Any,
-                 descs_as_given: bool = False):
+                 desc_count: Any = None, is_write: bool = True):
         super().__init__(agent, ptr)
-        self.descs_as_given = descs_as_given  # telemetry's descCount: as given (NIXL does not merge these)
+        self.desc_count = desc_count  # telemetry's descCount as NIXL counts it: f(nixl_xfer_info_t) -> int
+        self.is_write = is_write
+        self.reported = False  # this post's completion went to the telemetry file
         self.peer = peer
         self.notif = notif
         self.posted = False
