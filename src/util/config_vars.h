@@ -15,6 +15,13 @@
     X(NIXL_ALLOW_FALLBACK, "1", "0 refuses fallback paths: requests that would take one fail instead") \
     X(NIXL_LISTEN_ADDR, "0.0.0.0", "address the metadata listener binds to")                   \
     X(NIXL_LIB, "", "Python package: the libnixl.so (or its directory) to load instead of searching") \
+    /* NIXL's telemetry, as the Python package writes it (bindings/python/nixl/_telemetry.py) */  \
+    X(NIXL_TELEMETRY_ENABLE, "", "Python package: telemetry on (1/yes/true/on) or off (0/no/false/off) whatever capture_telemetry says; empty: capture_telemetry decides") \
+    X(NIXL_TELEMETRY_DIR, "", "Python package: each agent writes NIXL's telemetry file <dir>/<agent name> (while telemetry is on); empty: no file") \
+    X(NIXL_TELEMETRY_BUFFER_SIZE, "4096", "Python package: events the telemetry file's ring holds (a power of 2)") \
+    X(NIXL_TELEMETRY_EXPORTER, "", "Python package: NIXL's exporter name; only its file exporter (BUFFER, or empty) is there") \
+    X(NIXL_TELEMETRY_ENABLED_METRICS, "", "Python package: comma-separated globs of the telemetry events written; empty: all") \
+    X(NIXL_TELEMETRY_RUN_INTERVAL, "", "Python package: accepted for NIXL's sake; events are written when they happen, not on an interval") \
     X(NIXL_PROGRESS_INTERVAL_US, "100", "progress thread period in microseconds")                \
     /* registration pool (src/core/reg_pool.c, reg_peers.c) */                                   \
     X(NIXL_REG_CONCURRENCY, "auto", "registrations of one nixl_mem_register batch running at once: auto = online cores / agents of this host registering at that moment (1..64), N = at most N, 0 = one thread per buffer (unbounded)") \
