@@ -87,6 +87,7 @@ typedef struct nixl_peer_inc {
     uint64_t generation;
     int same_host;
     int same_process;
+    int loopback; /* the agent itself (nixl_peer_self) */
     nixl_md_t *md;
     void *blob;
     nixl_peer_backend_t bk[NIXL_AGENT_MAX_BACKENDS];
@@ -99,6 +100,10 @@ typedef struct nixl_peer {
 } nixl_peer_t;
 
 nixl_peer_t *nixl_peer_find(nixl_agent_t *agent, const char *name);
+/* The agent itself as a peer (loopback), its generation current with the
+ * agent's registrations; NULL (*st_out says why, logged) when it cannot
+ * be built. */
+nixl_peer_t *nixl_peer_self(nixl_agent_t *agent, nixl_status_t *st_out);
 void nixl_peer_inc_unref(nixl_peer_inc_t *inc);
 /* Remote region index in bk->mdb holding [addr, addr+len) of mem type, or -1. */
 long nixl_peer_region_find(const nixl_peer_backend_t *bk, nixl_mem_t mem, uint64_t addr, uint64_t len);
@@ -192,6 +197,11 @@ struct nixl_agent {
 
     nixl_peer_t **peers;
     size_t num_peers, cap_peers;
+    /* loopback (nixl_peer_self): built from what was registered then */
+    nixl_peer_t *self_peer;
+    uint64_t self_epoch;
+    size_t self_regs;
+    int self_backends;
 
     nixl_xfer_t *xfers; /* every live request */
 

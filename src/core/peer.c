@@ -187,7 +187,9 @@ static nixl_status_t inc_load_backend(nixl_peer_inc_t *inc, nixl_backend_t *be, 
     nixl_peer_backend_t *bk = &inc->bk[be->index];
     void *peer = NULL;
     nixl_status_t st = be_peer_load(be, inc->md->name, mdb->conn, mdb->conn_len, &peer);
-    if (st == NIXL_ERR_NO_PATH) {
+    /* A backend that cannot reach its own agent (libfabric refuses its own
+     * instance) is no path for loopback, not a failure of it. */
+    if (st == NIXL_ERR_NO_PATH || (st == NIXL_ERR_SELF && inc->loopback)) {
         NIXL_DEBUG("peer %s: backend %s cannot reach it", inc->md->name, be_name(be));
         return NIXL_OK;
     }
@@ -215,8 +217,10 @@ static nixl_status_t inc_load_backend(nixl_peer_inc_t *inc, nixl_backend_t *be, 
     return NIXL_OK;
 }
 
-nixl_status_t nixl_md_load_remote_locked(nixl_agent_t *a, const void *blob, size_t len,
-                                         char name_out[NIXL_NAME_MAX + 1])
+/* A loaded generation from a blob (copied): decoded, every backend of
+ * ours that knows the blob's backend loads it.  self: the blob is this
+ * agent's own (loopback), else naming this agent is refused. */
+static nixl_status_t inc_from_blob(nixl_agent_t *a, const void *blob, size_t len, int self, nixl_peer_inc_t **out)
 {
     nixl_status_t st;
     nixl_peer_inc_t *inc = calloc(1, sizeof(*inc));
@@ -224,6 +228,7 @@ nixl_status_t nixl_md_load_remote_locked(nixl_agent_t *a, const void *blob, size
         return NIXL_ERR_NO_MEMORY;
     inc->refs = 1;
     inc->agent = a;
+    inc->loopback = self;
     inc->blob = malloc(len ? len : 1);
     if (!inc->blob) {
         free(inc);
@@ -237,13 +242,13 @@ nixl_status_t nixl_md_load_remote_locked(nixl_agent_t *a, const void *blob, size
         return st;
     }
     nixl_md_t *md = inc->md;
-    if (strcmp(md->name, a->name) == 0) {
+    if (!self && strcmp(md->name, a->name) == 0) {
         NIXL_ERROR("agent %s: refusing to load its own name as a peer", a->name);
         st = NIXL_ERR_SELF;
         goto err;
     }
-    inc->same_host = nixl_host_id_same(&md->host, &a->host);
-    inc->same_process = inc->same_host && md->pid == (uint32_t)getpid();
+    inc->same_host = self || nixl_host_id_same(&md->host, &a->host);
+    inc->same_process = self || (inc->same_host && md->pid == (uint32_t)getpid());
     for (uint32_t i = 0; i < md->num_backends; i++) {
         for (int b = 0; b < a->num_backends; b++) {
             if (strcmp(md->backends[i].name, be_name(a->backends[b])) == 0) {
@@ -253,6 +258,78 @@ nixl_status_t nixl_md_load_remote_locked(nixl_agent_t *a, const void *blob, size
             }
         }
     }
+    *out = inc;
+    return NIXL_OK;
+err:
+    inc_free(inc);
+    return st;
+}
+
+static size_t regs_count(const nixl_agent_t *a)
+{
+    size_t n = 0;
+    for (int t = 0; t < NIXL_MEM_TYPE_COUNT; t++)
+        n += a->regs[t].n;
+    return n;
+}
+
+/* Loopback: the agent as the remote side of its own requests (NIXL's
+ * NIXL_INIT_AGENT-to-itself, and every storage transfer, whose file
+ * regions are the agent's own).  Its generation is built from the agent's
+ * own metadata the first time it is named and again whenever the
+ * registrations or backends changed since; it is not in the peer list, so
+ * nothing lists, invalidates or replaces it from outside. */
+nixl_peer_t *nixl_peer_self(nixl_agent_t *a, nixl_status_t *st_out)
+{
+    nixl_peer_t *p = a->self_peer;
+    size_t nregs = regs_count(a);
+    if (p && p->cur && a->self_epoch == a->reg_epoch && a->self_regs == nregs &&
+        a->self_backends == a->num_backends) {
+        *st_out = NIXL_OK;
+        return p;
+    }
+    void *blob = NULL;
+    size_t len = 0;
+    nixl_peer_inc_t *inc = NULL;
+    nixl_status_t st = nixl_md_get_local_locked(a, &blob, &len);
+    if (st == NIXL_OK)
+        st = inc_from_blob(a, blob, len, 1, &inc);
+    free(blob);
+    if (st == NIXL_OK && !p) {
+        p = calloc(1, sizeof(*p));
+        if (p) {
+            nixl_strlcpy(p->name, a->name, sizeof(p->name));
+            a->self_peer = p;
+        } else {
+            st = NIXL_ERR_NO_MEMORY;
+        }
+    }
+    if (st != NIXL_OK) {
+        if (inc)
+            inc_free(inc);
+        NIXL_ERROR("agent %s: cannot make itself the remote side of a loopback request: %s", a->name,
+                   nixl_strerror(st));
+        *st_out = st;
+        return NULL;
+    }
+    nixl_peer_inc_unref(p->cur);
+    p->cur = inc;
+    inc->generation = ++p->generation;
+    a->self_epoch = a->reg_epoch;
+    a->self_regs = nregs;
+    a->self_backends = a->num_backends;
+    *st_out = NIXL_OK;
+    return p;
+}
+
+nixl_status_t nixl_md_load_remote_locked(nixl_agent_t *a, const void *blob, size_t len,
+                                         char name_out[NIXL_NAME_MAX + 1])
+{
+    nixl_peer_inc_t *inc = NULL;
+    nixl_status_t st = inc_from_blob(a, blob, len, 0, &inc);
+    if (st != NIXL_OK)
+        return st;
+    nixl_md_t *md = inc->md;
 
     nixl_peer_t *p = nixl_peer_find(a, md->name);
     if (!p) {
@@ -328,6 +405,11 @@ NIXL_API nixl_status_t nixl_md_check_remote(nixl_agent_t *agent, const char *pee
 
 void nixl_peers_destroy(nixl_agent_t *agent)
 {
+    if (agent->self_peer) {
+        nixl_peer_inc_unref(agent->self_peer->cur);
+        free(agent->self_peer);
+        agent->self_peer = NULL;
+    }
     for (size_t i = 0; i < agent->num_peers; i++) {
         nixl_peer_inc_unref(agent->peers[i]->cur);
         free(agent->peers[i]);

@@ -192,6 +192,18 @@ static nixl_status_t prep_create_locked(nixl_agent_t *a, const char *peer, const
         st = prep_resolve_local(p, dl->descs);
         if (st != NIXL_OK)
             goto err;
+    } else if (strcmp(peer, a->name) == 0) {
+        /* Loopback: this agent's own registrations are the remote side. */
+        p->remote = 1;
+        p->peer = nixl_peer_self(a, &st);
+        if (!p->peer)
+            goto err;
+        p->reg_epoch = a->reg_epoch;
+        p->inc = p->peer->cur;
+        p->inc->refs++;
+        st = prep_choose_remote(p, dl, opt);
+        if (st != NIXL_OK)
+            goto err;
     } else {
         p->remote = 1;
         p->peer = nixl_peer_find(a, peer);
@@ -400,7 +412,16 @@ static nixl_status_t xfer_make_locked(nixl_agent_t *a, nixl_op_t op, nixl_prep_t
         NIXL_ERROR("agent %s: make: no descriptors", a->name);
         return NIXL_ERR_ZERO_LENGTH;
     }
-    if (rp->peer->cur != rp->inc) {
+    if (rp->peer == a->self_peer) {
+        /* Loopback: a newer generation of the agent itself only adds
+         * registrations; a removed one makes the remote list stale. */
+        if (rp->reg_epoch != a->reg_epoch) {
+            NIXL_ERROR("agent %s: make: a registration of this agent was removed since the loopback list was "
+                       "prepared: prepare it again",
+                       a->name);
+            return NIXL_ERR_STALE;
+        }
+    } else if (rp->peer->cur != rp->inc) {
         NIXL_ERROR("agent %s: make: peer %s was %s since the remote list was prepared", a->name, rp->peer->name,
                    rp->peer->cur ? "reloaded" : "invalidated");
         return rp->peer->cur ? NIXL_ERR_STALE : NIXL_ERR_PEER_INVALIDATED;
@@ -633,7 +654,15 @@ NIXL_API nixl_status_t nixl_xfer_post(nixl_xfer_t *x)
         st = NIXL_ERR_NO_PATH;
         goto out;
     }
-    if (x->peer->cur != x->inc) {
+    if (x->peer == a->self_peer) {
+        if (x->reg_epoch != a->reg_epoch) {
+            NIXL_ERROR("agent %s: post: a registration of this agent was removed since this loopback request was "
+                       "made: make it again",
+                       a->name);
+            st = NIXL_ERR_STALE;
+            goto out;
+        }
+    } else if (x->peer->cur != x->inc) {
         NIXL_ERROR("agent %s: post: peer %s was %s after this request was made", a->name, x->peer->name,
                    x->peer->cur ? "reloaded" : "invalidated");
         st = x->peer->cur ? NIXL_ERR_STALE : NIXL_ERR_PEER_INVALIDATED;

@@ -16,7 +16,7 @@ import nixl._bindings as nb
 import nixl._utils as utils
 from nixl._api import nixl_agent, nixl_agent_config, nixl_thread_sync_t, nixlBind
 
-from conftest import unique
+from conftest import unique, wait_state
 
 
 def test_engines_imports_resolve():
@@ -197,7 +197,6 @@ def test_low_level_plugins_backends_and_what_libnixl_lacks(low_pair):
     reg = nb.nixlRegDList(nb.DRAM_SEG, [(src, size, 0, "")])
     for call, args, what in ((a.getLocalPartialMD, (reg,), "etcd"), (a.queryMem, (reg, ba), "memory query"),
                              (a.prepMemView, (nb.nixlXferDList(nb.VRAM_SEG),), "GPU device API"),
-                             (a.prepXferDlist, (a.name, nb.nixlXferDList(nb.DRAM_SEG, [(src, 8, 0)])), "loopback"),
                              (a.sendLocalPartialMD, (reg, True, [], "127.0.0.1", 1, "l"), "etcd")):
         with pytest.raises(nb.nixlNotSupportedError, match=what):
             call(*args)
@@ -463,8 +462,47 @@ def test_partial_metadata_over_the_socket_says_what_is_missing(pair):
         a.send_partial_agent_metadata(reg, True, ["UCX"], "127.0.0.1", 7777)
     with pytest.raises(nixl.nixlNotSupportedError, match="no partial blob"):
         a.get_partial_agent_metadata(reg, True)
-    with pytest.raises(nixl.nixlNotSupportedError, match="loopback"):
-        a.prep_xfer_dlist(a.name, reg.trim())
+
+
+def test_loopback_copies_between_own_registrations():
+    # NIXL's prep_xfer_perf and the storage examples name the agent itself as the remote side.
+    a = nixl_agent(unique("loop"), nixl_agent_config(backends=[], enable_prog_thread=False))
+    try:
+        a.create_backend("shm")
+        n = 64
+        src, dst = nixl.alloc_array(n * 1024), nixl.alloc_array(n * 1024)
+        src[:] = np.arange(n * 1024, dtype=np.uint32).astype(np.uint8)
+        dst[:] = 0
+        a.register_memory([src, dst])
+        base_s, base_d = src.__array_interface__["data"][0], dst.__array_interface__["data"][0]
+        slots = [(i * 5) % n for i in range(n)]
+        lrows = [(base_s + i * 1024, 1024, 0) for i in range(n)]
+        rrows = [(base_d + s * 1024, 1024, 0) for s in slots]
+        h = a.initialize_xfer("WRITE", a.get_xfer_descs(lrows, "DRAM"), a.get_xfer_descs(rrows, "DRAM"), a.name,
+                              b"self")
+        assert a.transfer(h) in ("DONE", "PROC")
+        assert wait_state(a, h) == "DONE"
+        for i, s in enumerate(slots):
+            assert bytes(dst[s * 1024:(s + 1) * 1024]) == bytes(src[i * 1024:(i + 1) * 1024])
+        deadline = time.monotonic() + 10
+        while not a.check_remote_xfer_done(a.name, b"self"):
+            assert time.monotonic() < deadline, "no loopback notification"
+            time.sleep(0.001)
+        # the two-step form, READ back
+        dst2 = nixl.alloc_array(n * 1024)
+        a.register_memory(dst2)  # a later registration keeps the lists valid
+        lh = a.prep_xfer_dlist("NIXL_INIT_AGENT", [(dst2.__array_interface__["data"][0] + i * 1024, 1024, 0)
+                                                   for i in range(n)], "DRAM")
+        rh = a.prep_xfer_dlist(a.name, rrows, "DRAM")
+        x = a.make_prepped_xfer("READ", lh, list(range(n)), rh, list(range(n)))
+        a.transfer(x)
+        assert wait_state(a, x) == "DONE"
+        for i, s in enumerate(slots):
+            assert bytes(dst2[i * 1024:(i + 1) * 1024]) == bytes(dst[s * 1024:(s + 1) * 1024])
+        a.release_xfer_handle(x)
+        a.release_xfer_handle(h)
+    finally:
+        a.close()
 
 
 # ---- backend names (issue 11, item 6) ----

@@ -498,9 +498,6 @@ class nixl_agent:
         descs = to_dlist(xfer_list if strided is None else strided, mem_type, False, call)
         name = agent_name_of(agent_name)
         peer = None if name in ("", NIXL_INIT_AGENT) else name
-        if peer is not None and peer == self.name:
-            raise make_error(nixlNotSupportedError, call, "loopback (the remote side being this agent) is not "
-                             "supported by libnixl: use a second agent")
         opt, _keep = self._opt(backends, None, call)
         c = descs._c()
         out = ctypes.c_void_p()

@@ -688,9 +688,6 @@ class nixlAgent:
         if not isinstance(descs, nixlXferDList):
             raise TypeError(f"{call}: descs must be a nixlXferDList, not {type(descs).__name__}")
         peer = None if name in ("", NIXL_INIT_AGENT) else name
-        if peer == self.name:
-            raise make_error(nixlNotSupportedError, call, "loopback (the remote side being this agent) is not "
-                             "supported by libnixl: use a second agent")
         opt, _keep = make_opt(self._backend_handles(backends, call), None, call)
         c = descs._c()
         out = ctypes.c_void_p()
