@@ -97,7 +97,8 @@ size_t test_take_notifs(test_host_t *h)
 {
     pthread_mutex_lock(&h->lock);
     CHECK(NIXL_ARRAY_RESERVE(h->notifs, h->notifs_cap, h->num_notifs + h->inbox_n, 64) == 0);
-    memcpy(h->notifs + h->num_notifs, h->inbox, h->inbox_n * sizeof(*h->inbox));
+    if (h->inbox_n)
+        memcpy(h->notifs + h->num_notifs, h->inbox, h->inbox_n * sizeof(*h->inbox));
     h->num_notifs += h->inbox_n;
     h->inbox_n = 0;
     h->inbox_bytes = 0;
