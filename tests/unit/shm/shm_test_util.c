@@ -126,6 +126,11 @@ void test_host_init(test_host_t *h, const char *agent_name)
 void test_host_clear(test_host_t *h)
 {
     test_take_notifs(h);
+    pthread_mutex_lock(&h->lock);
+    free(h->inbox); /* empty after the take; a later delivery makes a new one */
+    h->inbox = NULL;
+    h->inbox_cap = 0;
+    pthread_mutex_unlock(&h->lock);
     for (size_t i = 0; i < h->num_notifs; i++)
         free(h->notifs[i].msg);
     h->num_notifs = 0;
