@@ -1060,28 +1060,38 @@ static int run_driver(const char *cases)
         die("the survivor does not work before any fault");
 
     int bad = 0;
-    char list[128];
+    char list[128], failed[192] = "";
     snprintf(list, sizeof(list), "%s", cases);
     for (char *save = NULL, *c = strtok_r(list, ",", &save); c; c = strtok_r(NULL, ",", &save)) {
+        int b;
         if (strcmp(c, "kill") == 0)
-            bad |= case_kill(a, &surv, 1);
+            b = case_kill(a, &surv, 1);
         else if (strcmp(c, "kill-cma") == 0)
-            bad |= case_kill(a, &surv, 0);
+            b = case_kill(a, &surv, 0);
         else if (strcmp(c, "md") == 0)
-            bad |= case_md(a, &surv);
+            b = case_md(a, &surv);
         else if (strcmp(c, "reg") == 0)
-            bad |= case_reg(a, &surv);
+            b = case_reg(a, &surv);
         else
             die("unknown case %s", c);
+        if (b)
+            snprintf(failed + strlen(failed), sizeof(failed) - strlen(failed), " %s", c);
+        bad |= b;
     }
     while (dpeer_busy(&surv))
         dpeer_pump(&surv, 0, NULL, 0);
-    bad |= survivor_check(&surv);
+    if (survivor_check(&surv)) {
+        snprintf(failed + strlen(failed), sizeof(failed) - strlen(failed), " survivor");
+        bad = 1;
+    }
     printf("survivor: %" PRIu64 " WRITEs with notifications and %" PRIu64 " verified READs in all\n",
            dpeer_writes_ok(&surv), surv.ok[NWRITE] + surv.ok[NWRITE + 1] + surv.ok[NWRITE + 2] + surv.ok[NWRITE + 3]);
     dpeer_close(&surv, 1);
     nixl_agent_destroy(a);
-    printf("%s\n", bad ? "FAILED" : "all cases held");
+    if (bad)
+        printf("FAILED: cases that did not hold:%s (each says why above)\n", failed);
+    else
+        printf("all cases held\n");
     return bad ? 1 : 0;
 }
 

@@ -537,6 +537,11 @@ void lf_conn_on_hello(lf_be_t *be, const uint8_t *msg, size_t len)
         return;
     }
     c->used = 1;
+    /* A HELLO is sent only by a side whose connection is not up: if ours
+     * still is, the peer reset its side (lf_conn_reset) without our
+     * noticing, and what it sent before may never come. */
+    if (c->state == LF_CONN_UP)
+        lf_conn_rx_resync(be, c, peer_seq);
     lf_conn_up(be, c, lf_get_u32(msg + 12), peer_seq);
     lf_queue_hello(be, c, LF_MSG_ACK);
 }

@@ -379,6 +379,31 @@ static void lf_conn_release(lf_be_t *be, lf_conn_t *c)
     }
 }
 
+void lf_conn_rx_resync(lf_be_t *be, lf_conn_t *c, uint64_t peer_seq)
+{
+    if (peer_seq <= c->rx_next_seq)
+        return;
+    unsigned dropped = 0;
+    while (c->pend && c->pend->seq < peer_seq) {
+        lf_rnotif_t *n = c->pend;
+        if (n->expect > 0) {
+            lf_tag_t *t = lf_tag_find(c, n->tag, 0);
+            if (t)
+                lf_tag_remove(c, t);
+        }
+        c->pend = n->next;
+        free(n);
+        dropped++;
+    }
+    LF_INFO(be,
+            "libfabric: %s: peer %s shook hands again at notification %llu (we were at %llu): the %llu before it "
+            "belong to requests it ended (%u held here dropped; any arriving later are dropped)",
+            be->agent_name, c->name, (unsigned long long)peer_seq, (unsigned long long)c->rx_next_seq,
+            (unsigned long long)(peer_seq - c->rx_next_seq), dropped);
+    c->rx_next_seq = peer_seq;
+    lf_conn_release(be, c);
+}
+
 static void lf_on_notif(lf_be_t *be, lf_conn_t *c, const uint8_t *msg, size_t len)
 {
     if (len < LF_HDR_SIZE + LF_NOTIF_BODY)

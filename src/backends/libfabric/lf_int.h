@@ -557,6 +557,13 @@ nixl_status_t lf_notif_send(void *be, void *peer, const void *msg, size_t len);
 /* Hand released notifications to the host (inside an op only). */
 void lf_deliver_ready(lf_be_t *be);
 void lf_conn_rx_reset(lf_conn_t *c);
+/* A HELLO from a peer whose connection we still had up: it reset its side,
+ * so its notifications numbered below peer_seq belong to requests it has
+ * already ended.  Those held here are dropped (with their write counts),
+ * later copies fall below rx_next_seq (duplicates), and the ones after
+ * them are no longer held behind a notification lost with the old
+ * connection. */
+void lf_conn_rx_resync(lf_be_t *be, lf_conn_t *c, uint64_t peer_seq);
 void lf_ready_free(lf_be_t *be);
 /* Remote CQ data of conn index idx and tag. */
 uint64_t lf_data_make(const lf_be_t *be, uint32_t idx, uint32_t tag);

@@ -572,6 +572,9 @@ static int launch(const char *scenario)
     test_netns_destroy(&nn);
     if (!rc)
         printf("etcd_agents: scenario %s passed\n", scenario);
+    else
+        fprintf(stderr, "etcd_agents: scenario %s FAILED: the process or check named in the etcd_agents: lines "
+                        "above (a child's own reason comes before its status)\n", scenario);
     return rc ? 1 : 0;
 }
 

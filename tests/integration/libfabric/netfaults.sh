@@ -11,12 +11,16 @@
 #                  12 MiB ones that take longer than the peer timeout
 #   blackout       every packet dropped for 3 s in the middle of the stream
 # Holds when every request ended (success or an error) within the bound
-# (at 30% loss by its deadline: NIXL_ERR_TIMEOUT, never notified), every
+# (at 30% loss within its deadline plus the peer timeout, what api.md
+# promises; one that timed out, NIXL_ERR_TIMEOUT, never notified), every
 # successful WRITE was verified by the target at its notification,
 # every READ returned what was written, and the target saw no notification
-# of a WRITE that failed early (one failed by the liveness timeout may have
-# been notified before the fault ate its acknowledgment: reported).  rate: nothing fails.  blackout: requests succeed
-# again after the link is back.  Needs root, ip netns, nft (tc for rate);
+# of a WRITE that failed early (one failed by the liveness timeout or a
+# reset may have been notified before the fault ate its acknowledgment:
+# reported, "ack lost"; its bytes may be a later WRITE's by the time the
+# target checks, since nothing is promised of a failed WRITE's region).
+# rate: nothing fails.  blackout: requests succeed again after the link is
+# back.  A failed run's last line names the checks that failed.  Needs root, ip netns, nft (tc for rate);
 # exits 77 with the reason otherwise.  Prints a "counts" line per run;
 # NETFAULTS_VERBOSE=1 also prints both sides' logs.
 set -u
@@ -26,6 +30,11 @@ bound=10000
 skip() {
     echo "SKIP: $*"
     exit 77
+}
+# The last line of a failed run says which check failed and why.
+fail() {
+    echo "netfaults $fault: FAILED: $*"
+    exit 1
 }
 [ "$(id -u)" = 0 ] || skip "creating network namespaces needs root"
 command -v ip >/dev/null 2>&1 || skip "no ip command (iproute2)"
@@ -56,13 +65,19 @@ netns_pair_up
 ip netns exec "$nsB" nft add table inet nxfault 2>/dev/null || skip "nftables does not work in a namespace here"
 ip netns exec "$nsB" nft delete table inet nxfault
 
-# Drop PCT% of the packets in and out of the target's namespace (100: all).
-# The metadata listener's port is spared: the fault is for the transfers.
+# Drop PCT% of the TCP packets in and out of the target's namespace (100:
+# all).  The metadata listener's port is spared: the fault is for the
+# transfers.  The port is accepted by rules of its own: nftables 1.0.6
+# merges "tcp dport != P tcp sport != P" into one comparison of both ports
+# at once (true unless both are P), which spared nothing; the metadata
+# fetch then failed under loss (2 of ~50 runs; 3 of 10 loss30 runs of the
+# sanitizer build, before this).
 mdport=0
 drop_on() {
-    rule="tcp dport != $mdport tcp sport != $mdport drop"
-    [ "$1" -lt 100 ] && rule="tcp dport != $mdport tcp sport != $mdport numgen random mod 100 < $1 drop"
-    ip netns exec "$nsB" nft -f - <<EOF || { echo "cannot install the nftables rules"; exit 1; }
+    rule="tcp dport $mdport accept; tcp sport $mdport accept; meta l4proto tcp drop"
+    [ "$1" -lt 100 ] &&
+        rule="tcp dport $mdport accept; tcp sport $mdport accept; meta l4proto tcp numgen random mod 100 < $1 drop"
+    ip netns exec "$nsB" nft -f - <<EOF || fail "cannot install the nftables rules"
 table inet nxfault {
     chain in { type filter hook input priority 0; policy accept; $rule; }
     chain out { type filter hook output priority 0; policy accept; $rule; }
@@ -94,7 +109,7 @@ run() {
     i=0
     while kill -0 "$ipid" 2>/dev/null; do
         i=$((i + 1))
-        [ $i -gt $((secs * 10 + 600)) ] && { echo "the initiator hung"; cat "$ilog"; exit 1; }
+        [ $i -gt $((secs * 10 + 600)) ] && { cat "$ilog"; fail "the initiator hung (still running $((secs + 60)) s after a ${secs} s stream)"; }
         sleep 0.1
     done
     wait "$ipid"
@@ -113,33 +128,73 @@ run() {
     # been: its notification can land while the acknowledgment is lost in
     # the fault (counted as "ack lost", reported, not fatal); so may one the
     # initiator released (the window the libfabric README documents).
+    # Such a late notification promises nothing about the bytes once the
+    # initiator, told the WRITE failed, wrote the next one to the same
+    # place: the target checking it may find the later WRITE's bytes
+    # (corrupt ... holds=LATER, counted as "overwritten", not as corrupt).
+    # Anything else the target found corrupt fails the test: a notification
+    # ahead of its own data.
     wrong=0
     acklost=0
     late=0
+    overwritten=0
     grep '^failed ' "$ilog" >"$flist"
-    while read -r _ seed why ms; do
-        grep -Eq "^(verified|corrupt) $seed " "$out" || continue
-        if [ "$why" = RELEASED ]; then
+    while read -r _ seed code ms; do
+        verdict=$(grep -E "^(verified|corrupt) $seed " "$out" | head -1)
+        [ -n "$verdict" ] || continue
+        found="data verified"
+        stale=0
+        case "$verdict" in
+        corrupt*)
+            holds=$(echo "$verdict" | sed -n 's/.* holds=\([^ ]*\) .*/\1/p')
+            if [ "$holds" -gt "$seed" ] 2>/dev/null; then
+                found="checked after WRITE $holds had rewritten its region"
+                stale=1
+            else
+                found="its bytes were not there: the target found ${holds:-?}'s"
+            fi
+            ;;
+        esac
+        if [ "$code" = RELEASED ]; then
+            echo "released: WRITE $seed given up after $ms ms was notified ($found)"
             late=$((late + 1))
-        elif [ "$why" = NIXL_ERR_TIMEOUT ]; then
+            overwritten=$((overwritten + stale))
+        elif [ "$code" = NIXL_ERR_TIMEOUT ]; then
             # Past its deadline a request is canceled only while its
             # notification has not left: a notified one is a lie.
-            echo "the target was notified of WRITE $seed, which timed out after $ms ms"
+            echo "the target was notified of WRITE $seed, which timed out after $ms ms ($found)"
             wrong=$((wrong + 1))
         elif [ "$ms" -ge 500 ]; then
-            echo "ack lost: WRITE $seed failed ($why after $ms ms) but the target was notified (data verified)"
+            echo "ack lost: WRITE $seed failed ($code after $ms ms) but the target was notified ($found)"
             acklost=$((acklost + 1))
+            overwritten=$((overwritten + stale))
         else
-            echo "the target was notified of WRITE $seed, which failed ($why after $ms ms)"
+            echo "the target was notified of WRITE $seed, which failed ($code after $ms ms; $found)"
             wrong=$((wrong + 1))
         fi
     done <"$flist"
-    corrupt=$(grep -c '^corrupt ' "$out")
+    corrupt=$(($(grep -c '^corrupt ' "$out") - overwritten))
     stream=$(grep '^stream: ' "$ilog")
     echo "counts $fault size=$size: ${stream#stream: }; notifications of failed WRITEs: wrong=$wrong," \
-        "ack lost=$acklost, released=$late"
+        "ack lost=$acklost, released=$late (of these, checked after a later WRITE rewrote them: $overwritten)"
+    # Every check that did not hold, by name ($why; empty when all held).
+    why=
+    if [ $rc != 0 ]; then
+        if [ $rc -gt 128 ]; then
+            why="$why; the initiator (lf_peer) was killed by signal $((rc - 128))"
+        else
+            why="$why; the initiator (lf_peer) exited with status $rc"
+        fi
+        last=$(grep '^lf_peer: FAILED: ' "$ilog" | tail -1)
+        [ -n "$last" ] && why="$why (${last#lf_peer: FAILED: })"
+        grep -Eq '==[0-9]+==ERROR|runtime error:' "$ilog" && why="$why (a sanitizer report above)"
+    fi
+    [ $wrong = 0 ] || why="$why; the target was notified of $wrong failed WRITE(s)"
+    [ "$corrupt" = 0 ] || why="$why; the target found $corrupt WRITE(s) corrupt at their notification (lines 'corrupt SEED OFFSET holds=WHOSE')"
+    [ -n "$stream" ] || why="$why; the initiator printed no stream: line (its stream did not finish)"
+    why=${why#; }
     ok=1
-    [ $rc = 0 ] && [ $wrong = 0 ] && [ "$corrupt" = 0 ] && [ -n "$stream" ] || ok=0
+    [ -z "$why" ] || ok=0
     failed_writes=$(grep -c '^failed ' "$ilog")
     hung=$(echo "$stream" | sed -n 's/.* hung=\([0-9]*\) .*/\1/p')
 }
@@ -165,8 +220,22 @@ loss5 | loss30)
     [ "$fault" = loss30 ] && deadline=3000
     run 1048576 8 loss_on
     drop_off
-    [ $ok = 1 ] || exit 1
-    [ "$hung" = 0 ] || { echo "a request outlived the bound of $bound ms"; exit 1; }
+    [ $ok = 1 ] || fail "$why"
+    [ "$hung" = 0 ] || fail "$hung request(s) outlived the bound of $bound ms"
+    if [ "$fault" = loss30 ]; then
+        # What api.md ("Deadlines") promises: a request with a deadline ends,
+        # whatever way, within the deadline plus the peer timeout plus one
+        # progress tick, counted from the post (measured over 40 runs, plain
+        # and sanitizer builds, the other core loaded: at most 20 ms over,
+        # once 218 ms in the sanitizer build when the time still included
+        # the first create); 500 ms is left for scheduling.
+        limit=$((deadline + ${NIXL_LIBFABRIC_PEER_TIMEOUT_MS:-1500} + 500))
+        worst_err=$(echo "$stream" | sed -n 's/.* time to error max=\([0-9]*\) .*/\1/p')
+        worst_ok=$(echo "$stream" | sed -n 's/.* slowest success \([0-9]*\) ms.*/\1/p')
+        [ "${worst_err:-0}" -le $limit ] && [ "${worst_ok:-0}" -le $limit ] ||
+            fail "a request ended later than its deadline plus the peer timeout allow ($limit ms):" \
+                "slowest error ${worst_err:-?} ms, slowest success ${worst_ok:-?} ms"
+    fi
     ;;
 rate)
     for side in "$nsA $vA" "$nsB $vB"; do
@@ -177,19 +246,21 @@ rate)
     # 12 MiB at 50mbit takes ~2 s, longer than the peer timeout (1.5 s).
     for size in 1048576 12582912; do
         run $size 6
-        [ $ok = 1 ] && [ "$failed_writes" = 0 ] && [ "$hung" = 0 ] && ! grep -q '^stream: .*err=[1-9]' "$ilog" ||
-            { echo "a request failed or outlived the bound under a rate limit alone"; exit 1; }
+        [ $ok = 1 ] || fail "size $size: $why"
+        [ "$failed_writes" = 0 ] && ! grep -q '^stream: .*err=[1-9]' "$ilog" ||
+            fail "size $size: a request failed under a rate limit alone (nothing may fail: see the counts line)"
+        [ "$hung" = 0 ] || fail "size $size: $hung request(s) outlived the bound of $bound ms under a rate limit alone"
     done
     ;;
 blackout)
     run 1048576 12 "" blackout
-    [ $ok = 1 ] || exit 1
+    [ $ok = 1 ] || fail "$why"
     # Recovery: a WRITE after the last failed one was verified by the target.
     last_fail=$(sed -n 's/^failed \([0-9]*\) .*/\1/p' "$ilog" | tail -1)
     last_ok=$(sed -n 's/^verified \([0-9]*\) .*/\1/p' "$out" | tail -1)
     echo "blackout: last failed WRITE ${last_fail:-none}, last verified WRITE ${last_ok:-none}"
     [ -n "$last_ok" ] && { [ -z "$last_fail" ] || [ "$last_ok" -gt "$last_fail" ]; } ||
-        { echo "no WRITE succeeded after the link came back"; exit 1; }
+        fail "no WRITE succeeded after the link came back"
     ;;
 *)
     echo "unknown fault $fault"

@@ -15,7 +15,7 @@ netns_pair_up() {
     i=0
     until ip -n "$nsA" link show "$vA" | grep -q LOWER_UP && ip -n "$nsB" link show "$vB" | grep -q LOWER_UP; do
         i=$((i + 1))
-        [ $i -gt 50 ] && { echo "the veth pair did not come up"; exit 1; }
+        [ $i -gt 50 ] && { echo "FAILED: the veth pair did not come up within 5 s"; exit 1; }
         sleep 0.1
     done
 }
@@ -30,8 +30,12 @@ netns_target_start() {
     while ! grep -q '^ready ' "$out" 2>/dev/null; do
         i=$((i + 1))
         if [ $i -gt 100 ] || ! kill -0 "$tpid" 2>/dev/null; then
-            echo "target did not start:"
             cat "$out"
+            if kill -0 "$tpid" 2>/dev/null; then
+                echo "FAILED: the lf_peer target printed no 'ready' line within 10 s (its output above)"
+            else
+                echo "FAILED: the lf_peer target exited before printing 'ready' (its output above)"
+            fi
             exit 1
         fi
         sleep 0.1

@@ -15,6 +15,11 @@ skip() {
     echo "SKIP: $*"
     exit 77
 }
+# The last line of a failed run says which check failed and why.
+fail() {
+    echo "twohost $mode: FAILED: $*"
+    exit 1
+}
 [ "$(id -u)" = 0 ] || skip "creating network namespaces needs root"
 command -v ip >/dev/null 2>&1 || skip "no ip command (iproute2)"
 tag=$$
@@ -61,29 +66,26 @@ transfer)
     wait "$tpid"
     tpid=
     cat "$out"
-    [ $rc = 0 ] || exit 1
-    grep -q '^verified 11 (from lf-initiator)' "$out" && grep -q '^verified 12 (from lf-initiator)' "$out" || {
-        echo "the target did not see every byte when the notification arrived"
-        exit 1
-    }
+    [ $rc = 0 ] || fail "the initiator exited with status $rc (its lf_peer: FAILED line above)"
+    grep -q '^verified 11 (from lf-initiator)' "$out" && grep -q '^verified 12 (from lf-initiator)' "$out" ||
+        fail "the target did not report 'verified' for both WRITEs (every byte there at the notification)"
     ;;
 kill)
     LF_PEER_BUF=$buf ip netns exec "$nsA" "$peer" initiator --iface "$vA" --peer "$net.2:$port" --size "$size" \
         --requests 4 --fault "kill -9 $pid"
     rc=$?
-    [ $rc = 0 ] || { cat "$out"; exit 1; }
+    [ $rc = 0 ] || { cat "$out"; fail "the initiator exited with status $rc (its FAILED line above the target's output)"; }
     ;;
 linkdown)
     LF_PEER_BUF=$buf ip netns exec "$nsA" "$peer" initiator --iface "$vA" --peer "$net.2:$port" --size "$size" \
         --requests 4 --fault "ip link set $vA down"
     rc=$?
-    [ $rc = 0 ] || { cat "$out"; exit 1; }
+    [ $rc = 0 ] || { cat "$out"; fail "the initiator exited with status $rc (its FAILED line above the target's output)"; }
     # The requests carried the notification "never": each failed, so the
     # target (alive behind the dead link) must not have seen one.
     if grep -q '^notif never' "$out"; then
         cat "$out"
-        echo "the target was notified of a request that failed"
-        exit 1
+        fail "the target was notified of a request that failed ('notif never' above)"
     fi
     echo "target: $(grep -c '^notif never' "$out") notifications of the failed requests"
     ;;

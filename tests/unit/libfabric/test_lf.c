@@ -1058,6 +1058,82 @@ static void case_no_answer(void)
     side_destroy(&b);
 }
 
+/* A connection reset by one side (a deadline's request not over within the
+ * peer timeout, a release past it) while the other still had it up: the
+ * notification that was in flight on the old connection is lost for good
+ * (here: its sequence number taken and nothing sent, as when the reset's
+ * teardown discards it).  The next request's handshake tells the receiver
+ * where the sender's sequence stands, so the notifications after it are
+ * delivered rather than held forever behind the lost one, and a late copy
+ * of the lost one would be dropped as a duplicate. */
+static void case_rehello(void)
+{
+    side_t a, b;
+    side_create_or_skip(&a, "init", "provider", "tcp", "iface", "lo", NULL);
+    side_create_or_skip(&b, "targ", "provider", "tcp", "iface", "lo", "progress_thread", "0", NULL);
+    link_t l;
+    link_make(&l, &a, &b);
+    mem_t la, rb;
+    mem_make(&la, &a, 64 << 10, 3);
+    mem_make(&rb, &b, 64 << 10, 4);
+    void *rmd = rkey_of(&b, &rb, &a, l.peer_ab);
+    static const piece_t pc[] = {{0, 0, 64 << 10}};
+    nixl_be_req_t *w = make_req(&a, NIXL_OP_WRITE, l.peer_ab, &la, rmd, &rb, pc, 1);
+    nixl_status_t st = ops->xfer_post(a.be, w, "one", 3);
+    CHECK(st >= 0);
+    uint64_t deadline = now_ms() + 10000;
+    while (st == NIXL_IN_PROG && now_ms() < deadline) {
+        ops->progress(b.be);
+        sleep_us(50);
+        st = ops->xfer_status(a.be, w);
+    }
+    CHECK_ST(st, NIXL_OK);
+    CHECK(wait_notifs(&b, 1, 5000));
+
+    /* The initiator's side: a notification handed off and lost, then the
+     * reset.  The target's side of the connection stays up. */
+    lf_be_t *abe = a.be;
+    lf_conn_t *ac = l.peer_ab, *bc = l.peer_ba;
+    pthread_mutex_lock(&abe->lock);
+    uint64_t lost = ac->next_seq++;
+    lf_conn_reset(abe, ac, "test: the notification in flight was lost");
+    pthread_mutex_unlock(&abe->lock);
+    int bs;
+    nixl_status_t bd;
+    conn_get(&b, bc, &bs, &bd, NULL);
+    CHECK(bs == LF_CONN_UP);
+
+    memset(rb.p, 0, rb.len);
+    st = ops->xfer_post(a.be, w, "two", 3);
+    CHECK(st >= 0);
+    deadline = now_ms() + 10000;
+    while (st == NIXL_IN_PROG && now_ms() < deadline) {
+        ops->progress(b.be);
+        sleep_us(50);
+        st = ops->xfer_status(a.be, w);
+    }
+    printf("request after the reset: %s\n", nixl_status_name(st));
+    CHECK_ST(st, NIXL_OK);
+    CHECK(memcmp(la.p, rb.p, rb.len) == 0);
+    int got = wait_notifs(&b, 2, 3000);
+    printf("notifications at the target: %zu (want 2: \"one\", then \"two\" after the reset)\n", b.host.n);
+    CHECK(got && b.host.q[1].len == 3 && memcmp(b.host.q[1].msg, "two", 3) == 0);
+    /* The lost one turning up after all: a duplicate now, not delivered. */
+    lf_be_t *bbe = b.be;
+    pthread_mutex_lock(&bbe->lock);
+    deliver_notif(bbe, bc, lost, 0, 0, "late");
+    CHECK(delivered(&b) == 2);
+    pthread_mutex_unlock(&bbe->lock);
+
+    ops->xfer_release(a.be, w);
+    ops->rkey_unload(a.be, rmd);
+    mem_drop(&la, &a);
+    mem_drop(&rb, &b);
+    link_drop(&l, &a, &b);
+    side_destroy(&a);
+    side_destroy(&b);
+}
+
 /* Destroying one side tells the other at once (BYE). */
 static void case_bye(void)
 {
@@ -1542,7 +1618,7 @@ static const struct {
     {"xfer_tcp_count", case_xfer_tcp_count}, {"xfer_tcp_delivery", case_xfer_tcp_delivery},
     {"counting", case_counting},     {"cancel", case_cancel},             {"cancel_count", case_cancel_count},
     {"silent_peer", case_silent_peer},
-    {"no_answer", case_no_answer},   {"bye", case_bye},
+    {"no_answer", case_no_answer},   {"bye", case_bye},                   {"rehello", case_rehello},
 };
 
 int main(int argc, char **argv)
