@@ -140,6 +140,13 @@ static void barrier(ebench_t *b, const char *what, const char *value, bench_coor
         uint64_t now = bench_now_ns();
         if (now > next_health) {
             check_abort(b);
+            /* "end" is passed once rank 0 said finished (it saw every rank
+             * arrive): a rank that left since then took its barrier key
+             * with its lease, which must not read as a death here. */
+            char fin[320], val[16];
+            snprintf(fin, sizeof(fin), "%sfinished", b->prefix);
+            if (strcmp(what, "end") == 0 && bench_coord_get(b->kv, fin, val, sizeof(val)))
+                return;
             size_t m = bench_coord_prefix(b->kv, members, &v);
             free(v);
             if (m < b->n) {
