@@ -45,7 +45,9 @@ static char peers_path[256];
 
 /* ---- helpers ---- */
 
-static fake_counters_fn counters_of(const char *backend)
+/* A symbol of the module that holds backend (dlopen RTLD_NOLOAD of the
+ * origin nixl_backends_available reports), or NULL. */
+static void *module_sym(const char *backend, const char *sym)
 {
     const nixl_backend_info_t *infos;
     size_t n;
@@ -55,28 +57,23 @@ static fake_counters_fn counters_of(const char *backend)
         if (strcmp(infos[i].name, backend) != 0)
             continue;
         void *h = dlopen(infos[i].origin, RTLD_NOW | RTLD_NOLOAD);
-        return h ? (fake_counters_fn)(uintptr_t)dlsym(h, FAKE_COUNTERS_SYM) : NULL;
+        return h ? dlsym(h, sym) : NULL;
     }
     return NULL;
+}
+
+static fake_counters_fn counters_of(const char *backend)
+{
+    return (fake_counters_fn)(uintptr_t)module_sym(backend, FAKE_COUNTERS_SYM);
+}
+
+static fake_meet_fn meet_of(const char *backend)
+{
+    return (fake_meet_fn)(uintptr_t)module_sym(backend, FAKE_MEET_SYM);
 }
 
 static fake_counters_fn fake_ctr, serial_ctr;
 static fake_meet_fn fake_meet;
-
-static fake_meet_fn meet_of(const char *backend)
-{
-    const nixl_backend_info_t *infos;
-    size_t n;
-    if (nixl_backends_available(&infos, &n) != NIXL_OK)
-        return NULL;
-    for (size_t i = 0; i < n; i++) {
-        if (strcmp(infos[i].name, backend) != 0)
-            continue;
-        void *h = dlopen(infos[i].origin, RTLD_NOW | RTLD_NOLOAD);
-        return h ? (fake_meet_fn)(uintptr_t)dlsym(h, FAKE_MEET_SYM) : NULL;
-    }
-    return NULL;
-}
 
 static fake_counters_t take(fake_counters_fn fn)
 {
