@@ -42,7 +42,11 @@
 extern "C" {
 #endif
 
-#define NIXL_BACKEND_ABI_VERSION 1
+/* Version 2: peers come with the core's locality record (peer_open);
+ * version-1 tables (peer_load, their own identity in the conn info) are
+ * still loaded. */
+#define NIXL_BACKEND_ABI_VERSION 2
+#define NIXL_BACKEND_ABI_VERSION_MIN 1
 #define NIXL_BACKEND_ENTRY "nixl_backend_get_ops"
 
 /* Facts about GPU memory the core recorded when it was registered (all
@@ -184,6 +188,26 @@ typedef struct nixl_be_req {
     uint32_t fallback; /* non-zero when 'path' is a fallback path */
 } nixl_be_req_t;
 
+/* Who a peer is, relative to this process: computed by the core once per
+ * loaded generation from the identity in the agent section of the peer's
+ * metadata (docs/metadata-format.md) and this process's own (version 2).
+ * The identity is what the peer claims: a backend that acts on the pid
+ * checks it is that process (samehost_proc_open: a pidfd and the start
+ * time).  Valid until peer_unload. */
+typedef struct nixl_be_peer {
+    const char *name;    /* the peer agent's name */
+    uint64_t generation; /* 1, 2, ... per load of this name (loopback: the agent's own) */
+    uint8_t same_process; /* this very process (loopback, or another agent in it) */
+    uint8_t same_host;    /* the same running kernel (boot id; hostname when a boot id is unknown) */
+    uint8_t same_pidns;   /* same_host, and pid is a pid in our pid namespace */
+    uint8_t same_netns;   /* same_host, and the same network namespace */
+    uint8_t same_uid;     /* same_host, and it runs as our uid */
+    uint8_t reserved[3];
+    uint32_t pid;        /* in the peer's pid namespace */
+    uint32_t uid;
+    uint64_t start_time; /* field 22 of /proc/<pid>/stat; 0 when unknown */
+} nixl_be_peer_t;
+
 typedef struct nixl_backend_ops {
     uint32_t abi_version; /* NIXL_BACKEND_ABI_VERSION */
     uint32_t struct_size; /* sizeof(nixl_backend_ops_t) the backend was built with */
@@ -215,8 +239,9 @@ typedef struct nixl_backend_ops {
     /* OPTIONAL.  Connection info put in the metadata blob (same convention
      * as rkey_pack). */
     nixl_status_t (*conn_pack)(void *be, void *buf, size_t *len);
-    /* Load a peer from its conn info (untrusted: validate it).  Returns
-     * NIXL_ERR_NO_PATH when this backend cannot reach that peer. */
+    /* Version 1 only (version 2: NULL, see peer_open).  Load a peer from
+     * its conn info (untrusted: validate it).  Returns NIXL_ERR_NO_PATH
+     * when this backend cannot reach that peer. */
     nixl_status_t (*peer_load)(void *be, const char *peer_name, const void *conn, size_t conn_len, void **peer_out);
     void (*peer_unload)(void *be, void *peer);
     /* Load one remote region's key (untrusted: validate it). */
@@ -262,6 +287,16 @@ typedef struct nixl_backend_ops {
      * or the error it failed with.  A request no longer in flight is left
      * as it is. */
     void (*xfer_cancel)(void *be, nixl_be_req_t *req);
+
+    /* --- version 2 --- */
+    /* REQUIRED in version 2 (instead of peer_load).  Load a peer: who it
+     * is comes from the core (peer, valid until peer_unload), how to reach
+     * it from its conn info (untrusted: validate it).  The backend answers
+     * only whether it can: NIXL_ERR_NO_PATH when it cannot (a same-host
+     * backend and !peer->same_pidns, say); locality policy (which backend
+     * serves a same-host peer) is the core's. */
+    nixl_status_t (*peer_open)(void *be, const nixl_be_peer_t *peer, const void *conn, size_t conn_len,
+                               void **peer_out);
 } nixl_backend_ops_t;
 
 /* Whether ops (of struct_size bytes) has member m: members appended after

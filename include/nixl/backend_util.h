@@ -12,6 +12,9 @@
  *   wire bytes   nixl_put_u16/u32/u64, nixl_get_u16/u32/u64: little-endian,
  *                any alignment (metadata blobs, conn info, frames)
  *   time         nixl_now_ns: CLOCK_MONOTONIC in nanoseconds
+ *   processes    nixl_proc_start_time: what tells a pid's process from a
+ *                later one of the same pid (the core's peer identity, a
+ *                same-host backend's liveness checks)
  *   arrays       NIXL_ARRAY_RESERVE: grow an array by doubling
  *
  * nixl/backend.h includes this header; util/ takes nixl_log_level_t and
@@ -20,11 +23,16 @@
 #ifndef NIXL_BACKEND_UTIL_H
 #define NIXL_BACKEND_UTIL_H
 
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -53,6 +61,53 @@ static inline uint64_t nixl_now_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- processes ---- */
+
+/* Field 22 of /proc/<pid>/stat (start time, clock ticks since boot): with
+ * the pid it names one process for the life of the boot.  The command
+ * name (field 2) may hold spaces and parentheses, so fields are counted
+ * from the last ')'.  0 on success, -1 when unreadable. */
+static inline int nixl_proc_start_time(uint32_t pid, uint64_t *out)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%u/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n;
+    do {
+        n = read(fd, buf, sizeof(buf) - 1);
+    } while (n < 0 && errno == EINTR);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')');
+    if (!p)
+        return -1;
+    p++;
+    /* after ')' come fields 3, 4, ...: skip 19 of them to reach field 22 */
+    for (int field = 3; field < 22; field++) {
+        while (*p == ' ')
+            p++;
+        while (*p && *p != ' ')
+            p++;
+        if (!*p)
+            return -1;
+    }
+    while (*p == ' ')
+        p++;
+    if (!isdigit((unsigned char)*p))
+        return -1;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(p, &end, 10);
+    if (errno || (*end != ' ' && *end != '\n' && *end != '\0'))
+        return -1;
+    *out = v;
+    return 0;
 }
 
 /* ---- little-endian fields, any alignment ---- */

@@ -152,7 +152,6 @@ NIXL_API nixl_status_t nixl_agent_create(const nixl_agent_config_t *cfg, nixl_ag
     pthread_mutexattr_destroy(&ma);
     if (getrandom(&a->instance_id, sizeof(a->instance_id), 0) != sizeof(a->instance_id))
         a->instance_id = nixl_now_ns() ^ ((uint64_t)getpid() << 32);
-    nixl_host_id_get(&a->host);
     pthread_mutex_init(&a->inbox.lock, NULL);
     a->inbox.tail = &a->inbox.head;
     a->stats = nixl_stats_create();
@@ -285,10 +284,7 @@ NIXL_API nixl_status_t nixl_notif_send(nixl_agent_t *a, const char *peer, const 
             if (!ok)
                 continue;
         }
-        uint32_t caps = be_caps(bk->backend);
-        int rank = (inc->same_process && (caps & NIXL_CAP_LOCAL))      ? 0
-                   : (inc->same_host && (caps & NIXL_CAP_SAME_HOST)) ? 1
-                                                                     : 2;
+        int rank = nixl_peer_backend_rank(bk->backend, inc);
         if (rank < best_rank) {
             best = bk;
             best_rank = rank;

@@ -85,9 +85,8 @@ typedef struct nixl_peer_inc {
     int refs; /* under the agent lock */
     nixl_agent_t *agent;
     uint64_t generation;
-    int same_host;
-    int same_process;
-    int loopback; /* the agent itself (nixl_peer_self) */
+    nixl_be_peer_t loc; /* who it is relative to us: what version-2 backends get at peer_open */
+    int loopback;       /* the agent itself (nixl_peer_self) */
     nixl_md_t *md;
     void *blob;
     nixl_peer_backend_t bk[NIXL_AGENT_MAX_BACKENDS];
@@ -105,6 +104,12 @@ nixl_peer_t *nixl_peer_find(nixl_agent_t *agent, const char *name);
  * be built. */
 nixl_peer_t *nixl_peer_self(nixl_agent_t *agent, nixl_status_t *st_out);
 void nixl_peer_inc_unref(nixl_peer_inc_t *inc);
+/* The locality record of a peer whose metadata is md, relative to the
+ * process self (loopback: the agent itself). */
+void nixl_peer_locality(const nixl_md_t *md, const nixl_proc_id_t *self, int loopback, nixl_be_peer_t *out);
+/* Order in which a peer's backends are tried, closest reach first (0
+ * same process, 1 same host, 2 the network, 3 none of these). */
+int nixl_peer_backend_rank(const nixl_backend_t *b, const nixl_peer_inc_t *inc);
 /* Remote region index in bk->mdb holding [addr, addr+len) of mem type, or -1. */
 long nixl_peer_region_find(const nixl_peer_backend_t *bk, nixl_mem_t mem, uint64_t addr, uint64_t len);
 void nixl_peers_destroy(nixl_agent_t *agent);
@@ -187,7 +192,6 @@ struct nixl_agent {
     int serialized;
     pthread_mutex_t lock;
     uint64_t instance_id;
-    nixl_host_id_t host;
 
     nixl_backend_t *backends[NIXL_AGENT_MAX_BACKENDS];
     int num_backends;

@@ -45,6 +45,7 @@
 
 #define NIXL_MAX_IMPLS 32
 #define NIXL_OPS_V1_SIZE (offsetof(nixl_backend_ops_t, progress) + sizeof(((nixl_backend_ops_t *)0)->progress))
+#define NIXL_OPS_V2_SIZE (offsetof(nixl_backend_ops_t, peer_open) + sizeof(((nixl_backend_ops_t *)0)->peer_open))
 
 static nixl_backend_impl_t g_impls[NIXL_MAX_IMPLS];
 static nixl_backend_info_t g_infos[NIXL_MAX_IMPLS];
@@ -80,13 +81,17 @@ static void param_env_name(const char *backend, const char *key, char *out, size
 
 static void impl_add(const nixl_backend_ops_t *ops, const char *origin)
 {
-    if (!ops || ops->abi_version != NIXL_BACKEND_ABI_VERSION || ops->struct_size < NIXL_OPS_V1_SIZE) {
-        NIXL_WARN("backend from %s ignored: ABI version %u size %u, this library speaks version %u", origin,
-                  ops ? ops->abi_version : 0, ops ? ops->struct_size : 0, NIXL_BACKEND_ABI_VERSION);
+    if (!ops || ops->abi_version < NIXL_BACKEND_ABI_VERSION_MIN || ops->abi_version > NIXL_BACKEND_ABI_VERSION ||
+        ops->struct_size < (ops->abi_version >= 2 ? NIXL_OPS_V2_SIZE : NIXL_OPS_V1_SIZE)) {
+        NIXL_WARN("backend from %s ignored: ABI version %u size %u, this library speaks versions %u to %u", origin,
+                  ops ? ops->abi_version : 0, ops ? ops->struct_size : 0, NIXL_BACKEND_ABI_VERSION_MIN,
+                  NIXL_BACKEND_ABI_VERSION);
         return;
     }
+    /* Version 1 loads peers with peer_load, version 2 with peer_open. */
+    int peer_op = ops->abi_version >= 2 ? ops->peer_open != NULL : ops->peer_load != NULL;
     if (!backend_name_valid(ops->name) || !ops->create || !ops->destroy || !ops->reg || !ops->dereg ||
-        !ops->peer_load || !ops->peer_unload || !ops->rkey_load || !ops->rkey_unload || !ops->xfer_prepare ||
+        !peer_op || !ops->peer_unload || !ops->rkey_load || !ops->rkey_unload || !ops->xfer_prepare ||
         !ops->xfer_post || !ops->xfer_status || !ops->xfer_release ||
         ((ops->caps & NIXL_CAP_NOTIF) && !ops->notif_send)) {
         NIXL_WARN("backend from %s ignored: bad name or a required op is missing", origin);

@@ -109,12 +109,22 @@ static inline nixl_status_t be_conn_pack(nixl_backend_t *b, void *buf, size_t *l
 
 /* ---- peers ---- */
 
-static inline nixl_status_t be_peer_load(nixl_backend_t *b, const char *name, const void *conn, size_t conn_len,
-                                         void **peer_out)
+/* Version 2 gets the core's locality record (peer_open); version 1 only
+ * the name (peer_load), and reads locality from its own conn info. */
+static inline nixl_status_t be_peer_open_raw(nixl_backend_t *b, const nixl_be_peer_t *peer, const void *conn,
+                                             size_t conn_len, void **peer_out)
+{
+    if (b->ops->abi_version >= 2)
+        return BE_OP(b, peer_open, peer, conn, conn_len, peer_out);
+    return BE_OP(b, peer_load, peer->name, conn, conn_len, peer_out);
+}
+
+static inline nixl_status_t be_peer_open(nixl_backend_t *b, const nixl_be_peer_t *peer, const void *conn,
+                                         size_t conn_len, void **peer_out)
 {
     if (nixl_unlikely(b->fault))
-        return nixl_fault_peer_load(b, name, conn, conn_len, peer_out);
-    return BE_OP(b, peer_load, name, conn, conn_len, peer_out);
+        return nixl_fault_peer_open(b, peer, conn, conn_len, peer_out);
+    return be_peer_open_raw(b, peer, conn, conn_len, peer_out);
 }
 
 static inline void be_peer_unload(nixl_backend_t *b, void *peer)

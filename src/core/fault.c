@@ -434,11 +434,11 @@ nixl_status_t nixl_fault_reg(nixl_backend_t *b, const nixl_be_region_t *region, 
     return st != NIXL_OK ? st : BE_OP(b, reg, region, md_out);
 }
 
-nixl_status_t nixl_fault_peer_load(nixl_backend_t *b, const char *name, const void *conn, size_t conn_len,
+nixl_status_t nixl_fault_peer_open(nixl_backend_t *b, const nixl_be_peer_t *peer, const void *conn, size_t conn_len,
                                    void **peer_out)
 {
     nixl_status_t st = fault_enter(b->fault, FAULT_PEER_LOAD);
-    return st != NIXL_OK ? st : BE_OP(b, peer_load, name, conn, conn_len, peer_out);
+    return st != NIXL_OK ? st : be_peer_open_raw(b, peer, conn, conn_len, peer_out);
 }
 
 nixl_status_t nixl_fault_rkey_load(nixl_backend_t *b, void *peer, const nixl_be_region_t *region, const void *rkey,

@@ -25,7 +25,7 @@ void nixl_fault_uninstall(nixl_backend_t *b);
 
 /* The wrapped ops: be_call.h calls them only when b->fault is set. */
 nixl_status_t nixl_fault_reg(nixl_backend_t *b, const nixl_be_region_t *region, void **md_out);
-nixl_status_t nixl_fault_peer_load(nixl_backend_t *b, const char *name, const void *conn, size_t conn_len,
+nixl_status_t nixl_fault_peer_open(nixl_backend_t *b, const nixl_be_peer_t *peer, const void *conn, size_t conn_len,
                                    void **peer_out);
 nixl_status_t nixl_fault_rkey_load(nixl_backend_t *b, void *peer, const nixl_be_region_t *region, const void *rkey,
                                    size_t rkey_len, void **rmd_out);

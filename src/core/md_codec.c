@@ -29,6 +29,11 @@ enum {
     MD_SECTION_BACKEND = 2,
     MD_FLAG_MAY_SKIP = 1u << 0,
     MD_BOOT_ID_LEN = 16,
+    /* boot id, pid u32, instance id u64: what follows the hostname in a
+     * version-1 agent section; version 2 adds uid u32, start time u64,
+     * pid namespace u64, network namespace u64. */
+    MD_AGENT_V1_TAIL = MD_BOOT_ID_LEN + 4 + 8,
+    MD_AGENT_V2_TAIL = MD_AGENT_V1_TAIL + 4 + 8 + 8 + 8,
     /* mem_type u8, reserved u8, reserved u16, dev_id u32, addr u64,
      * len u64, rkey_len u32: the size of a region without its key. */
     MD_REGION_FIXED_LEN = 1 + 1 + 2 + 4 + 8 + 8 + 4,
@@ -250,6 +255,7 @@ static nixl_status_t parse_backend_head(md_reader_t *r, uint32_t index, md_backe
 }
 
 typedef struct md_scan {
+    uint16_t version;
     md_reader_t sections; /* from the first section to the end */
     uint32_t num_sections;
     uint32_t num_backends;
@@ -272,11 +278,12 @@ static nixl_status_t scan_header(const uint8_t *b, size_t len, md_scan_t *scan)
     if (len < 6)
         MD_REJECT("%zu bytes, too short for a header", len);
     version = nixl_get_u16(b + 4);
-    if (version != NIXL_MD_VERSION) {
-        NIXL_WARN("metadata: format version %u, this build reads version %u", version,
-                  NIXL_MD_VERSION);
+    if (version < NIXL_MD_VERSION_MIN || version > NIXL_MD_VERSION) {
+        NIXL_WARN("metadata: format version %u, this build reads versions %u to %u", version,
+                  NIXL_MD_VERSION_MIN, NIXL_MD_VERSION);
         return NIXL_ERR_MD_VERSION;
     }
+    scan->version = version;
     if (len < MD_HEADER_LEN)
         MD_REJECT("%zu bytes, too short for a header", len);
     header_len = nixl_get_u16(b + 6);
@@ -339,7 +346,7 @@ static nixl_status_t scan_blob(const uint8_t *b, size_t len, md_scan_t *scan)
     return NIXL_OK;
 }
 
-static nixl_status_t parse_agent(md_reader_t *r, nixl_md_t *md)
+static nixl_status_t parse_agent(md_reader_t *r, uint16_t version, nixl_md_t *md)
 {
     const uint8_t *p, *name, *host;
     const char *why;
@@ -360,9 +367,10 @@ static nixl_status_t parse_agent(md_reader_t *r, nixl_md_t *md)
                   (const char *)name, host_len, r->left);
     if ((why = hostname_problem(host, host_len)))
         MD_REJECT("agent %.*s: %s", name_len, (const char *)name, why);
-    if (!(p = rd_take(r, MD_BOOT_ID_LEN + 4 + 8)))
-        MD_REJECT("agent %.*s: truncated in boot id, pid or instance id", name_len,
-                  (const char *)name);
+    size_t tail = version >= 2 ? MD_AGENT_V2_TAIL : MD_AGENT_V1_TAIL;
+    if (!(p = rd_take(r, tail)))
+        MD_REJECT("agent %.*s: truncated in its identity (boot id, pid, instance id%s)", name_len,
+                  (const char *)name, version >= 2 ? ", uid, start time, namespaces" : "");
     if (r->left != 0)
         MD_REJECT("agent %.*s: %zu unexpected bytes at the end of the section", name_len,
                   (const char *)name, r->left);
@@ -374,6 +382,15 @@ static nixl_status_t parse_agent(md_reader_t *r, nixl_md_t *md)
     memcpy(md->host.boot_id, p, MD_BOOT_ID_LEN);
     md->pid = nixl_get_u32(p + MD_BOOT_ID_LEN);
     md->instance_id = nixl_get_u64(p + MD_BOOT_ID_LEN + 4);
+    md->version = version;
+    md->uid = md->start_time = md->pidns = md->netns = 0;
+    if (version >= 2) {
+        p += MD_AGENT_V1_TAIL;
+        md->uid = nixl_get_u32(p);
+        md->start_time = nixl_get_u64(p + 4);
+        md->pidns = nixl_get_u64(p + 12);
+        md->netns = nixl_get_u64(p + 20);
+    }
     return NIXL_OK;
 }
 
@@ -457,7 +474,7 @@ static nixl_status_t parse_blob(const md_scan_t *scan, nixl_md_t *md,
         if (st != NIXL_OK)
             return st;
         if (sec.type == MD_SECTION_AGENT) {
-            st = parse_agent(&sec.payload, md);
+            st = parse_agent(&sec.payload, scan->version, md);
         } else if (sec.type == MD_SECTION_BACKEND) {
             nixl_md_backend_t *be = &md->backends[md->num_backends];
 
@@ -548,8 +565,7 @@ static nixl_status_t encode_check(const nixl_md_t *md, size_t *size_out, uint32_
     if (md->num_backends && !md->backends)
         MD_INVALID("%" PRIu32 " backends but no backend array", md->num_backends);
 
-    total = MD_HEADER_LEN + MD_SECTION_HEADER_LEN + 1 + name_len + 1 + host_len + MD_BOOT_ID_LEN +
-            4 + 8;
+    total = MD_HEADER_LEN + MD_SECTION_HEADER_LEN + 1 + name_len + 1 + host_len + MD_AGENT_V2_TAIL;
     for (uint32_t b = 0; b < md->num_backends; b++) {
         const nixl_md_backend_t *be = &md->backends[b];
         size_t be_len = strnlen(be->name, sizeof(be->name));
@@ -602,7 +618,7 @@ static uint8_t *encode_agent(uint8_t *p, const nixl_md_t *md)
 {
     size_t name_len = strlen(md->name);
     size_t host_len = strlen(md->host.hostname);
-    uint32_t payload = (uint32_t)(1 + name_len + 1 + host_len + MD_BOOT_ID_LEN + 4 + 8);
+    uint32_t payload = (uint32_t)(1 + name_len + 1 + host_len + MD_AGENT_V2_TAIL);
 
     p = st_u16(p, MD_SECTION_AGENT);
     p = st_u16(p, 0);
@@ -613,7 +629,11 @@ static uint8_t *encode_agent(uint8_t *p, const nixl_md_t *md)
     p = st_bytes(p, md->host.hostname, host_len);
     p = st_bytes(p, md->host.boot_id, MD_BOOT_ID_LEN);
     p = st_u32(p, md->pid);
-    return st_u64(p, md->instance_id);
+    p = st_u64(p, md->instance_id);
+    p = st_u32(p, md->uid);
+    p = st_u64(p, md->start_time);
+    p = st_u64(p, md->pidns);
+    return st_u64(p, md->netns);
 }
 
 /* `regions` is the backend's regions, sorted. */

@@ -22,7 +22,8 @@
 #include "util/host.h"
 
 #define NIXL_MD_MAGIC 0x444d584eu /* "NXMD" little-endian */
-#define NIXL_MD_VERSION 1
+#define NIXL_MD_VERSION 2     /* written */
+#define NIXL_MD_VERSION_MIN 1 /* oldest read: version 1 lacks uid, start time, namespaces (read as 0) */
 #define NIXL_MD_MAX_BACKENDS 64
 #define NIXL_MD_MAX_REGIONS (1u << 22)
 #define NIXL_MD_BACKEND_NAME_MAX 31
@@ -49,6 +50,12 @@ typedef struct nixl_md {
     nixl_host_id_t host;
     uint32_t pid;
     uint64_t instance_id; /* random per agent instance */
+    /* Version 2 (0 when decoded from version 1, or unknown to the sender). */
+    uint32_t uid;
+    uint64_t start_time; /* field 22 of /proc/<pid>/stat */
+    uint64_t pidns;      /* pid namespace inode */
+    uint64_t netns;      /* network namespace inode */
+    uint16_t version;    /* decoded: the blob's format version; ignored by the encoder */
     uint32_t num_backends;
     nixl_md_backend_t *backends;
 } nixl_md_t;

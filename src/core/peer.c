@@ -9,6 +9,7 @@
  * reload or an invalidation never frees what an in-flight request uses;
  * requests notice at post that their generation is no longer current.
  */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -58,8 +59,14 @@ nixl_status_t nixl_md_get_local_locked(nixl_agent_t *a, void **blob_out, size_t 
     nixl_md_t md;
     memset(&md, 0, sizeof(md));
     nixl_strlcpy(md.name, a->name, sizeof(md.name));
-    md.host = a->host;
-    md.pid = (uint32_t)getpid();
+    nixl_proc_id_t self;
+    nixl_proc_id_get(&self);
+    md.host = self.host;
+    md.pid = self.pid;
+    md.uid = self.uid;
+    md.start_time = self.start_time;
+    md.pidns = self.pidns;
+    md.netns = self.netns;
     md.instance_id = a->instance_id;
     md.num_backends = (uint32_t)a->num_backends;
 
@@ -153,8 +160,6 @@ NIXL_API void nixl_free(void *ptr)
     free(ptr);
 }
 
-/* ---- loading peers ---- */
-
 static void inc_free(nixl_peer_inc_t *inc)
 {
     for (int b = 0; b < NIXL_AGENT_MAX_BACKENDS; b++) {
@@ -181,12 +186,72 @@ void nixl_peer_inc_unref(nixl_peer_inc_t *inc)
         inc_free(inc);
 }
 
+/* ---- locality ---- */
+
+void nixl_peer_locality(const nixl_md_t *md, const nixl_proc_id_t *self, int loopback, nixl_be_peer_t *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->name = md->name;
+    out->pid = md->pid;
+    out->uid = md->uid;
+    out->start_time = md->start_time;
+    if (loopback) {
+        out->same_process = out->same_host = out->same_pidns = out->same_netns = out->same_uid = 1;
+        return;
+    }
+    /* Zero namespaces (a version-1 blob, or unreadable) are unknown: never
+     * the same as ours. */
+    out->same_host = (uint8_t)nixl_host_id_same(&md->host, &self->host);
+    out->same_pidns = out->same_host && md->pidns && md->pidns == self->pidns;
+    out->same_netns = out->same_host && md->netns && md->netns == self->netns;
+    out->same_uid = out->same_host && md->version >= 2 && md->uid == self->uid;
+    out->same_process = out->same_pidns && md->pid == self->pid && md->start_time &&
+                        md->start_time == self->start_time;
+}
+
+int nixl_peer_backend_rank(const nixl_backend_t *b, const nixl_peer_inc_t *inc)
+{
+    uint32_t caps = be_caps(b);
+    if (inc->loc.same_process && (caps & NIXL_CAP_LOCAL))
+        return 0;
+    if (inc->loc.same_host && (caps & NIXL_CAP_SAME_HOST))
+        return 1;
+    if (caps & NIXL_CAP_CROSS_HOST)
+        return 2;
+    return 3;
+}
+
+/* NIXL_INTRANODE_NETWORK=off: a network backend (cross-host only) is not
+ * given a peer that is on this host and in our network namespace, so
+ * nothing but shm and cuda_ipc serves it.  A peer in another network
+ * namespace of this kernel is reached as another host would be. */
+static int inc_network_refused(const nixl_peer_inc_t *inc, const nixl_backend_t *be)
+{
+    static _Atomic int warned;
+    uint32_t caps = be_caps(be);
+    if (inc->loopback || !inc->loc.same_host || !inc->loc.same_netns || (caps & (NIXL_CAP_LOCAL | NIXL_CAP_SAME_HOST)))
+        return 0;
+    const char *v = nixl_cfg_get("NIXL_INTRANODE_NETWORK");
+    if (strcmp(v, "off") == 0)
+        return 1;
+    if (strcmp(v, "fallback") != 0 && !atomic_exchange(&warned, 1))
+        NIXL_WARN("NIXL_INTRANODE_NETWORK=%s is neither fallback nor off: taken as fallback", v);
+    return 0;
+}
+
+/* ---- loading peers ---- */
+
 /* Load one backend's view of the peer.  NIXL_ERR_NO_PATH leaves it unset. */
 static nixl_status_t inc_load_backend(nixl_peer_inc_t *inc, nixl_backend_t *be, const nixl_md_backend_t *mdb)
 {
     nixl_peer_backend_t *bk = &inc->bk[be->index];
     void *peer = NULL;
-    nixl_status_t st = be_peer_load(be, inc->md->name, mdb->conn, mdb->conn_len, &peer);
+    if (inc_network_refused(inc, be)) {
+        NIXL_INFO("peer %s is on this host: backend %s not offered (NIXL_INTRANODE_NETWORK=off)", inc->md->name,
+                  be_name(be));
+        return NIXL_OK;
+    }
+    nixl_status_t st = be_peer_open(be, &inc->loc, mdb->conn, mdb->conn_len, &peer);
     /* A backend that cannot reach its own agent (libfabric refuses its own
      * instance) is no path for loopback, not a failure of it. */
     if (st == NIXL_ERR_NO_PATH || (st == NIXL_ERR_SELF && inc->loopback)) {
@@ -219,7 +284,8 @@ static nixl_status_t inc_load_backend(nixl_peer_inc_t *inc, nixl_backend_t *be, 
 
 /* A loaded generation from a blob (copied): decoded, every backend of
  * ours that knows the blob's backend loads it.  self: the blob is this
- * agent's own (loopback), else naming this agent is refused. */
+ * agent's own (loopback), else naming this agent is refused.  Its number
+ * is the next of the peer of that name (committed by the caller). */
 static nixl_status_t inc_from_blob(nixl_agent_t *a, const void *blob, size_t len, int self, nixl_peer_inc_t **out)
 {
     nixl_status_t st;
@@ -247,8 +313,11 @@ static nixl_status_t inc_from_blob(nixl_agent_t *a, const void *blob, size_t len
         st = NIXL_ERR_SELF;
         goto err;
     }
-    inc->same_host = self || nixl_host_id_same(&md->host, &a->host);
-    inc->same_process = self || (inc->same_host && md->pid == (uint32_t)getpid());
+    nixl_proc_id_t me;
+    nixl_proc_id_get(&me);
+    nixl_peer_locality(md, &me, self, &inc->loc);
+    const nixl_peer_t *known = self ? a->self_peer : nixl_peer_find(a, md->name);
+    inc->generation = inc->loc.generation = (known ? known->generation : 0) + 1;
     for (uint32_t i = 0; i < md->num_backends; i++) {
         for (int b = 0; b < a->num_backends; b++) {
             if (strcmp(md->backends[i].name, be_name(a->backends[b])) == 0) {
@@ -314,7 +383,7 @@ nixl_peer_t *nixl_peer_self(nixl_agent_t *a, nixl_status_t *st_out)
     }
     nixl_peer_inc_unref(p->cur);
     p->cur = inc;
-    inc->generation = ++p->generation;
+    p->generation = inc->generation;
     a->self_epoch = a->reg_epoch;
     a->self_regs = nregs;
     a->self_backends = a->num_backends;
@@ -347,9 +416,10 @@ nixl_status_t nixl_md_load_remote_locked(nixl_agent_t *a, const void *blob, size
     }
     nixl_peer_inc_unref(p->cur);
     p->cur = inc;
-    inc->generation = ++p->generation;
-    NIXL_INFO("agent %s: loaded peer %s (generation %llu, %s host)", a->name, p->name,
-              (unsigned long long)inc->generation, inc->same_host ? "same" : "other");
+    p->generation = inc->generation;
+    NIXL_INFO("agent %s: loaded peer %s (generation %llu, %s)", a->name, p->name,
+              (unsigned long long)inc->generation,
+              inc->loc.same_process ? "this process" : inc->loc.same_host ? "this host" : "another host");
     if (name_out)
         nixl_strlcpy(name_out, p->name, NIXL_NAME_MAX + 1);
     return NIXL_OK;

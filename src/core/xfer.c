@@ -46,19 +46,6 @@ struct nixl_prep {
 
 /* ---- backend choice ---- */
 
-/* Order in which backends are tried for a peer: the closest reach first. */
-static int backend_rank(const nixl_backend_t *b, const nixl_peer_inc_t *inc)
-{
-    uint32_t caps = be_caps(b);
-    if (inc->same_process && (caps & NIXL_CAP_LOCAL))
-        return 0;
-    if (inc->same_host && (caps & NIXL_CAP_SAME_HOST))
-        return 1;
-    if (caps & NIXL_CAP_CROSS_HOST)
-        return 2;
-    return 3;
-}
-
 static int opt_allows(const nixl_opt_args_t *opt, const nixl_backend_t *b)
 {
     if (!opt || !(opt->field_mask & NIXL_OPT_BACKENDS))
@@ -152,7 +139,7 @@ static nixl_status_t prep_choose_remote(nixl_prep_t *p, const nixl_dlist_t *dl, 
     for (int rank = 0; rank <= 3; rank++) {
         for (int b = 0; b < a->num_backends; b++) {
             const nixl_peer_backend_t *bk = &inc->bk[b];
-            if (!bk->backend || backend_rank(bk->backend, inc) != rank || !opt_allows(opt, bk->backend) ||
+            if (!bk->backend || nixl_peer_backend_rank(bk->backend, inc) != rank || !opt_allows(opt, bk->backend) ||
                 !(be_mem_types(bk->backend) & NIXL_MEM_BIT(p->mem)))
                 continue;
             nixl_status_t st = prep_resolve_remote(p, bk, dl->descs, &bad);

@@ -13,6 +13,7 @@
     X(NIXL_FALLBACK_WARN_MS, "1000", "at most one fallback warning per path and cause per this many ms") \
     X(NIXL_CUDA_LIB, "libcuda.so.1", "the CUDA driver library loaded at run time (VRAM support)")         \
     X(NIXL_ALLOW_FALLBACK, "1", "0 refuses fallback paths: requests that would take one fail instead") \
+    X(NIXL_INTRANODE_NETWORK, "fallback", "whether a network backend (libfabric) carries traffic to a peer on this host (same kernel and network namespace): fallback = yes, ranked after shm and cuda_ipc, so only where they cannot reach the peer or its memory; off = never") \
     X(NIXL_LISTEN_ADDR, "0.0.0.0", "address the metadata listener binds to")                   \
     X(NIXL_LIB, "", "Python package: the libnixl.so (or its directory) to load instead of searching") \
     /* NIXL's telemetry, as the Python package writes it (bindings/python/nixl/_telemetry.py) */  \

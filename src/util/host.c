@@ -1,8 +1,11 @@
 /*
- * host.c - host identity for locality decisions (same host -> intra-node
- * backends).  The kernel's boot id is the primary key: it is shared by every
- * container on one kernel and changes on reboot, which the hostname does
- * not guarantee.  The hostname is the fallback when no boot id is readable.
+ * host.c - host and process identity for locality decisions (same host ->
+ * intra-node backends).  The kernel's boot id is the primary key of a
+ * host: it is shared by every container on one kernel and changes on
+ * reboot, which the hostname does not guarantee.  The hostname is the
+ * fallback when no boot id is readable.  A process is its pid, told apart
+ * from a later process of the same pid by its start time, in a pid and a
+ * network namespace (their inodes are unique on one kernel).
  */
 #include "util/host.h"
 
@@ -10,8 +13,10 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "nixl/backend_util.h"
 #include "util/log.h"
 
 #define BOOT_ID_PATH "/proc/sys/kernel/random/boot_id"
@@ -116,4 +121,22 @@ int nixl_host_id_same(const nixl_host_id_t *a, const nixl_host_id_t *b)
     if (a->hostname[0] == '\0')
         return 0;
     return strncmp(a->hostname, b->hostname, sizeof(a->hostname)) == 0;
+}
+
+static uint64_t ns_inode(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 ? (uint64_t)st.st_ino : 0;
+}
+
+void nixl_proc_id_get(nixl_proc_id_t *out)
+{
+    memset(out, 0, sizeof(*out));
+    nixl_host_id_get(&out->host);
+    out->pid = (uint32_t)getpid();
+    out->uid = (uint32_t)getuid();
+    if (nixl_proc_start_time(out->pid, &out->start_time) != 0)
+        out->start_time = 0;
+    out->pidns = ns_inode("/proc/self/ns/pid");
+    out->netns = ns_inode("/proc/self/ns/net");
 }

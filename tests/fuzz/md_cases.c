@@ -103,8 +103,13 @@ void mb_bytes(mb_t *b, const void *src, size_t n)
 
 void mb_header(mb_t *b, uint32_t num_sections)
 {
+    mb_header_v(b, num_sections, NIXL_MD_VERSION);
+}
+
+void mb_header_v(mb_t *b, uint32_t num_sections, uint16_t version)
+{
     mb_u32(b, NIXL_MD_MAGIC);
-    mb_u16(b, NIXL_MD_VERSION);
+    mb_u16(b, version);
     mb_u16(b, 16);
     mb_u32(b, 0);
     mb_u32(b, num_sections);
@@ -130,6 +135,18 @@ void mb_sec_end(mb_t *b, size_t len_at)
 
 void mb_agent(mb_t *b, const char *name, const char *hostname)
 {
+    mb_agent_v(b, name, hostname, NIXL_MD_VERSION);
+}
+
+/* The identity fields of a version-2 agent section in the catalog: uid,
+ * start time, pid and network namespace inodes. */
+#define MB_UID 1000u
+#define MB_START 0x0102030405060708ull
+#define MB_PIDNS 0xeffffffcull
+#define MB_NETNS 0xf0000008ull
+
+void mb_agent_v(mb_t *b, const char *name, const char *hostname, uint16_t version)
+{
     size_t at = mb_sec_begin(b, 1, 0);
 
     mb_u8(b, (uint8_t)strlen(name));
@@ -140,6 +157,12 @@ void mb_agent(mb_t *b, const char *name, const char *hostname)
         mb_u8(b, i);
     mb_u32(b, 4242);
     mb_u64(b, 0x1122334455667788ull);
+    if (version >= 2) {
+        mb_u32(b, MB_UID);
+        mb_u64(b, MB_START);
+        mb_u64(b, MB_PIDNS);
+        mb_u64(b, MB_NETNS);
+    }
     mb_sec_end(b, at);
 }
 
@@ -195,6 +218,10 @@ nixl_md_t *md_fixture_new(uint32_t num_backends, uint32_t num_regions, int shuff
         md->host.boot_id[i] = (uint8_t)(0x30 + i);
     md->pid = 31337;
     md->instance_id = 0xfedcba9876543210ull;
+    md->uid = 4321;
+    md->start_time = 123456789;
+    md->pidns = 4026531836ull;
+    md->netns = 4026531840ull;
     md->num_backends = num_backends;
     md->backends = num_backends ? (nixl_md_backend_t *)(md + 1) : NULL;
     regions = (nixl_md_region_t *)((nixl_md_backend_t *)(md + 1) + num_backends);
@@ -254,6 +281,10 @@ const char *md_diff(const nixl_md_t *a, const nixl_md_t *b)
         return "pid";
     if (a->instance_id != b->instance_id)
         return "instance id";
+    if (a->uid != b->uid || a->start_time != b->start_time)
+        return "uid or start time";
+    if (a->pidns != b->pidns || a->netns != b->netns)
+        return "namespaces";
     if (a->num_backends != b->num_backends)
         return "backend count";
     for (uint32_t i = 0; i < a->num_backends; i++) {
@@ -358,7 +389,7 @@ static void add(catalog_t *c, const char *name, nixl_status_t expect, mb_t *b)
  * the offsets of the fields they patch. */
 typedef struct std_blob {
     mb_t b;
-    size_t agent_len_at, agent_name, host, boot_id;
+    size_t agent_len_at, agent_name, host, boot_id, agent_payload;
     size_t be_len_at[2], be_name[2], be_conn[2], be_count[2];
     size_t region[2][3];
 } std_blob_t;
@@ -377,6 +408,7 @@ static void std_build(std_blob_t *s)
     s->host = s->agent_name + 1 + strlen("prefill-0");
     s->boot_id = s->host + 1 + strlen("node-a.example");
     mb_agent(b, "prefill-0", "node-a.example");
+    s->agent_payload = b->len - s->agent_name;
 
     s->be_len_at[0] = b->len + 4;
     s->be_name[0] = b->len + 8;
@@ -483,7 +515,9 @@ static void add_std_patches(catalog_t *c, const std_blob_t *s)
     add_patch(c, s, "bad-magic", bad, 0, 4, 0xdeadbeef);
     add_patch(c, s, "bad-magic-byte-swapped", bad, 0, 4, 0x4e584d44);
     add_patch(c, s, "version-0", NIXL_ERR_MD_VERSION, 4, 2, 0);
-    add_patch(c, s, "version-2", NIXL_ERR_MD_VERSION, 4, 2, 2);
+    add_patch(c, s, "version-next", NIXL_ERR_MD_VERSION, 4, 2, NIXL_MD_VERSION + 1);
+    /* A version-2 agent section under a version-1 header: 28 bytes too many. */
+    add_patch(c, s, "bad-version-1-with-v2-agent", bad, 4, 2, 1);
     add_patch(c, s, "version-65535", NIXL_ERR_MD_VERSION, 4, 2, 0xffff);
     add_patch(c, s, "bad-header-len-20", bad, 6, 2, 20);
     add_patch(c, s, "bad-header-len-0", bad, 6, 2, 0);
@@ -500,7 +534,8 @@ static void add_std_patches(catalog_t *c, const std_blob_t *s)
     add_patch(c, s, "ok-agent-skip-flag-ignored", NIXL_OK, s->agent_len_at - 2, 2, 1);
     add_patch(c, s, "bad-agent-section-len-huge", bad, s->agent_len_at, 4, 0xffffffff);
     add_patch(c, s, "bad-agent-section-len-short", bad, s->agent_len_at, 4, 30);
-    add_patch(c, s, "bad-agent-section-len-long", bad, s->agent_len_at, 4, 54);
+    add_patch(c, s, "bad-agent-section-len-long", bad, s->agent_len_at, 4, s->agent_payload + 1);
+    add_patch(c, s, "bad-agent-section-len-v1", bad, s->agent_len_at, 4, s->agent_payload - 28);
     add_patch(c, s, "bad-agent-name-len-lies", bad, s->agent_name, 1, 255);
     add_patch(c, s, "bad-agent-name-len-0", bad, s->agent_name, 1, 0);
     add_patch(c, s, "bad-agent-name-char-space", bad, s->agent_name + 3, 1, ' ');
@@ -568,6 +603,19 @@ static void add_section_shapes(catalog_t *c)
     mb_header(&b, 1);
     mb_agent(&b, "decode-0", "node-b");
     add(c, "ok-agent-only", NIXL_OK, &b);
+
+    /* Version 1 is still read: its agent section has no uid, start time
+     * or namespaces; a version-1 section under a version-2 header is short. */
+    mb_header_v(&b, 2, 1);
+    mb_agent_v(&b, "p0", "n1", 1);
+    at = mb_backend_begin(&b, "shm", "x", 1, 1);
+    mb_region(&b, NIXL_MEM_DRAM, 0, 0x10000, 0x1000, 2);
+    mb_sec_end(&b, at);
+    add(c, "ok-version-1", NIXL_OK, &b);
+
+    mb_header_v(&b, 1, 2);
+    mb_agent_v(&b, "p0", "n1", 1);
+    add(c, "bad-version-2-with-v1-agent", bad, &b);
 
     mb_header(&b, 1);
     mb_agent(&b, "x", "");

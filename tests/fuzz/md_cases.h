@@ -32,12 +32,17 @@ void mb_set_u32(mb_t *b, size_t off, uint32_t v);
 void mb_set_u64(mb_t *b, size_t off, uint64_t v);
 /* Header with a placeholder total length; mb_done writes the real one. */
 void mb_header(mb_t *b, uint32_t num_sections);
+/* A header of the given format version (mb_header: the current one). */
+void mb_header_v(mb_t *b, uint32_t num_sections, uint16_t version);
 void mb_done(mb_t *b);
 /* Returns the offset of the section's length field, for mb_sec_end. */
 size_t mb_sec_begin(mb_t *b, uint16_t type, uint16_t flags);
 void mb_sec_end(mb_t *b, size_t len_at);
 /* A whole agent section (boot id 0..15, pid 4242, instance 0x1122334455667788). */
 void mb_agent(mb_t *b, const char *name, const char *hostname);
+/* The agent section of a format version (1: without uid, start time and
+ * namespaces). */
+void mb_agent_v(mb_t *b, const char *name, const char *hostname, uint16_t version);
 /* Opens a backend section up to its region count; close with mb_sec_end. */
 size_t mb_backend_begin(mb_t *b, const char *name, const void *conn, uint32_t conn_len,
                         uint32_t num_regions);

@@ -26,20 +26,6 @@
  * Processes (samehost_proc.c)
  * ------------------------------------------------------------------------ */
 
-/* Who a process is, in a form that survives pid reuse and namespaces. */
-typedef struct samehost_ident {
-    uint32_t pid;
-    uint32_t uid;
-    uint64_t start_time; /* field 22 of /proc/<pid>/stat, clock ticks since boot */
-    uint64_t pidns_dev;
-    uint64_t pidns_ino;
-    uint8_t boot_id[16];
-} samehost_ident_t;
-
-/* Bytes of an identity on the wire: pid, uid, start time, pid namespace
- * device and inode, boot id. */
-#define SAMEHOST_IDENT_WIRE 48
-
 /* A peer process we hold a pidfd on. */
 typedef struct samehost_proc {
     char name[64];                  /* the peer agent's name, for log lines */
@@ -52,18 +38,12 @@ typedef struct samehost_proc {
 
 /* Read a small file whole (NUL-terminated); bytes read or -1 (errno). */
 int samehost_read_file(const char *path, char *buf, size_t cap);
-/* Field 22 of /proc/<pid>/stat; 0 on success. */
-int samehost_proc_start_time(pid_t pid, uint64_t *out);
-/* This process; who names the backend in log lines. */
-nixl_status_t samehost_ident_self(const nixl_host_services_t *host, const char *who, samehost_ident_t *out);
-void samehost_ident_pack(const samehost_ident_t *id, uint8_t *p);
-void samehost_ident_unpack(const uint8_t *p, samehost_ident_t *id);
-/* NIXL_OK when peer can be reached from self (same boot, same pid
- * namespace, a pid that can be a pid; another uid only with
- * can_ptrace_any), else NIXL_ERR_NO_PATH or NIXL_ERR_BAD_METADATA, logged. */
-nixl_status_t samehost_ident_reachable(const nixl_host_services_t *host, const char *who, const char *peer_name,
-                                       const samehost_ident_t *self, const samehost_ident_t *peer,
-                                       int can_ptrace_any);
+/* NIXL_OK when the core's record says the peer can be reached from here:
+ * the same host and pid namespace, a pid that can be a pid, our uid or
+ * can_ptrace_any.  Else NIXL_ERR_NO_PATH (or NIXL_ERR_BAD_METADATA for
+ * an impossible pid), logged. */
+nixl_status_t samehost_peer_reachable(const nixl_host_services_t *host, const char *who, const nixl_be_peer_t *peer,
+                                      int can_ptrace_any);
 
 /* Open a pidfd on the peer and check it is the process of that start time:
  * NIXL_ERR_PEER_GONE when it exited or its pid was reused. */
@@ -154,32 +134,31 @@ void samehost_notif_msg_free(samehost_notif_msg_t *m);
 
 /* ------------------------------------------------------------------------
  * Connection info of a same-host backend (samehost_notif.c): u32 magic
- * (the backend's own), u16 version, u16 socket-name length, this
- * process's identity (SAMEHOST_IDENT_WIRE bytes), the notification socket
- * name.  Little-endian.
+ * (the backend's own), u16 version, u16 socket-name length, the
+ * notification socket name.  Little-endian.  Who the process is travels
+ * once, in the agent section of the metadata (version 1 of this conn info
+ * carried it too).
  * ------------------------------------------------------------------------ */
-#define SAMEHOST_CONN_VERSION 1
-#define SAMEHOST_CONN_FIXED (8 + SAMEHOST_IDENT_WIRE)
+#define SAMEHOST_CONN_VERSION 2
+#define SAMEHOST_CONN_FIXED 8
 
 /* Same convention as the backend ABI's conn_pack: buf NULL asks the size. */
-nixl_status_t samehost_conn_pack(const samehost_notif_t *n, const samehost_ident_t *self, uint32_t magic, void *buf,
-                                 size_t *len);
-/* Validate a peer's conn info completely (untrusted); outputs its identity
- * and its socket name (pointing into conn).  Logged errors:
- * NIXL_ERR_BAD_METADATA, NIXL_ERR_MD_VERSION. */
+nixl_status_t samehost_conn_pack(const samehost_notif_t *n, uint32_t magic, void *buf, size_t *len);
+/* Validate a peer's conn info completely (untrusted); outputs its socket
+ * name (pointing into conn).  Logged errors: NIXL_ERR_BAD_METADATA,
+ * NIXL_ERR_MD_VERSION. */
 nixl_status_t samehost_conn_unpack(const samehost_notif_t *n, uint32_t magic, const char *peer_name, const void *conn,
-                                   size_t len, samehost_ident_t *id_out, const char **sock_name_out,
-                                   size_t *sock_name_len_out);
+                                   size_t len, const char **sock_name_out, size_t *sock_name_len_out);
 
 /* Everything a same-host backend does to load a peer: validate its conn
- * info, check it can be reached from here, open a pidfd on it (checked
- * against its start time) and a socket towards its notification socket.
- * name_out (SAMEHOST_NAME_MAX + 1 bytes) must stay where it is: the
- * notification end keeps a pointer to it.  All or nothing. */
-nixl_status_t samehost_peer_connect(const samehost_notif_t *n, const samehost_ident_t *self, int can_ptrace_any,
-                                    uint32_t magic, const char *peer_name, const void *conn, size_t len,
-                                    char *name_out, samehost_ident_t *id_out, samehost_proc_t *proc_out,
-                                    samehost_notif_peer_t *notif_out);
+ * info, check from the core's record that it can be reached from here,
+ * open a pidfd on it (checked against its start time) and a socket
+ * towards its notification socket.  name_out (SAMEHOST_NAME_MAX + 1
+ * bytes) must stay where it is: the notification end keeps a pointer to
+ * it.  All or nothing. */
+nixl_status_t samehost_peer_connect(const samehost_notif_t *n, int can_ptrace_any, uint32_t magic,
+                                    const nixl_be_peer_t *peer, const void *conn, size_t len, char *name_out,
+                                    samehost_proc_t *proc_out, samehost_notif_peer_t *notif_out);
 void samehost_peer_disconnect(samehost_proc_t *proc, samehost_notif_peer_t *notif);
 
 /* Build and send one notification (at most NIXL_NOTIF_MAX bytes). */

@@ -425,8 +425,7 @@ void samehost_notif_msg_free(samehost_notif_msg_t *m)
     m->has = 0;
 }
 
-nixl_status_t samehost_conn_pack(const samehost_notif_t *n, const samehost_ident_t *self, uint32_t magic, void *buf,
-                                 size_t *len)
+nixl_status_t samehost_conn_pack(const samehost_notif_t *n, uint32_t magic, void *buf, size_t *len)
 {
     size_t name_len = strlen(n->sock_name);
     size_t need = SAMEHOST_CONN_FIXED + name_len;
@@ -440,15 +439,13 @@ nixl_status_t samehost_conn_pack(const samehost_notif_t *n, const samehost_ident
     nixl_put_u32(p, magic);
     nixl_put_u16(p + 4, SAMEHOST_CONN_VERSION);
     nixl_put_u16(p + 6, (uint16_t)name_len);
-    samehost_ident_pack(self, p + 8);
     memcpy(p + SAMEHOST_CONN_FIXED, n->sock_name, name_len);
     *len = need;
     return NIXL_OK;
 }
 
 nixl_status_t samehost_conn_unpack(const samehost_notif_t *n, uint32_t magic, const char *peer_name, const void *conn,
-                                   size_t len, samehost_ident_t *id_out, const char **sock_name_out,
-                                   size_t *sock_name_len_out)
+                                   size_t len, const char **sock_name_out, size_t *sock_name_len_out)
 {
     const uint8_t *p = conn;
     const char *who = n->who;
@@ -472,29 +469,26 @@ nixl_status_t samehost_conn_unpack(const samehost_notif_t *n, uint32_t magic, co
                      who, peer_name, len, name_len);
         return NIXL_ERR_BAD_METADATA;
     }
-    samehost_ident_unpack(p + 8, id_out);
     *sock_name_out = (const char *)p + SAMEHOST_CONN_FIXED;
     *sock_name_len_out = name_len;
     return NIXL_OK;
 }
 
-nixl_status_t samehost_peer_connect(const samehost_notif_t *n, const samehost_ident_t *self, int can_ptrace_any,
-                                    uint32_t magic, const char *peer_name, const void *conn, size_t len,
-                                    char *name_out, samehost_ident_t *id_out, samehost_proc_t *proc_out,
-                                    samehost_notif_peer_t *notif_out)
+nixl_status_t samehost_peer_connect(const samehost_notif_t *n, int can_ptrace_any, uint32_t magic,
+                                    const nixl_be_peer_t *peer, const void *conn, size_t len, char *name_out,
+                                    samehost_proc_t *proc_out, samehost_notif_peer_t *notif_out)
 {
     const char *sock_name;
     size_t name_len;
-    samehost_ident_t id;
-    nixl_status_t st = samehost_conn_unpack(n, magic, peer_name, conn, len, &id, &sock_name, &name_len);
+    nixl_status_t st = samehost_conn_unpack(n, magic, peer->name, conn, len, &sock_name, &name_len);
     if (st != NIXL_OK)
         return st;
-    st = samehost_ident_reachable(n->host, n->who, peer_name, self, &id, can_ptrace_any);
+    st = samehost_peer_reachable(n->host, n->who, peer, can_ptrace_any);
     if (st != NIXL_OK)
         return st;
-    snprintf(name_out, SAMEHOST_NAME_MAX + 1, "%s", peer_name);
+    snprintf(name_out, SAMEHOST_NAME_MAX + 1, "%s", peer->name);
     notif_out->sock = -1;
-    st = samehost_proc_open(n->host, n->who, peer_name, (pid_t)id.pid, id.start_time, proc_out);
+    st = samehost_proc_open(n->host, n->who, peer->name, (pid_t)peer->pid, peer->start_time, proc_out);
     if (st != NIXL_OK)
         return st;
     st = samehost_notif_peer_open(n, notif_out, name_out, sock_name, name_len);
@@ -502,7 +496,6 @@ nixl_status_t samehost_peer_connect(const samehost_notif_t *n, const samehost_id
         samehost_proc_close(proc_out);
         return st;
     }
-    *id_out = id;
     return NIXL_OK;
 }
 

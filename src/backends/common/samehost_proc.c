@@ -1,11 +1,14 @@
 /*
- * samehost_proc.c - who a process is and whether it still runs, for the
- * backends that reach peers on this host (shm, cuda_ipc).
+ * samehost_proc.c - whether a peer process can be reached and whether it
+ * still runs, for the backends that reach peers on this host (shm,
+ * cuda_ipc).
  *
- * A peer is recognized by what survives pid reuse and namespaces: the
- * kernel boot id, the pid namespace, and the pid together with its start
- * time.  We hold a pidfd on it (Linux 5.3+), so a post can tell in one
- * poll() that it exited; without pidfds the start time is re-read instead.
+ * Who the peer is comes from the core (nixl_be_peer_t, computed from the
+ * identity in its metadata): the same kernel and pid namespace make its
+ * pid a pid here, and the pid with its start time survives pid reuse.  We
+ * hold a pidfd on it (Linux 5.3+), checked against that start time, so a
+ * post can tell in one poll() that it exited; without pidfds the start
+ * time is re-read instead.
  * Yama's ptrace rule lives here too: both CMA (shm) and pidfd_getfd
  * (cuda_ipc's VMM handles) need ptrace-attach rights over the peer.
  */
@@ -60,138 +63,27 @@ int samehost_read_file(const char *path, char *buf, size_t cap)
     return (int)got;
 }
 
-/* The command name (field 2) may hold spaces and parentheses, so fields
- * are counted from the last ')'. */
-int samehost_proc_start_time(pid_t pid, uint64_t *out)
+nixl_status_t samehost_peer_reachable(const nixl_host_services_t *host, const char *who, const nixl_be_peer_t *peer,
+                                      int can_ptrace_any)
 {
-    char path[64], buf[2048];
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    if (samehost_read_file(path, buf, sizeof(buf)) <= 0)
-        return -1;
-    char *p = strrchr(buf, ')');
-    if (!p)
-        return -1;
-    p++;
-    /* after ')' come fields 3, 4, ...: skip 19 of them to reach field 22 */
-    for (int field = 3; field < 22; field++) {
-        while (*p == ' ')
-            p++;
-        while (*p && *p != ' ')
-            p++;
-        if (!*p)
-            return -1;
+    if (!peer->same_host) {
+        NIXL_BE_DEBUG(host, "%s: peer %s runs on another host (or kernel boot): not reachable over %s", who,
+                      peer->name, who);
+        return NIXL_ERR_NO_PATH;
     }
-    while (*p == ' ')
-        p++;
-    if (!isdigit((unsigned char)*p))
-        return -1;
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(p, &end, 10);
-    if (errno || (*end != ' ' && *end != '\n' && *end != '\0'))
-        return -1;
-    *out = v;
-    return 0;
-}
-
-static int hexval(int c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    c = tolower(c);
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    return -1;
-}
-
-/* boot_id is a UUID "xxxxxxxx-xxxx-..."; zero when unreadable. */
-static void read_boot_id(uint8_t out[16])
-{
-    char buf[64];
-    memset(out, 0, 16);
-    if (samehost_read_file("/proc/sys/kernel/random/boot_id", buf, sizeof(buf)) <= 0)
-        return;
-    uint8_t id[16];
-    int n = 0;
-    for (const char *p = buf; *p && *p != '\n' && n < 32; p++) {
-        if (*p == '-')
-            continue;
-        int v = hexval((unsigned char)*p);
-        if (v < 0)
-            return;
-        if (n % 2 == 0)
-            id[n / 2] = (uint8_t)(v << 4);
-        else
-            id[n / 2] |= (uint8_t)v;
-        n++;
+    if (!peer->same_pidns) {
+        NIXL_BE_INFO(host, "%s: peer %s is in another pid namespace (or did not say which): not reachable over %s",
+                     who, peer->name, who);
+        return NIXL_ERR_NO_PATH;
     }
-    if (n == 32)
-        memcpy(out, id, 16);
-}
-
-nixl_status_t samehost_ident_self(const nixl_host_services_t *host, const char *who, samehost_ident_t *out)
-{
-    samehost_ident_t id;
-    struct stat st;
-    memset(&id, 0, sizeof(id));
-    id.pid = (uint32_t)getpid();
-    id.uid = (uint32_t)getuid();
-    if (samehost_proc_start_time(getpid(), &id.start_time) != 0) {
-        NIXL_BE_ERROR(host, "%s: cannot read our start time from /proc/self/stat: %s (is /proc mounted?)", who,
-                  strerror(errno));
-        return NIXL_ERR_BACKEND;
-    }
-    if (stat("/proc/self/ns/pid", &st) != 0) {
-        NIXL_BE_ERROR(host, "%s: cannot stat /proc/self/ns/pid: %s", who, strerror(errno));
-        return NIXL_ERR_BACKEND;
-    }
-    id.pidns_dev = (uint64_t)st.st_dev;
-    id.pidns_ino = (uint64_t)st.st_ino;
-    read_boot_id(id.boot_id);
-    *out = id;
-    return NIXL_OK;
-}
-
-void samehost_ident_pack(const samehost_ident_t *id, uint8_t *p)
-{
-    nixl_put_u32(p, id->pid);
-    nixl_put_u32(p + 4, id->uid);
-    nixl_put_u64(p + 8, id->start_time);
-    nixl_put_u64(p + 16, id->pidns_dev);
-    nixl_put_u64(p + 24, id->pidns_ino);
-    memcpy(p + 32, id->boot_id, 16);
-}
-
-void samehost_ident_unpack(const uint8_t *p, samehost_ident_t *id)
-{
-    id->pid = nixl_get_u32(p);
-    id->uid = nixl_get_u32(p + 4);
-    id->start_time = nixl_get_u64(p + 8);
-    id->pidns_dev = nixl_get_u64(p + 16);
-    id->pidns_ino = nixl_get_u64(p + 24);
-    memcpy(id->boot_id, p + 32, 16);
-}
-
-nixl_status_t samehost_ident_reachable(const nixl_host_services_t *host, const char *who, const char *peer_name,
-                                       const samehost_ident_t *self, const samehost_ident_t *peer,
-                                       int can_ptrace_any)
-{
     if (peer->pid == 0 || peer->pid > INT32_MAX) {
-        NIXL_BE_ERROR(host, "%s: conn info of peer %s names pid %u", who, peer_name, peer->pid);
+        NIXL_BE_ERROR(host, "%s: metadata of peer %s names pid %u", who, peer->name, peer->pid);
         return NIXL_ERR_BAD_METADATA;
     }
-    if (memcmp(peer->boot_id, self->boot_id, 16) != 0) {
-        NIXL_BE_DEBUG(host, "%s: peer %s runs under another kernel boot: not reachable over %s", who, peer_name, who);
-        return NIXL_ERR_NO_PATH;
-    }
-    if (peer->pidns_dev != self->pidns_dev || peer->pidns_ino != self->pidns_ino) {
-        NIXL_BE_INFO(host, "%s: peer %s is in another pid namespace: not reachable over %s", who, peer_name, who);
-        return NIXL_ERR_NO_PATH;
-    }
-    if (peer->uid != self->uid && !can_ptrace_any) {
+    if (!peer->same_uid && !can_ptrace_any) {
         NIXL_BE_INFO(host, "%s: peer %s runs as uid %u, we as uid %u without CAP_SYS_PTRACE: the kernel would refuse "
-                       "to let us reach its memory",
-                 who, peer_name, peer->uid, self->uid);
+                           "to let us reach its memory",
+                     who, peer->name, peer->uid, (unsigned)getuid());
         return NIXL_ERR_NO_PATH;
     }
     return NIXL_OK;
@@ -230,7 +122,7 @@ nixl_status_t samehost_proc_open(const nixl_host_services_t *host, const char *w
     }
     /* Checked after pidfd_open: if it matches now, the pidfd is that process. */
     uint64_t now_start;
-    if (samehost_proc_start_time(pid, &now_start) != 0 || now_start != start_time ||
+    if (nixl_proc_start_time((uint32_t)pid, &now_start) != 0 || now_start != start_time ||
         (p.pidfd >= 0 && pidfd_exited(p.pidfd))) {
         NIXL_BE_ERROR(host, "%s: peer %s (pid %d) is gone: the process exited or its pid was reused", who, p.name,
                   (int)pid);
@@ -267,7 +159,7 @@ nixl_status_t samehost_proc_alive(const nixl_host_services_t *host, const char *
         }
     } else {
         uint64_t t;
-        if (samehost_proc_start_time(p->pid, &t) == 0 && t == p->start_time) {
+        if (nixl_proc_start_time((uint32_t)p->pid, &t) == 0 && t == p->start_time) {
             atomic_store_explicit(&p->next_check_ns, now + SAMEHOST_LIVENESS_NS, memory_order_relaxed);
             return NIXL_OK;
         }

@@ -219,9 +219,7 @@ static nixl_status_t cip_create(const nixl_host_services_t *host, const nixl_par
     nixl_status_t st = cip_read_tunables(be);
     if (st != NIXL_OK)
         goto err_free;
-    st = samehost_ident_self(host, "cuda_ipc", &be->self);
-    if (st != NIXL_OK)
-        goto err_free;
+    be->self_uid = (uint32_t)getuid();
     /* pidfd_getfd (VMM handles) needs ptrace-attach rights over the exporter. */
     samehost_ptrace_setup(host, "cuda_ipc", "fetch the file descriptors of our VMM memory (pidfd_getfd)",
                           &be->ptrace_scope, &be->can_ptrace_any);
@@ -236,7 +234,7 @@ static nixl_status_t cip_create(const nixl_host_services_t *host, const nixl_par
     st = cip_workers_init(be);
     if (st != NIXL_OK)
         goto err_rw;
-    st = samehost_notif_open(&be->notif, host, "cuda_ipc", host->agent_name, be->self.uid);
+    st = samehost_notif_open(&be->notif, host, "cuda_ipc", host->agent_name, be->self_uid);
     if (st != NIXL_OK)
         goto err_workers;
     st = cip_stage_server_start(be);
@@ -295,26 +293,27 @@ static void cip_destroy(void *bev)
 static nixl_status_t cip_conn_pack(void *bev, void *buf, size_t *len)
 {
     cip_be_t *be = bev;
-    return samehost_conn_pack(&be->notif, &be->self, CIP_CONN_MAGIC, buf, len);
+    return samehost_conn_pack(&be->notif, CIP_CONN_MAGIC, buf, len);
 }
 
-static nixl_status_t cip_peer_load(void *bev, const char *peer_name, const void *conn, size_t conn_len,
+static nixl_status_t cip_peer_open(void *bev, const nixl_be_peer_t *who, const void *conn, size_t conn_len,
                                    void **peer_out)
 {
     cip_be_t *be = bev;
-    const char *who = peer_name ? peer_name : "?";
-    if (!peer_out)
+    if (!peer_out || !who)
         return NIXL_ERR_NULL;
     cip_peer_t *peer = calloc(1, sizeof(*peer));
     if (!peer)
         return NIXL_ERR_NO_MEMORY;
-    nixl_status_t st = samehost_peer_connect(&be->notif, &be->self, be->can_ptrace_any, CIP_CONN_MAGIC, who, conn,
-                                             conn_len, peer->name, &peer->id, &peer->proc, &peer->notif);
+    nixl_status_t st = samehost_peer_connect(&be->notif, be->can_ptrace_any, CIP_CONN_MAGIC, who, conn, conn_len,
+                                             peer->name, &peer->proc, &peer->notif);
     if (st != NIXL_OK) {
         free(peer);
         return st;
     }
-    peer->same_process = peer->id.pid == be->self.pid && peer->id.start_time == be->self.start_time;
+    peer->pid = who->pid;
+    peer->start_time = who->start_time;
+    peer->same_process = who->same_process;
     *peer_out = peer;
     return NIXL_OK;
 }
@@ -361,7 +360,7 @@ static const nixl_backend_ops_t cip_ops = {
     .dereg = cip_dereg,
     .rkey_pack = cip_rkey_pack,
     .conn_pack = cip_conn_pack,
-    .peer_load = cip_peer_load,
+    .peer_open = cip_peer_open,
     .peer_unload = cip_peer_unload,
     .rkey_load = cip_rkey_load,
     .rkey_unload = cip_rkey_unload,

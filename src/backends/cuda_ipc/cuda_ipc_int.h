@@ -88,7 +88,7 @@ typedef struct cip_reg cip_reg_t;
 typedef struct cip_be {
     const nixl_host_services_t *host;
     const nixl_cuda_api_t *cu; /* loaded on first VRAM use */
-    samehost_ident_t self;
+    uint32_t self_uid; /* staging connections from other users are refused */
     int ptrace_scope;
     int can_ptrace_any;
     samehost_notif_t notif;
@@ -126,7 +126,8 @@ typedef struct cip_stage_conn cip_stage_conn_t;
 
 typedef struct cip_peer {
     char name[SAMEHOST_NAME_MAX + 1];
-    samehost_ident_t id;
+    uint32_t pid;         /* the core's record: who the peer is */
+    uint64_t start_time;  /* with pid: which process owns memory imported from it */
     int same_process; /* an agent of this process: its pointers are ours */
     samehost_proc_t proc;
     samehost_notif_peer_t notif;

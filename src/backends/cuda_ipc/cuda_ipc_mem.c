@@ -448,7 +448,7 @@ static int cip_import_matches(const cip_import_t *im, const cip_rmd_t *r, CUcont
         return 0;
     if (r->kind == CIP_KIND_LEGACY)
         return memcmp(&im->handle, &r->handle, sizeof(r->handle)) == 0;
-    return im->owner_pid == r->peer->id.pid && im->owner_start == r->peer->id.start_time &&
+    return im->owner_pid == r->peer->pid && im->owner_start == r->peer->start_time &&
            im->export_id == r->export_id;
 }
 
@@ -606,8 +606,8 @@ nixl_status_t cip_rmd_view(cip_be_t *be, cip_rmd_t *r, cip_ctx_t *cx, cip_view_t
         } else {
             im->kind = r->kind;
             im->handle = r->handle;
-            im->owner_pid = r->peer->id.pid;
-            im->owner_start = r->peer->id.start_time;
+            im->owner_pid = r->peer->pid;
+            im->owner_start = r->peer->start_time;
             im->export_id = r->export_id;
             st = r->kind == CIP_KIND_LEGACY ? cip_import_legacy(be, r, cx, im, why) : cip_import_vmm(be, r, cx, im, why);
         }

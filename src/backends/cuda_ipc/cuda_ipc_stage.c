@@ -279,7 +279,7 @@ static void stg_accept(cip_be_t *be, stg_client_t *cl, int *ncl)
         return;
     struct ucred cred;
     socklen_t cl_len = sizeof(cred);
-    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl_len) != 0 || (cred.uid != be->self.uid && cred.uid != 0)) {
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl_len) != 0 || (cred.uid != be->self_uid && cred.uid != 0)) {
         CIP_WARN(be, "cuda_ipc: staging connection from another user refused");
         close(fd);
         return;

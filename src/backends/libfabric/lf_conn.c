@@ -28,17 +28,17 @@
  * be written into a region the peer registered on its rail 5 (lf_xfer.c
  * picks the pairs).
  *
- * Same-host peers: the conn info carries this host's identity (boot id and
- * the network and pid namespaces).  With intranode=off a peer of the same
- * identity is refused at load (NIXL_ERR_NO_PATH) so the core takes shm or
- * cuda_ipc, which reach exactly such peers; a peer in another network or
- * pid namespace of this kernel is reached as another host would be.
+ * Same-host peers: who a peer is comes from the core (nixl_be_peer_t), and
+ * whether libfabric is given a peer on this host is the core's choice
+ * (NIXL_INTRANODE_NETWORK; it ranks shm and cuda_ipc first).  intranode
+ * says only how such a peer is carried (the provider's own path or the
+ * NIC).
  *
- * Conn info (little-endian): u32 magic "LFC1", u16 version (2), u8 rails,
+ * Conn info (little-endian): u32 magic "LFC1", u16 version (3), u8 rails,
  * u8 provider-name length, u64 instance, u32 address format, u32 flags
- * (0), host identity (16-byte boot id, u64 network namespace inode, u64 pid
- * namespace inode; zero where unknown), provider name, then per rail u16
- * length and the endpoint name.
+ * (0), provider name, then per rail u16 length and the endpoint name.
+ * (Version 2 carried the host identity too; it travels once now, in the
+ * agent section of the metadata.)
  */
 #include <ctype.h>
 #include <errno.h>
@@ -52,70 +52,7 @@
 #include "lf_int.h"
 
 #define LF_CONN_MAGIC 0x3143464cu /* "LFC1" */
-#define LF_CONN_VERSION 2
-#define LF_HOST_OFF 24 /* the host identity in the conn info */
-
-static int lf_hex(int ch)
-{
-    if (ch >= '0' && ch <= '9')
-        return ch - '0';
-    if (ch >= 'a' && ch <= 'f')
-        return ch - 'a' + 10;
-    if (ch >= 'A' && ch <= 'F')
-        return ch - 'A' + 10;
-    return -1;
-}
-
-/* The kernel's boot id: the same for every container of one kernel, new
- * at each boot.  Zero when unreadable. */
-static void lf_boot_id(uint8_t out[16])
-{
-    char text[64];
-    memset(out, 0, 16);
-    int fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return;
-    ssize_t n = read(fd, text, sizeof(text) - 1);
-    close(fd);
-    if (n < 36)
-        return;
-    uint8_t id[16];
-    size_t k = 0;
-    for (size_t i = 0; i < 36 && k < 16;) {
-        if (text[i] == '-') {
-            i++;
-            continue;
-        }
-        int hi = lf_hex((unsigned char)text[i]), lo = lf_hex((unsigned char)text[i + 1]);
-        if (hi < 0 || lo < 0)
-            return;
-        id[k++] = (uint8_t)(hi << 4 | lo);
-        i += 2;
-    }
-    if (k == 16)
-        memcpy(out, id, 16);
-}
-
-static uint64_t lf_ns_inode(const char *path)
-{
-    struct stat st;
-    return stat(path, &st) == 0 ? (uint64_t)st.st_ino : 0;
-}
-
-void lf_host_id(uint8_t out[LF_HOST_ID_LEN])
-{
-    lf_boot_id(out);
-    lf_put_u64(out + 16, lf_ns_inode("/proc/self/ns/net"));
-    lf_put_u64(out + 24, lf_ns_inode("/proc/self/ns/pid"));
-}
-
-int lf_host_same(const uint8_t a[LF_HOST_ID_LEN], const uint8_t b[LF_HOST_ID_LEN])
-{
-    static const uint8_t zero[16];
-    if (memcmp(a, zero, 16) == 0 || lf_get_u64(a + 16) == 0 || lf_get_u64(a + 24) == 0)
-        return 0;
-    return memcmp(a, b, LF_HOST_ID_LEN) == 0;
-}
+#define LF_CONN_VERSION 3
 
 size_t lf_conn_info_size(const lf_be_t *be)
 {
@@ -135,7 +72,6 @@ void lf_conn_info_write(const lf_be_t *be, uint8_t *p)
     lf_put_u64(p + 8, be->inst);
     lf_put_u32(p + 16, be->addr_format);
     lf_put_u32(p + 20, 0);
-    memcpy(p + LF_HOST_OFF, be->host_id, LF_HOST_ID_LEN);
     memcpy(p + LF_CONN_FIXED, be->prov_name, plen);
     p += LF_CONN_FIXED + plen;
     for (unsigned i = 0; i < be->nrails; i++) {
@@ -181,7 +117,6 @@ nixl_status_t lf_conn_parse(const void *buf, size_t len, lf_conn_info_t *out)
     lf_conn_info_t info;
     memset(&info, 0, sizeof(info));
     info.inst = inst;
-    memcpy(info.host, p + LF_HOST_OFF, LF_HOST_ID_LEN);
     info.addr_format = lf_get_u32(p + 16);
     memcpy(info.prov, p + LF_CONN_FIXED, plen);
     info.prov[plen] = 0;
@@ -260,17 +195,12 @@ static nixl_status_t lf_conn_reachable(lf_be_t *be, const lf_conn_info_t *info, 
     return NIXL_OK;
 }
 
-static const char *lf_intranode_name(int v)
-{
-    return v == LF_INTRANODE_OFF ? "off" : v == LF_INTRANODE_PROVIDER ? "provider" : "nic";
-}
-
-nixl_status_t lf_peer_load(void *bev, const char *peer_name, const void *conn, size_t conn_len, void **peer_out)
+nixl_status_t lf_peer_open(void *bev, const nixl_be_peer_t *peer, const void *conn, size_t conn_len, void **peer_out)
 {
     lf_be_t *be = bev;
-    const char *who = peer_name ? peer_name : "?";
-    if (!peer_out)
+    if (!peer_out || !peer)
         return NIXL_ERR_NULL;
+    const char *who = peer->name, *peer_name = peer->name;
     lf_conn_info_t info;
     nixl_status_t st = lf_conn_parse(conn, conn_len, &info);
     if (st != NIXL_OK) {
@@ -281,16 +211,10 @@ nixl_status_t lf_peer_load(void *bev, const char *peer_name, const void *conn, s
     st = lf_conn_reachable(be, &info, who);
     if (st != NIXL_OK)
         return st;
-    if (lf_host_same(info.host, be->host_id)) {
-        if (be->intranode == LF_INTRANODE_OFF) {
-            LF_INFO(be, "libfabric: peer %s is on this host: not offered (intranode=off leaves same-host peers to "
-                        "shm/cuda_ipc; NIXL_LIBFABRIC_INTRANODE=provider or nic sends them over libfabric)",
-                    who);
-            return NIXL_ERR_NO_PATH;
-        }
+    if (peer->same_host && peer->same_netns)
         LF_DEBUG(be, "libfabric: peer %s is on this host: reached through %s (intranode=%s)", who,
-                 be->intranode == LF_INTRANODE_NIC ? "the NIC" : "the provider", lf_intranode_name(be->intranode));
-    }
+                 be->intranode == LF_INTRANODE_NIC ? "the NIC" : "the provider",
+                 be->intranode == LF_INTRANODE_NIC ? "nic" : "provider");
     pthread_mutex_lock(&be->lock);
     lf_conn_t *c;
     st = lf_conn_get(be, &info, &c);

@@ -360,17 +360,10 @@ static void lf_conn_release(lf_be_t *be, lf_conn_t *c)
                 return;
             lf_tag_remove(c, t);
         }
-        lf_ready_t *r = malloc(sizeof(*r) + n->len);
-        if (!r) {
-            LF_ERROR(be, "libfabric: out of memory: a notification from %s (%zu bytes) dropped", c->name, n->len);
-        } else {
-            snprintf(r->sender, sizeof(r->sender), "%s", c->name);
-            r->len = n->len;
-            memcpy(r->msg, n->msg, n->len);
-            r->next = NULL;
-            *be->ready_tail = r;
-            be->ready_tail = &r->next;
-        }
+        /* Straight into the agent's inbox (notif_deliver may be called
+         * from any thread, this one holding be->lock included): the
+         * bytes are copied once more, there, and nowhere else. */
+        be->host->notif_deliver(be->host->ctx, c->name, n->msg, n->len);
         if (n->ack)
             lf_fence_ack(be, c, n->fence_id);
         c->pend = n->next;
@@ -419,6 +412,23 @@ static void lf_on_notif(lf_be_t *be, lf_conn_t *c, const uint8_t *msg, size_t le
         LF_DEBUG(be, "libfabric: duplicate notification %llu from %s dropped", (unsigned long long)seq, c->name);
         return;
     }
+    /* Its turn, and every write it announces already counted (the usual
+     * case: the writes complete before their notification is sent):
+     * straight from the wire into the agent's inbox, the one copy. */
+    if (seq == c->rx_next_seq && (!c->pend || c->pend->seq > seq)) {
+        lf_tag_t *t = expect > 0 ? lf_tag_find(c, tag, 0) : NULL;
+        if (expect == 0 || (t && t->seen >= expect)) {
+            if (t)
+                lf_tag_remove(c, t);
+            be->host->notif_deliver(be->host->ctx, c->name, b + LF_NOTIF_BODY, mlen);
+            if (flags & LF_NOTIF_ACK)
+                lf_fence_ack(be, c, fence_id);
+            c->rx_next_seq++;
+            lf_conn_release(be, c);
+            return;
+        }
+    }
+    /* Held until its turn comes and its writes are counted (protocol). */
     lf_rnotif_t *n = malloc(sizeof(*n) + mlen);
     if (!n) {
         LF_ERROR(be, "libfabric: out of memory: a notification from %s (%u bytes) dropped", c->name, mlen);
@@ -655,24 +665,3 @@ nixl_status_t lf_notif_send(void *bev, void *peer, const void *msg, size_t len)
     return st;
 }
 
-void lf_deliver_ready(lf_be_t *be)
-{
-    while (be->ready_head) {
-        lf_ready_t *r = be->ready_head;
-        be->ready_head = r->next;
-        if (!be->ready_head)
-            be->ready_tail = &be->ready_head;
-        be->host->notif_deliver(be->host->ctx, r->sender, r->msg, r->len);
-        free(r);
-    }
-}
-
-void lf_ready_free(lf_be_t *be)
-{
-    while (be->ready_head) {
-        lf_ready_t *r = be->ready_head;
-        be->ready_head = r->next;
-        free(r);
-    }
-    be->ready_tail = &be->ready_head;
-}

@@ -51,11 +51,9 @@ _Static_assert(LF_MAX_RAILS == LF_TOPO_MAX_RAILS, "rail masks are 32 bits");
 #define LF_FENCE_BODY 24
 #define LF_FENCE_COUNTED 1u /* FENCE: answer once this many writes of the tag were counted */
 #define LF_NOTIF_ACK 1u     /* NOTIF: answer (FENCE_ACK) once it is released */
-/* Which host and namespaces an instance runs in (conn info): boot id,
- * network namespace inode, pid namespace inode.  Zero when unknown. */
-#define LF_HOST_ID_LEN 32
+/* The fixed part of the conn info (lf_conn.c). */
+#define LF_CONN_FIXED 24
 /* The conn info of the most rails we accept. */
-#define LF_CONN_FIXED (24 + LF_HOST_ID_LEN)
 #define LF_CONN_MAX (LF_CONN_FIXED + LF_PROV_MAX + LF_MAX_RAILS * (2 + LF_ADDR_MAX))
 #define LF_MSG_MAX (LF_HDR_SIZE + LF_NOTIF_BODY + NIXL_NOTIF_MAX)
 
@@ -76,10 +74,10 @@ enum {
     LF_MSG_FENCE_ACK = 8,
 };
 
-/* Same-host peers (intranode parameter). */
+/* How same-host peers are carried (intranode parameter); whether they are
+ * given to libfabric at all is the core's NIXL_INTRANODE_NETWORK. */
 enum {
-    LF_INTRANODE_OFF = 0, /* not offered: shm and cuda_ipc serve them */
-    LF_INTRANODE_PROVIDER, /* through the provider's own same-host path (efa: its shm) */
+    LF_INTRANODE_PROVIDER = 1, /* through the provider's own same-host path (efa: its shm) */
     LF_INTRANODE_NIC,      /* through the NIC (efa: FI_EFA_ENABLE_SHM_TRANSFER=0) */
 };
 
@@ -264,13 +262,6 @@ typedef struct lf_rnotif {
     uint8_t msg[];
 } lf_rnotif_t;
 
-/* A notification released, waiting for an op to hand it to the host. */
-typedef struct lf_ready {
-    struct lf_ready *next;
-    char sender[LF_NAME_MAX + 1];
-    size_t len;
-    uint8_t msg[];
-} lf_ready_t;
 
 /* One remote instance, shared by every peer_load of it and by the HELLOs
  * it sent us.  Indices are never reused: a late message or write carrying
@@ -401,7 +392,7 @@ typedef struct lf_be {
     unsigned max_inflight;
     int rails_local;      /* rails=local: regions only on the rails near their memory */
     char topo_xml[256];   /* topo_xml: hwloc XML instead of this host's topology */
-    int intranode;        /* LF_INTRANODE_*: same-host peers refused, or through the provider or the NIC */
+    int intranode;        /* LF_INTRANODE_*: same-host peers through the provider or the NIC */
 
     /* provider and its modes, the same on every rail */
     char prov_name[64];
@@ -427,7 +418,6 @@ typedef struct lf_be {
     lf_topo_t *topo;
 
     uint64_t inst; /* this instance, random */
-    uint8_t host_id[LF_HOST_ID_LEN]; /* lf_host_id() */
     char agent_name[LF_NAME_MAX + 1];
     size_t agent_name_len;
 
@@ -444,7 +434,6 @@ typedef struct lf_be {
 
     lf_req_t *active; /* requests running or sending their notification */
 
-    lf_ready_t *ready_head, **ready_tail;
 
     uint64_t next_tick_ns;
     uint64_t last_event_ns;
@@ -494,19 +483,12 @@ static inline fi_addr_t lf_conn_addr(const lf_conn_t *c, unsigned r, unsigned j)
 {
     return c->fa[(size_t)r * c->rnrails + j];
 }
-/* This process's host and namespaces (boot id, net and pid namespace
- * inodes); zero bytes where unknown. */
-void lf_host_id(uint8_t out[LF_HOST_ID_LEN]);
-/* 1 when both were read and name the same kernel and namespaces: a peer
- * shm and cuda_ipc reach. */
-int lf_host_same(const uint8_t a[LF_HOST_ID_LEN], const uint8_t b[LF_HOST_ID_LEN]);
 nixl_status_t lf_conn_pack(void *be, void *buf, size_t *len);
-nixl_status_t lf_peer_load(void *be, const char *peer_name, const void *conn, size_t conn_len, void **peer_out);
+nixl_status_t lf_peer_open(void *be, const nixl_be_peer_t *peer, const void *conn, size_t conn_len, void **peer_out);
 void lf_peer_unload(void *be, void *peer);
 /* Parsed connection info (exposed for tests). */
 typedef struct lf_conn_info {
     uint64_t inst;
-    uint8_t host[LF_HOST_ID_LEN];
     uint32_t addr_format;
     char prov[LF_PROV_MAX + 1];
     unsigned nrails;
@@ -554,8 +536,6 @@ void lf_ctrl_on_write_data(lf_be_t *be, uint64_t data);
 lf_cmsg_t *lf_notif_msg(lf_be_t *be, lf_conn_t *c, const void *msg, size_t len, uint32_t tag, uint64_t expect,
                         int ack, uint64_t fence_id);
 nixl_status_t lf_notif_send(void *be, void *peer, const void *msg, size_t len);
-/* Hand released notifications to the host (inside an op only). */
-void lf_deliver_ready(lf_be_t *be);
 void lf_conn_rx_reset(lf_conn_t *c);
 /* A HELLO from a peer whose connection we still had up: it reset its side,
  * so its notifications numbered below peer_seq belong to requests it has
@@ -564,7 +544,6 @@ void lf_conn_rx_reset(lf_conn_t *c);
  * them are no longer held behind a notification lost with the old
  * connection. */
 void lf_conn_rx_resync(lf_be_t *be, lf_conn_t *c, uint64_t peer_seq);
-void lf_ready_free(lf_be_t *be);
 /* Remote CQ data of conn index idx and tag. */
 uint64_t lf_data_make(const lf_be_t *be, uint32_t idx, uint32_t tag);
 

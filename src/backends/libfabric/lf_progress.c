@@ -143,7 +143,6 @@ void lf_progress_op_locked(lf_be_t *be)
     uint64_t prev = atomic_exchange_explicit(&be->app_poll_ns, now, memory_order_relaxed);
     atomic_store_explicit(&be->app_gap_ns, now - prev, memory_order_relaxed);
     lf_progress_locked(be, 1);
-    lf_deliver_ready(be);
 }
 
 nixl_status_t lf_progress(void *bev)

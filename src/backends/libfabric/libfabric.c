@@ -52,10 +52,10 @@ static const nixl_param_info_t lf_params[] = {
      "addresses); all = every rail"},
     {"topo_xml", "", "hwloc XML topology file used instead of this host's (tests; HWLOC_XMLFILE works too)"},
     {"intranode", "provider",
-     "peers on this host (same kernel, network and pid namespace), which the core gives to shm/cuda_ipc whenever they "
-     "reach: provider = libfabric may still carry them, through the provider's own same-host path (efa: its shm; tcp: "
-     "loopback); nic = through the NIC (efa: sets FI_EFA_ENABLE_SHM_TRANSFER=0 unless the user set it); off = never "
-     "(NIXL_ERR_NO_PATH)"},
+     "how peers on this host (same kernel and network namespace) are carried when the core gives them to libfabric "
+     "(it ranks shm/cuda_ipc first; NIXL_INTRANODE_NETWORK=off never gives them): provider = through the provider's "
+     "own same-host path (efa: its shm; tcp: loopback); nic = through the NIC (efa: sets "
+     "FI_EFA_ENABLE_SHM_TRANSFER=0 unless the user set it)"},
 };
 #define LF_NUM_PARAMS (sizeof(lf_params) / sizeof(lf_params[0]))
 
@@ -136,14 +136,17 @@ static nixl_status_t lf_parse_params(lf_be_t *be, const nixl_param_t *params, si
     }
     snprintf(be->topo_xml, sizeof(be->topo_xml), "%s", v);
     v = lf_param_value(params, n, 10);
-    if (strcmp(v, "off") == 0)
-        be->intranode = LF_INTRANODE_OFF;
-    else if (strcmp(v, "provider") == 0)
+    if (strcmp(v, "off") == 0) {
+        LF_ERROR(be, "libfabric: intranode=off is no longer a libfabric parameter: which backend serves a same-host "
+                     "peer is the core's choice, NIXL_INTRANODE_NETWORK=off (intranode takes provider or nic)");
+        return NIXL_ERR_INVALID_PARAM;
+    }
+    if (strcmp(v, "provider") == 0)
         be->intranode = LF_INTRANODE_PROVIDER;
     else if (strcmp(v, "nic") == 0)
         be->intranode = LF_INTRANODE_NIC;
     else {
-        LF_ERROR(be, "libfabric: intranode=\"%s\" is not valid: expected off, provider or nic", v);
+        LF_ERROR(be, "libfabric: intranode=\"%s\" is not valid: expected provider or nic", v);
         return NIXL_ERR_INVALID_PARAM;
     }
     be->hb_ns = hb * 1000000ull;
@@ -168,8 +171,8 @@ static int lf_cuda_driver(const nixl_host_services_t *h)
     return h->struct_size >= need && h->cuda && h->cuda->api && h->cuda->api() != NULL;
 }
 
-/* The shm provider reaches only this host: intranode decides whether it
- * can be used at all. */
+/* The shm provider reaches only this host: with the core's
+ * NIXL_INTRANODE_NETWORK=off it reaches no peer at all. */
 static nixl_status_t lf_intranode_check(lf_be_t *be)
 {
     if (strcmp(be->prov_name, "shm") != 0)
@@ -179,9 +182,10 @@ static nixl_status_t lf_intranode_check(lf_be_t *be)
                      "verbs or tcp, or intranode=provider");
         return NIXL_ERR_INVALID_PARAM;
     }
-    if (be->intranode == LF_INTRANODE_OFF)
-        LF_WARN(be, "libfabric: provider shm reaches only this host, and intranode=off refuses same-host peers: this "
-                    "instance reaches no peer (set NIXL_LIBFABRIC_INTRANODE=provider)");
+    const char *policy = be->host->config_get ? be->host->config_get("NIXL_INTRANODE_NETWORK") : NULL;
+    if (policy && strcmp(policy, "off") == 0)
+        LF_WARN(be, "libfabric: provider shm reaches only this host, and NIXL_INTRANODE_NETWORK=off keeps same-host "
+                    "peers from network backends: this instance reaches no peer");
     return NIXL_OK;
 }
 
@@ -208,7 +212,6 @@ static nixl_status_t lf_create(const nixl_host_services_t *host, const nixl_para
     be->epfd = -1;
     be->evfd = -1;
     be->txq_tail = &be->txq_head;
-    be->ready_tail = &be->ready_head;
     st = lf_parse_params(be, params, num_params);
     if (st != NIXL_OK)
         goto err_free;
@@ -221,7 +224,6 @@ static nixl_status_t lf_create(const nixl_host_services_t *host, const nixl_para
     }
     memcpy(be->agent_name, name, be->agent_name_len + 1);
     be->inst = lf_random_inst();
-    lf_host_id(be->host_id);
     be->cuda_driver = lf_cuda_driver(host);
     if (pthread_mutex_init(&be->lock, NULL) != 0) {
         st = NIXL_ERR_NO_MEMORY;
@@ -249,7 +251,7 @@ static nixl_status_t lf_create(const nixl_host_services_t *host, const nixl_para
             : be->sync == LF_SYNC_COUNT ? "writes counted at the target"
                                         : "delivery-complete writes",
             be->tag_bits, be->use_thread ? "on" : "off", be->hmem ? "through FI_HMEM (CUDA)" : "unreachable (no HMEM)",
-            be->intranode == LF_INTRANODE_OFF ? "off" : be->intranode == LF_INTRANODE_PROVIDER ? "provider" : "nic");
+            be->intranode == LF_INTRANODE_PROVIDER ? "provider" : "nic");
     *be_out = be;
     return NIXL_OK;
 
@@ -331,7 +333,6 @@ static void lf_destroy(void *bev)
     lf_rails_close(be);
     lf_txq_free(be);
     lf_conns_free(be);
-    lf_ready_free(be);
     pthread_mutex_destroy(&be->lock);
     free(be);
 }
@@ -407,13 +408,11 @@ static void lf_describe_text(lf_be_t *be, lf_topo_t *t, lf_text_t *out)
     char set[128];
     lf_text_add(out, "libfabric %s: provider %s, %u rail(s), rails=%s, topology: %s\n", be->agent_name,
                 be->prov_name, be->nrails, be->rails_local ? "local" : "all", t ? lf_topo_source(t) : "not loaded");
-    lf_text_add(out, "  VRAM: %s; same-host peers: intranode=%s\n",
+    lf_text_add(out, "  VRAM: %s; same-host peers (when the core gives them: NIXL_INTRANODE_NETWORK): intranode=%s\n",
                 be->hmem           ? "FI_HMEM (CUDA), any rail pair"
                 : be->cuda_driver ? "unreachable (the provider has no CUDA HMEM support)"
                                    : "unreachable (no CUDA driver here)",
-                be->intranode == LF_INTRANODE_OFF        ? "off (left to shm/cuda_ipc)"
-                : be->intranode == LF_INTRANODE_PROVIDER ? "provider"
-                                                         : "nic");
+                be->intranode == LF_INTRANODE_PROVIDER ? "provider" : "nic");
     for (unsigned i = 0; i < be->nrails; i++) {
         const lf_rail_t *r = &be->rails[i];
         char pci[24] = "-", numa[16] = "-";
@@ -501,7 +500,7 @@ static const nixl_backend_ops_t lf_ops = {
     .dereg = lf_dereg,
     .rkey_pack = lf_rkey_pack,
     .conn_pack = lf_conn_pack,
-    .peer_load = lf_peer_load,
+    .peer_open = lf_peer_open,
     .peer_unload = lf_peer_unload,
     .rkey_load = lf_rkey_load,
     .rkey_unload = lf_rkey_unload,

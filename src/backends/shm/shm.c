@@ -120,9 +120,8 @@ static nixl_status_t shm_create(const nixl_host_services_t *host, const nixl_par
     if (be->page_size <= 0)
         be->page_size = 4096;
 
-    st = samehost_ident_self(host, "shm", &be->self);
-    if (st != NIXL_OK)
-        goto err_free;
+    be->self_pid = (uint32_t)getpid();
+    be->self_uid = (uint32_t)getuid();
     samehost_ptrace_setup(host, "shm", "use CMA (process_vm_readv/writev)", &be->ptrace_scope,
                           &be->can_ptrace_any);
 
@@ -132,7 +131,7 @@ static nixl_status_t shm_create(const nixl_host_services_t *host, const nixl_par
     }
     shm_maps_init(&be->maps);
 
-    st = samehost_notif_open(&be->notif, host, "shm", host->agent_name, be->self.uid);
+    st = samehost_notif_open(&be->notif, host, "shm", host->agent_name, be->self_uid);
     if (st != NIXL_OK)
         goto err_maps;
     if (be->threads > 0) {
@@ -181,29 +180,27 @@ static void shm_destroy(void *bev)
 static nixl_status_t shm_conn_pack(void *bev, void *buf, size_t *len)
 {
     shm_be_t *be = bev;
-    return samehost_conn_pack(&be->notif, &be->self, SHM_CONN_MAGIC, buf, len);
+    return samehost_conn_pack(&be->notif, SHM_CONN_MAGIC, buf, len);
 }
 
-static nixl_status_t shm_peer_load(void *bev, const char *peer_name, const void *conn, size_t conn_len,
+static nixl_status_t shm_peer_open(void *bev, const nixl_be_peer_t *who, const void *conn, size_t conn_len,
                                    void **peer_out)
 {
     shm_be_t *be = bev;
-    const char *who = peer_name ? peer_name : "?";
     nixl_status_t st;
 
-    if (!peer_out)
+    if (!peer_out || !who)
         return NIXL_ERR_NULL;
     shm_peer_t *peer = calloc(1, sizeof(*peer));
     if (!peer)
         return NIXL_ERR_NO_MEMORY;
-    samehost_ident_t id;
-    st = samehost_peer_connect(&be->notif, &be->self, be->can_ptrace_any, SHM_CONN_MAGIC, who, conn, conn_len,
-                               peer->name, &id, &peer->proc, &peer->notif);
+    st = samehost_peer_connect(&be->notif, be->can_ptrace_any, SHM_CONN_MAGIC, who, conn, conn_len, peer->name,
+                               &peer->proc, &peer->notif);
     if (st != NIXL_OK) {
         free(peer);
         return st;
     }
-    peer->pid = (pid_t)id.pid;
+    peer->pid = (pid_t)who->pid;
     *peer_out = peer;
     return NIXL_OK;
 }
@@ -239,7 +236,7 @@ static const nixl_backend_ops_t shm_ops = {
     .dereg = shm_dereg,
     .rkey_pack = shm_rkey_pack,
     .conn_pack = shm_conn_pack,
-    .peer_load = shm_peer_load,
+    .peer_open = shm_peer_open,
     .peer_unload = shm_peer_unload,
     .rkey_load = shm_rkey_load,
     .rkey_unload = shm_rkey_unload,

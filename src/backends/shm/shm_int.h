@@ -89,7 +89,7 @@ typedef struct shm_be {
     uint64_t chunk;
     int map_enabled;
 
-    samehost_ident_t self;
+    uint32_t self_pid, self_uid; /* this process (rkeys of mapped memory name the pid) */
     int ptrace_scope; /* -1 when Yama is absent */
     int can_ptrace_any; /* CAP_SYS_PTRACE in the effective set */
     long page_size;

@@ -214,7 +214,7 @@ nixl_status_t shm_rkey_pack(void *bev, void *md, void *buf, size_t *len)
     p[2] = SHM_RKEY_VERSION;
     p[3] = r->file ? SHM_RKEY_MAP : SHM_RKEY_CMA;
     if (r->file) {
-        nixl_put_u32(p + 4, be->self.pid);
+        nixl_put_u32(p + 4, be->self_pid);
         nixl_put_u32(p + 8, (uint32_t)r->file->fd);
         nixl_put_u64(p + 16, r->offset);
         nixl_put_u64(p + 24, r->file->dev);

@@ -6,7 +6,8 @@
  * complete only after N status polls (so a request stays in flight), fail
  * the Nth registration or those of a given length, take time to register,
  * report its path as a fallback, cancel too late.  Loading it proves the
- * module path of the backend ABI on every build.
+ * module path of the backend ABI on every build, and that a version-1
+ * module (peer_load, a table without peer_open) still works.
  *
  * Built twice: "fake" declares NIXL_CAP_REG_MT and has xfer_cancel;
  * "fake_serial" (FAKE_SERIAL) has neither, so the core must never call its
@@ -14,6 +15,7 @@
  * counts its registrations (fake_backend.h) so the registration pool's
  * tests can see caps, concurrency and rollbacks from outside.
  */
+#include <stddef.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -416,9 +418,12 @@ static nixl_status_t fake_progress(void *be)
     return NIXL_OK;
 }
 
+/* A version-1 module, as one built before version 2 would be: its table
+ * ends before peer_open and it loads peers with peer_load.  It stays at
+ * version 1 on purpose: the core must keep loading such modules. */
 static const nixl_backend_ops_t fake_ops = {
-    .abi_version = NIXL_BACKEND_ABI_VERSION,
-    .struct_size = sizeof(nixl_backend_ops_t),
+    .abi_version = 1,
+    .struct_size = offsetof(nixl_backend_ops_t, peer_open),
     .name = FAKE_NAME,
     .description = "test backend: memcpy within one process, scriptable behaviour",
     .mem_types = NIXL_MEM_BIT(NIXL_MEM_DRAM),

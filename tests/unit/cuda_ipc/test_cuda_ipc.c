@@ -28,6 +28,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "../../common/test_peer.h"
 #include "backends/cuda_ipc/cuda_ipc.h"
 #include "cuda/cuda.h"
 #include "nixl.h"
@@ -199,25 +200,29 @@ static int test_conn_corrupt(void)
     size_t len = sizeof(conn);
     CHECK_ST(ops->conn_pack(be, conn, &len), NIXL_OK);
     void *peer;
-    CHECK_ST(ops->peer_load(be, "self", conn, len, &peer), NIXL_OK);
+    nixl_be_peer_t self = test_peer_here("self", getpid()), p = test_peer_here("p", getpid()), w;
+    CHECK_ST(ops->peer_open(be, &self, conn, len, &peer), NIXL_OK);
     ops->peer_unload(be, peer);
     for (size_t cut = 0; cut < len; cut++)
-        CHECK(ops->peer_load(be, "p", conn, cut, &peer) != NIXL_OK);
+        CHECK(ops->peer_open(be, &p, conn, cut, &peer) != NIXL_OK);
     uint8_t bad[260];
     memcpy(bad, conn, len);
     bad[len] = 'x';
-    CHECK_ST(ops->peer_load(be, "p", bad, len + 1, &peer), NIXL_ERR_BAD_METADATA);
+    CHECK_ST(ops->peer_open(be, &p, bad, len + 1, &peer), NIXL_ERR_BAD_METADATA);
     for (size_t i = 0; i < 8; i++) {
         memcpy(bad, conn, len);
         bad[i] ^= 0x40;
-        CHECK(ops->peer_load(be, "p", bad, len, &peer) != NIXL_OK);
+        CHECK(ops->peer_open(be, &p, bad, len, &peer) != NIXL_OK);
     }
     memcpy(bad, conn, len);
     bad[len - 1] = '/'; /* not a socket-name character */
-    CHECK_ST(ops->peer_load(be, "p", bad, len, &peer), NIXL_ERR_BAD_METADATA);
-    memcpy(bad, conn, len);
-    bad[8 + 32] ^= 1; /* another kernel boot */
-    CHECK_ST(ops->peer_load(be, "p", bad, len, &peer), NIXL_ERR_NO_PATH);
+    CHECK_ST(ops->peer_open(be, &p, bad, len, &peer), NIXL_ERR_BAD_METADATA);
+    w = p;
+    w.same_host = 0; /* the core found another kernel boot */
+    CHECK_ST(ops->peer_open(be, &w, conn, len, &peer), NIXL_ERR_NO_PATH);
+    w = p;
+    w.same_pidns = 0;
+    CHECK_ST(ops->peer_open(be, &w, conn, len, &peer), NIXL_ERR_NO_PATH);
     ops->destroy(be);
     printf("conn info: %zu truncations, flips and extensions refused\n", len);
     return 0;
@@ -270,7 +275,8 @@ static int test_rkey_corrupt(void)
     uint8_t conn[256];
     size_t clen = sizeof(conn);
     CHECK_ST(ops->conn_pack(be, conn, &clen), NIXL_OK);
-    CHECK_ST(ops->peer_load(be, "self", conn, clen, &peer), NIXL_OK);
+    nixl_be_peer_t self = test_peer_here("self", getpid());
+    CHECK_ST(ops->peer_open(be, &self, conn, clen, &peer), NIXL_OK);
     nixl_be_region_t reg = {.mem_type = NIXL_MEM_VRAM, .addr = 0x7f0000100000ull, .len = 1 << 20};
     uint8_t k[56 + 64 * 24];
 
@@ -338,11 +344,11 @@ static void stg_put_hdr(uint8_t *p, uint32_t magic, uint16_t type, uint64_t seq,
 static int stg_dial(const uint8_t *conn, size_t len)
 {
     size_t name_len = (size_t)conn[6] | ((size_t)conn[7] << 8);
-    CHECK(name_len > 0 && 8 + 48 + name_len == len);
+    CHECK(name_len > 0 && 8 + name_len == len); /* samehost conn info version 2: magic, version, length, name */
     struct sockaddr_un a;
     memset(&a, 0, sizeof(a));
     a.sun_family = AF_UNIX;
-    memcpy(a.sun_path + 1, conn + 56, name_len);
+    memcpy(a.sun_path + 1, conn + 8, name_len);
     memcpy(a.sun_path + 1 + name_len, ".stg", 4);
     int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
     CHECK(fd >= 0);

@@ -1,13 +1,15 @@
 /*
  * test_lf_core.c - the libfabric backend seen through the core, two agents
  * in this process (so on one host): which backend the core picks for a
- * same-host peer under each intranode policy, and VRAM without a driver.
+ * same-host peer under each policy (the core's NIXL_INTRANODE_NETWORK,
+ * libfabric's intranode), and VRAM without a driver.
  *
  *   test_lf_core CASE     intranode_default | intranode_off |
  *                         intranode_provider | vram_no_driver
  *
- * libfabric runs tcp on lo.  NIXL_LIBFABRIC_INTRANODE is removed from the
- * environment first: each case says its policy or relies on the default.  Exits 77 when tcp on lo or shm is not available.
+ * libfabric runs tcp on lo.  NIXL_LIBFABRIC_INTRANODE and
+ * NIXL_INTRANODE_NETWORK are removed from the environment first: each case
+ * says its policy or relies on the default.  Exits 77 when tcp on lo or shm is not available.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -146,17 +148,31 @@ static void case_intranode_default(void)
     side_drop(&b);
 }
 
-/* Only libfabric, intranode=off: no path to a same-host peer. */
+/* NIXL_INTRANODE_NETWORK=off: the core never gives a same-host peer to
+ * libfabric.  With only libfabric there is no path; beside shm, shm moves
+ * the bytes and a request naming libfabric finds no path either. */
 static void case_intranode_off(void)
 {
-    side_t a, b;
-    side_make(&a, "a", 0, "off", 1);
-    side_make(&b, "b", 0, "off", 2);
-    sides_link(&a, &b);
+    setenv("NIXL_INTRANODE_NETWORK", "off", 1);
     char path[64];
-    CHECK_ST(xfer(&a, &b, NIXL_OP_WRITE, 0, path, sizeof(path)), NIXL_ERR_NO_PATH);
-    CHECK_ST(xfer(&a, &b, NIXL_OP_READ, 0, path, sizeof(path)), NIXL_ERR_NO_PATH);
-    CHECK_ST(nixl_notif_send(a.a, "b", "x", 1, NULL), NIXL_ERR_NO_PATH);
+    {
+        side_t a, b;
+        side_make(&a, "a", 0, NULL, 1);
+        side_make(&b, "b", 0, NULL, 2);
+        sides_link(&a, &b);
+        CHECK_ST(xfer(&a, &b, NIXL_OP_WRITE, 0, path, sizeof(path)), NIXL_ERR_NO_PATH);
+        CHECK_ST(xfer(&a, &b, NIXL_OP_READ, 0, path, sizeof(path)), NIXL_ERR_NO_PATH);
+        CHECK_ST(nixl_notif_send(a.a, "b", "x", 1, NULL), NIXL_ERR_NO_PATH);
+        side_drop(&a);
+        side_drop(&b);
+    }
+    side_t a, b;
+    side_make(&a, "a", 1, NULL, 3);
+    side_make(&b, "b", 1, NULL, 4);
+    sides_link(&a, &b);
+    CHECK_ST(xfer(&a, &b, NIXL_OP_WRITE, 0, path, sizeof(path)), NIXL_OK);
+    CHECK(strncmp(path, "shm.", 4) == 0);
+    CHECK_ST(xfer(&a, &b, NIXL_OP_WRITE, 1, path, sizeof(path)), NIXL_ERR_NO_PATH);
     side_drop(&a);
     side_drop(&b);
 }
@@ -229,6 +245,7 @@ int main(int argc, char **argv)
         return 2;
     }
     unsetenv("NIXL_LIBFABRIC_INTRANODE");
+    unsetenv("NIXL_INTRANODE_NETWORK");
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         if (strcmp(cases[i].name, argv[1]) == 0) {
             cases[i].fn();

@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../../common/test_peer.h"
 #include "shm_test_util.h"
 
 const nixl_backend_ops_t *test_ops(void)
@@ -223,7 +224,9 @@ void test_load_remote(test_side_t *ini, test_side_t *tgt, void *tgt_md, uint64_t
     size_t conn_len = sizeof(conn), rkey_len = sizeof(rkey);
     CHECK_ST(ops->conn_pack(tgt->be, conn, &conn_len), NIXL_OK);
     CHECK_ST(ops->rkey_pack(tgt->be, tgt_md, rkey, &rkey_len), NIXL_OK);
-    CHECK_ST(ops->peer_load(ini->be, tgt->host.name, conn, conn_len, &out->peer), NIXL_OK);
+    /* The record is kept with the peer: the backend may hold its name. */
+    out->who = test_peer_here(tgt->host.name, getpid());
+    CHECK_ST(ops->peer_open(ini->be, &out->who, conn, conn_len, &out->peer), NIXL_OK);
     nixl_be_region_t r = {.mem_type = NIXL_MEM_DRAM, .addr = addr, .len = len};
     CHECK_ST(ops->rkey_load(ini->be, out->peer, &r, rkey, rkey_len, &out->rmd), NIXL_OK);
 }

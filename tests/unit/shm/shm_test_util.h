@@ -84,6 +84,7 @@ void test_fill(uint8_t *p, size_t len, uint32_t seed);
 
 /* Everything one side needs to reach a peer's region. */
 typedef struct test_remote {
+    nixl_be_peer_t who; /* what peer_open was given */
     void *peer;
     void *rmd;
 } test_remote_t;

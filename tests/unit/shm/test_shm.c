@@ -15,6 +15,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "../../common/test_peer.h"
 #include "backends/shm/shm_int.h"
 #include "shm_test_util.h"
 
@@ -442,46 +443,55 @@ static void case_conn_corrupt(void)
     uint8_t conn[256], bad[300];
     size_t len = 0;
     CHECK_ST(ops->conn_pack(b.be, NULL, &len), NIXL_OK);
-    CHECK(len > 56 && len < sizeof(conn));
+    CHECK(len > 8 && len < sizeof(conn));
     size_t small = 10;
     CHECK_ST(ops->conn_pack(b.be, conn, &small), NIXL_ERR_TOO_BIG);
     CHECK(small == len);
     CHECK_ST(ops->conn_pack(b.be, conn, &len), NIXL_OK);
     void *peer = NULL;
+    nixl_be_peer_t who = test_peer_here("b", getpid()), w;
 
-    CHECK_ST(ops->peer_load(a.be, "b", conn, len, &peer), NIXL_OK);
+    CHECK_ST(ops->peer_open(a.be, &who, conn, len, &peer), NIXL_OK);
     ops->peer_unload(a.be, peer);
-    CHECK_ST(ops->peer_load(a.be, "b", NULL, 0, &peer), NIXL_ERR_BAD_METADATA);
+    CHECK_ST(ops->peer_open(a.be, &who, NULL, 0, &peer), NIXL_ERR_BAD_METADATA);
     for (size_t cut = 0; cut < len; cut++)
-        CHECK(ops->peer_load(a.be, "b", conn, cut, &peer) < 0);
+        CHECK(ops->peer_open(a.be, &who, conn, cut, &peer) < 0);
     memcpy(bad, conn, len);
     bad[len] = 'x';
-    CHECK_ST(ops->peer_load(a.be, "b", bad, len + 1, &peer), NIXL_ERR_BAD_METADATA);
+    CHECK_ST(ops->peer_open(a.be, &who, bad, len + 1, &peer), NIXL_ERR_BAD_METADATA);
 
 #define MUTATE(stmt, want)                                                                        \
     do {                                                                                          \
         memcpy(bad, conn, len);                                                                   \
         stmt;                                                                                     \
-        CHECK_ST(ops->peer_load(a.be, "b", bad, len, &peer), want);                               \
+        CHECK_ST(ops->peer_open(a.be, &who, bad, len, &peer), want);                              \
     } while (0)
     MUTATE(bad[0] ^= 1, NIXL_ERR_BAD_METADATA);               /* magic */
-    MUTATE(bad[4] = 2, NIXL_ERR_MD_VERSION);                  /* version */
+    MUTATE(bad[4] = 1, NIXL_ERR_MD_VERSION);                  /* version 1 (identity inside) */
     MUTATE(bad[6]++, NIXL_ERR_BAD_METADATA);                  /* name length */
-    MUTATE(bad[56] = '/', NIXL_ERR_BAD_METADATA);             /* name chars */
+    MUTATE(bad[8] = '/', NIXL_ERR_BAD_METADATA);              /* name chars */
     MUTATE(bad[len - 1] = '\0', NIXL_ERR_BAD_METADATA);       /* name chars */
-    MUTATE(memset(bad + 8, 0, 4), NIXL_ERR_BAD_METADATA);     /* pid 0 */
-    MUTATE(bad[11] = 0x80, NIXL_ERR_BAD_METADATA);            /* pid > INT32_MAX */
-    MUTATE(bad[16] ^= 1, NIXL_ERR_PEER_GONE);                 /* start time */
-    MUTATE(bad[24] ^= 1, NIXL_ERR_NO_PATH);                   /* pid namespace dev */
-    MUTATE(bad[32] ^= 1, NIXL_ERR_NO_PATH);                   /* pid namespace inode */
-    MUTATE(bad[40] ^= 1, NIXL_ERR_NO_PATH);                   /* boot id */
 #undef MUTATE
+    /* Who the peer is comes from the core's record: each field that makes
+     * it unreachable, or names no live process, is refused. */
+#define RECORD(stmt, want)                                                                        \
+    do {                                                                                          \
+        w = who;                                                                                  \
+        stmt;                                                                                     \
+        CHECK_ST(ops->peer_open(a.be, &w, conn, len, &peer), want);                               \
+    } while (0)
+    RECORD(w.pid = 0, NIXL_ERR_BAD_METADATA);
+    RECORD(w.pid = 0x80000000u, NIXL_ERR_BAD_METADATA);
+    RECORD(w.start_time ^= 1, NIXL_ERR_PEER_GONE);
+    RECORD(w.same_pidns = 0, NIXL_ERR_NO_PATH);
+    RECORD(w.same_host = 0, NIXL_ERR_NO_PATH);
+#undef RECORD
     /* Every single-bit flip: an error or a usable peer, never a crash. */
     unsigned ok = 0, err = 0;
     for (size_t bit = 0; bit < len * 8; bit++) {
         memcpy(bad, conn, len);
         bad[bit / 8] ^= (uint8_t)(1u << (bit % 8));
-        nixl_status_t st = ops->peer_load(a.be, "b", bad, len, &peer);
+        nixl_status_t st = ops->peer_open(a.be, &who, bad, len, &peer);
         if (st == NIXL_OK) {
             ok++;
             ops->peer_unload(a.be, peer);
@@ -643,8 +653,8 @@ static void case_notif(void)
     size_t clen = sizeof(conn);
     CHECK_ST(ops->conn_pack(f.b.be, conn, &clen), NIXL_OK);
     struct sockaddr_un addr = {.sun_family = AF_UNIX};
-    memcpy(addr.sun_path + 1, conn + 56, clen - 56);
-    socklen_t alen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + clen - 56);
+    memcpy(addr.sun_path + 1, conn + SAMEHOST_CONN_FIXED, clen - SAMEHOST_CONN_FIXED);
+    socklen_t alen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + clen - SAMEHOST_CONN_FIXED);
     int s = socket(AF_UNIX, SOCK_DGRAM, 0);
     CHECK(s >= 0);
     int sz = 1 << 20;
@@ -737,7 +747,8 @@ static void case_notif_closed(void)
     size_t len = sizeof(conn);
     CHECK_ST(ops->conn_pack(b.be, conn, &len), NIXL_OK);
     void *peer;
-    CHECK_ST(ops->peer_load(a.be, "b", conn, len, &peer), NIXL_OK);
+    nixl_be_peer_t who = test_peer_here("b", getpid());
+    CHECK_ST(ops->peer_open(a.be, &who, conn, len, &peer), NIXL_OK);
     test_side_destroy(&b);
     CHECK_ST(ops->notif_send(a.be, peer, "x", 1), NIXL_ERR_PEER_GONE);
     ops->peer_unload(a.be, peer);

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "backends/shm/shm_int.h"
+#include "../../common/test_peer.h"
 #include "shm_test_util.h"
 
 #define MiB (1024u * 1024u)
@@ -164,7 +165,8 @@ static void child_main(int rfd, int wfd)
     pub_region_t preg;
     receive_region(rfd, &preg);
     void *ppeer;
-    CHECK_ST(ops->peer_load(b.be, "parent", pconn, pconn_len, &ppeer), NIXL_OK);
+    nixl_be_peer_t pwho = test_peer_here("parent", getppid());
+    CHECK_ST(ops->peer_open(b.be, &pwho, pconn, pconn_len, &ppeer), NIXL_OK);
     void *prmd = load_region(&b, ppeer, &preg);
 
     data_check_t dc;
@@ -367,7 +369,10 @@ static void parent_main(pid_t child, int rfd, int wfd)
     send_conn(wfd, &p.a);
     publish(wfd, &p.a, p.lmd, p.local.p, p.local.len);
 
-    CHECK_ST(ops->peer_load(p.a.be, "child", conn, conn_len, &p.peer), NIXL_OK);
+    /* Read while the child runs: loading it again after it died must
+     * name the process that was. */
+    nixl_be_peer_t cwho = test_peer_here("child", child);
+    CHECK_ST(ops->peer_open(p.a.be, &cwho, conn, conn_len, &p.peer), NIXL_OK);
     for (int i = 0; i < 2; i++)
         p.rmd[i] = load_region(&p.a, p.peer, &p.reg[i]);
     CHECK(p.a.host.fallbacks == 0);
@@ -418,7 +423,7 @@ static void parent_main(pid_t child, int rfd, int wfd)
         ops->xfer_release(p.a.be, req[i]);
     }
     void *again;
-    CHECK_ST(ops->peer_load(p.a.be, "child", conn, conn_len, &again), NIXL_ERR_PEER_GONE);
+    CHECK_ST(ops->peer_open(p.a.be, &cwho, conn, conn_len, &again), NIXL_ERR_PEER_GONE);
     printf("fork: dead peer gives NIXL_ERR_PEER_GONE: ok\n");
 
     for (int i = 0; i < 2; i++)
@@ -466,7 +471,7 @@ static void perm_target(int wfd, int hold_fd)
     test_side_destroy(&b);
 }
 
-static int perm_initiator(int rfd)
+static int perm_initiator(int rfd, pid_t target)
 {
     const nixl_backend_ops_t *ops = test_ops();
     drop_privileges();
@@ -483,7 +488,8 @@ static int perm_initiator(int rfd)
     for (int i = 0; i < 2; i++)
         receive_region(rfd, &reg[i]);
     void *peer;
-    CHECK_ST(ops->peer_load(a.be, "target", conn, conn_len, &peer), NIXL_OK);
+    nixl_be_peer_t who = test_peer_here("target", target);
+    CHECK_ST(ops->peer_open(a.be, &who, conn, conn_len, &peer), NIXL_OK);
     void *rmd[2];
     for (int i = 0; i < 2; i++)
         rmd[i] = load_region(&a, peer, &reg[i]);
@@ -528,7 +534,7 @@ static int case_perm(void)
     CHECK(ini >= 0);
     if (ini == 0) {
         close(hold_pipe[1]);
-        exit(perm_initiator(conn_pipe[0]));
+        exit(perm_initiator(conn_pipe[0], target));
     }
     close(conn_pipe[0]);
     int st_ini, st_target;
