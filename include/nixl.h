@@ -294,6 +294,15 @@ NIXL_API nixl_status_t nixl_md_load_remote(nixl_agent_t *agent, const void *blob
 NIXL_API nixl_status_t nixl_md_invalidate_remote(nixl_agent_t *agent, const char *peer);
 /* NIXL_OK when the peer's metadata is loaded, NIXL_ERR_UNKNOWN_PEER if not. */
 NIXL_API nixl_status_t nixl_md_check_remote(nixl_agent_t *agent, const char *peer);
+/* Connect to a loaded peer now, so its first request pays no handshake:
+ * every backend that reaches it (opt NIXL_OPT_BACKENDS: those only) makes
+ * its connection and waits for the answer, each within its own peer
+ * timeout.  Backends with nothing to set up ahead of a request (shm,
+ * cuda_ipc) are done at once.  NIXL_ERR_UNKNOWN_PEER when it is not
+ * loaded; else the first backend's error (NIXL_ERR_TIMEOUT: it did not
+ * answer, NIXL_ERR_PEER_GONE), logged.  Optional: requests connect
+ * themselves.  (NIXL's makeConnection / make_connection.) */
+NIXL_API nixl_status_t nixl_md_connect(nixl_agent_t *agent, const char *peer, const nixl_opt_args_t *opt);
 
 /* Threads: agent; the socket I/O runs without the agent lock, so other
  * threads' calls go on while one waits. */

@@ -297,6 +297,12 @@ typedef struct nixl_backend_ops {
      * serves a same-host peer) is the core's. */
     nixl_status_t (*peer_open)(void *be, const nixl_be_peer_t *peer, const void *conn, size_t conn_len,
                                void **peer_out);
+    /* OPTIONAL (NULL: nothing to set up before a request).  Make the
+     * connection to a loaded peer now (addresses, handshake) and wait for
+     * it, at most the backend's own peer timeout, so the first request
+     * pays nothing (nixl_md_connect).  NIXL_OK once connected; the error
+     * the first request would have met otherwise. */
+    nixl_status_t (*peer_connect)(void *be, void *peer);
 } nixl_backend_ops_t;
 
 /* Whether ops (of struct_size bytes) has member m: members appended after

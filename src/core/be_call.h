@@ -127,6 +127,14 @@ static inline nixl_status_t be_peer_open(nixl_backend_t *b, const nixl_be_peer_t
     return be_peer_open_raw(b, peer, conn, conn_len, peer_out);
 }
 
+/* No peer_connect op: nothing to do ahead of a request. */
+static inline nixl_status_t be_peer_connect(nixl_backend_t *b, void *peer)
+{
+    if (!BE_HAS(b, peer_connect))
+        return NIXL_OK;
+    return BE_OP(b, peer_connect, peer);
+}
+
 static inline void be_peer_unload(nixl_backend_t *b, void *peer)
 {
     BE_OP(b, peer_unload, peer);

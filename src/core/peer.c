@@ -473,6 +473,50 @@ NIXL_API nixl_status_t nixl_md_check_remote(nixl_agent_t *agent, const char *pee
     return st;
 }
 
+NIXL_API nixl_status_t nixl_md_connect(nixl_agent_t *agent, const char *peer, const nixl_opt_args_t *opt)
+{
+    if (!agent || !peer)
+        return NIXL_ERR_NULL;
+    nixl_agent_lock(agent);
+    nixl_status_t st = NIXL_OK;
+    nixl_peer_t *p = strcmp(peer, agent->name) == 0 ? nixl_peer_self(agent, &st) : nixl_peer_find(agent, peer);
+    if (!p || !p->cur) {
+        if (st == NIXL_OK) {
+            NIXL_ERROR("agent %s: connect: no loaded peer named '%s'", agent->name, peer);
+            st = NIXL_ERR_UNKNOWN_PEER;
+        }
+        nixl_agent_unlock(agent);
+        return st;
+    }
+    int tried = 0;
+    /* The agent lock stays held (a backend's ops never run at once); a
+     * backend waits at most its own peer timeout. */
+    for (int b = 0; b < agent->num_backends && st == NIXL_OK; b++) {
+        nixl_peer_backend_t *bk = &p->cur->bk[b];
+        if (!bk->backend)
+            continue;
+        if (opt && (opt->field_mask & NIXL_OPT_BACKENDS)) {
+            int named = 0;
+            for (size_t i = 0; i < opt->num_backends && opt->backends; i++)
+                named |= opt->backends[i] == bk->backend;
+            if (!named)
+                continue;
+        }
+        tried++;
+        st = be_peer_connect(bk->backend, bk->peer);
+        if (st != NIXL_OK)
+            NIXL_ERROR("agent %s: connect to %s over %s: %s", agent->name, peer, be_name(bk->backend),
+                       nixl_strerror(st));
+    }
+    if (st == NIXL_OK && tried == 0) {
+        NIXL_ERROR("agent %s: connect: no backend %sreaches peer %s", agent->name,
+                   opt && (opt->field_mask & NIXL_OPT_BACKENDS) ? "of those named " : "", peer);
+        st = NIXL_ERR_NO_PATH;
+    }
+    nixl_agent_unlock(agent);
+    return st;
+}
+
 void nixl_peers_destroy(nixl_agent_t *agent)
 {
     if (agent->self_peer) {

@@ -154,9 +154,12 @@ def test_metadata_checks_and_removal(pair):
     a.add_remote_agent(b.get_agent_metadata())  # reload: newer generation
     assert a.check_remote_metadata(b.name, [(buf.ctypes.data, 4096, 0)] and a.get_xfer_descs(buf))
     assert not a.check_remote_metadata(b.name, a.get_xfer_descs([(buf.ctypes.data + 4096, 8, 0)], "DRAM"))
-    a.make_connection(b.name)
+    a.make_connection(b.name)  # shm: nothing to set up ahead of a request, done at once
+    a.make_connection(b.name, ["shm"])
     a.remove_remote_agent(b.name)
     assert not a.check_remote_metadata(b.name)
+    with pytest.raises(nixl.nixlNotFoundError):
+        a.make_connection(b.name)  # no longer loaded: NIXL_ERR_UNKNOWN_PEER
 
 
 def test_backends_by_nixl_names(caplog):

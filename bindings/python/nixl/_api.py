@@ -480,10 +480,12 @@ class nixl_agent:
         self._etcd(call, "nixl_md_etcd_publish", ctypes.byref(c), ctypes.byref(self._etcd_args(label)))
 
     def make_connection(self, remote_agent: str, backends: Optional[list[str]] = None) -> None:
-        """libnixl connects when a request is made; this only checks the peer is known."""
+        """Connect to a loaded peer now (every backend that reaches it, or those named), so its first
+        transfer pays no handshake (nixl_md_connect).  Optional: transfers connect themselves."""
+        call = "make_connection"
         remote_agent = agent_name(remote_agent)
-        check(L.nixl_md_check_remote(self._ptr("make_connection"), remote_agent.encode()), "make_connection",
-              f"peer {remote_agent!r}")
+        opt, _keep = self._opt(backends, None, call)
+        check(L.nixl_md_connect(self._ptr(call), remote_agent.encode(), opt), call, f"peer {remote_agent!r}")
 
     # ---- transfers ----
     def prep_xfer_dlist(self, agent_name: str, xfer_list: Any, mem_type: Optional[str] = None,

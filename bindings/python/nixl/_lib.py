@@ -182,6 +182,7 @@ _PROTOTYPES = {
     "nixl_md_load_remote": (_STATUS, [_P, c_char_p, c_size_t, c_char_p]),
     "nixl_md_invalidate_remote": (_STATUS, [_P, c_char_p]),
     "nixl_md_check_remote": (_STATUS, [_P, c_char_p]),
+    "nixl_md_connect": (_STATUS, [_P, c_char_p, POINTER(nixl_opt_args_t)]),
     "nixl_md_send_local": (_STATUS, [_P, c_char_p, c_uint16]),
     "nixl_md_fetch_remote": (_STATUS, [_P, c_char_p, c_uint16, c_char_p]),
     "nixl_md_invalidate_local": (_STATUS, [_P, c_char_p, c_uint16]),

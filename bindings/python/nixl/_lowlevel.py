@@ -656,10 +656,11 @@ class nixlAgent:
               f"at {ip_addr}:{port or DEFAULT_COMM_PORT}")
 
     def makeConnection(self, remote_agent: str, backends: Any = ()) -> int:
-        """libnixl connects when a request is made; this checks the peer is known."""
+        """Connect to a loaded peer now (nixl_md_connect), through every backend that reaches it or those given."""
+        call = "makeConnection"
         remote_agent = agent_name(remote_agent)
-        check(L.nixl_md_check_remote(self._p("makeConnection"), remote_agent.encode()), "makeConnection",
-              f"peer {remote_agent!r}")
+        opt, _keep = make_opt(self._backend_handles(backends, call), None, call)
+        check(L.nixl_md_connect(self._p(call), remote_agent.encode(), opt), call, f"peer {remote_agent!r}")
         return NIXL_SUCCESS
 
     # ---- transfers ----

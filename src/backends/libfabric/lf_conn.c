@@ -47,6 +47,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "lf_int.h"
@@ -233,6 +234,45 @@ nixl_status_t lf_peer_open(void *bev, const nixl_be_peer_t *peer, const void *co
         *peer_out = c;
     }
     pthread_mutex_unlock(&be->lock);
+    return st;
+}
+
+/* nixl_md_connect: the handshake the first request would make, now.  The
+ * lock is dropped between looks so the progress thread (or our own calls
+ * to progress, without one) can take the answer; the core holds the
+ * peer, so c stays.  A handshake unanswered is declared down (TIMEOUT)
+ * after peer_timeout_ms by the usual tick; we wait a little past that. */
+nixl_status_t lf_peer_connect(void *bev, void *peer)
+{
+    lf_be_t *be = bev;
+    lf_conn_t *c = peer;
+    if (!c)
+        return NIXL_ERR_NULL;
+    uint64_t deadline = lf_now_ns() + 2 * be->timeout_ns + 100000000ull;
+    pthread_mutex_lock(&be->lock);
+    nixl_status_t st = lf_conn_use(be, c);
+    while (st == NIXL_OK && c->state != LF_CONN_UP) {
+        if (c->state == LF_CONN_DOWN) {
+            st = c->down_status;
+            break;
+        }
+        if (lf_now_ns() > deadline) {
+            st = NIXL_ERR_TIMEOUT;
+            break;
+        }
+        lf_progress_op_locked(be);
+        pthread_mutex_unlock(&be->lock);
+        struct timespec ts = {0, 50000};
+        nanosleep(&ts, NULL);
+        pthread_mutex_lock(&be->lock);
+    }
+    pthread_mutex_unlock(&be->lock);
+    if (st == NIXL_OK)
+        LF_DEBUG(be, "libfabric: %s: connected to %s ahead of its first request", be->agent_name, c->name);
+    else
+        LF_ERROR(be, "libfabric: %s: connecting to %s: %s", be->agent_name, c->name[0] ? c->name : "?",
+                 st == NIXL_ERR_TIMEOUT ? "no answer to the handshake within the peer timeout"
+                                        : "the connection is down");
     return st;
 }
 

@@ -291,15 +291,12 @@ static void lf_req_pump(lf_be_t *be, lf_req_t *r)
 }
 
 /* The context rule: a post of local VRAM runs with the memory's context
- * current.  Only ops may ask the host to bind one (never the backend's
- * thread); 1 when *saved must be restored. */
-static int lf_ctx_bind(lf_be_t *be, void *ctx, void **saved)
+ * current, bound (and restored) with the ABI's helper.  Posts of VRAM
+ * happen inside ops only: the progress thread leaves them to the next op. */
+static const nixl_host_cuda_t *lf_cuda(const lf_be_t *be)
 {
     const nixl_host_services_t *h = be->host;
-    size_t need = offsetof(nixl_host_services_t, cuda) + sizeof(h->cuda);
-    if (h->struct_size < need || !h->cuda || !h->cuda->ctx_bind || !h->cuda->ctx_restore)
-        return 0;
-    return h->cuda->ctx_bind(ctx, saved) == NIXL_OK;
+    return h->struct_size >= offsetof(nixl_host_services_t, cuda) + sizeof(h->cuda) ? h->cuda : NULL;
 }
 
 void lf_reqs_pump(lf_be_t *be, int in_op)
@@ -311,11 +308,12 @@ void lf_reqs_pump(lf_be_t *be, int in_op)
             if (!r->cuda_ctx) {
                 lf_req_pump(be, r);
             } else if (in_op) {
-                void *saved = NULL;
-                int bound = lf_ctx_bind(be, r->cuda_ctx, &saved);
+                nixl_be_ctx_scope_t scope;
+                const nixl_host_cuda_t *cuda = lf_cuda(be);
+                nixl_status_t st = nixl_be_ctx_enter(cuda, r->cuda_ctx, &scope);
                 lf_req_pump(be, r);
-                if (bound)
-                    be->host->cuda->ctx_restore(saved);
+                if (st == NIXL_OK)
+                    nixl_be_ctx_leave(cuda, &scope);
             }
         }
         r = next;

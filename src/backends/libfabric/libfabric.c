@@ -502,6 +502,7 @@ static const nixl_backend_ops_t lf_ops = {
     .conn_pack = lf_conn_pack,
     .peer_open = lf_peer_open,
     .peer_unload = lf_peer_unload,
+    .peer_connect = lf_peer_connect,
     .rkey_load = lf_rkey_load,
     .rkey_unload = lf_rkey_unload,
     .xfer_prepare = lf_xfer_prepare,

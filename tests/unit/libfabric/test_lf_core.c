@@ -5,7 +5,7 @@
  * libfabric's intranode), and VRAM without a driver.
  *
  *   test_lf_core CASE     intranode_default | intranode_off |
- *                         intranode_provider | vram_no_driver
+ *                         intranode_provider | vram_no_driver | connect
  *
  * libfabric runs tcp on lo.  NIXL_LIBFABRIC_INTRANODE and
  * NIXL_INTRANODE_NETWORK are removed from the environment first: each case
@@ -206,6 +206,49 @@ static void case_intranode_provider(void)
     side_drop(&b);
 }
 
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* nixl_md_connect (NIXL's make_connection): the handshake ahead of the
+ * first request.  Errors by code: an unknown peer, a request naming no
+ * backend that reaches it.  The first WRITE's time is printed with and
+ * without it (a measurement, not a check: timing is the benchmarks'). */
+static void case_connect(void)
+{
+    char path[64];
+    double first[2];
+    for (int warm = 0; warm < 2; warm++) {
+        side_t a, b;
+        side_make(&a, "a", 0, NULL, (uint8_t)(1 + warm));
+        side_make(&b, "b", 0, NULL, (uint8_t)(3 + warm));
+        sides_link(&a, &b);
+        if (warm) {
+            double t0 = now_ms();
+            CHECK_ST(nixl_md_connect(a.a, "b", NULL), NIXL_OK);
+            printf("connect: %.3f ms\n", now_ms() - t0);
+            CHECK_ST(nixl_md_connect(a.a, "b", NULL), NIXL_OK); /* again: already up */
+            CHECK_ST(nixl_md_connect(a.a, "nobody", NULL), NIXL_ERR_UNKNOWN_PEER);
+            nixl_backend_t *none[1] = {b.lf}; /* b's instance, not one of a's */
+            nixl_opt_args_t opt = {.field_mask = NIXL_OPT_BACKENDS, .backends = none, .num_backends = 1};
+            CHECK_ST(nixl_md_connect(a.a, "b", &opt), NIXL_ERR_NO_PATH);
+            /* Loopback: libfabric does not reach its own instance, and it is
+             * all this agent has. */
+            CHECK_ST(nixl_md_connect(a.a, "a", NULL), NIXL_ERR_NO_PATH);
+        }
+        double t0 = now_ms();
+        CHECK_ST(xfer(&a, &b, NIXL_OP_WRITE, 0, path, sizeof(path)), NIXL_OK);
+        first[warm] = now_ms() - t0;
+        CHECK(strcmp(path, "libfabric.tcp.write") == 0);
+        side_drop(&a);
+        side_drop(&b);
+    }
+    printf("first WRITE of 64 KiB: %.3f ms without nixl_md_connect, %.3f ms after it\n", first[0], first[1]);
+}
+
 /* Host memory listed as VRAM: the core classifies it before any backend,
  * so libfabric taking VRAM changes nothing there (NO_CUDA without a
  * driver; with one, not device memory). */
@@ -236,6 +279,7 @@ static const struct {
     {"intranode_off", case_intranode_off},
     {"intranode_provider", case_intranode_provider},
     {"vram_no_driver", case_vram_no_driver},
+    {"connect", case_connect},
 };
 
 int main(int argc, char **argv)
