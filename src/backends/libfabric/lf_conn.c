@@ -66,17 +66,17 @@ size_t lf_conn_info_size(const lf_be_t *be)
 void lf_conn_info_write(const lf_be_t *be, uint8_t *p)
 {
     size_t plen = strlen(be->prov_name);
-    lf_put_u32(p, LF_CONN_MAGIC);
-    lf_put_u16(p + 4, LF_CONN_VERSION);
+    nixl_put_u32(p, LF_CONN_MAGIC);
+    nixl_put_u16(p + 4, LF_CONN_VERSION);
     p[6] = (uint8_t)be->nrails;
     p[7] = (uint8_t)plen;
-    lf_put_u64(p + 8, be->inst);
-    lf_put_u32(p + 16, be->addr_format);
-    lf_put_u32(p + 20, 0);
+    nixl_put_u64(p + 8, be->inst);
+    nixl_put_u32(p + 16, be->addr_format);
+    nixl_put_u32(p + 20, 0);
     memcpy(p + LF_CONN_FIXED, be->prov_name, plen);
     p += LF_CONN_FIXED + plen;
     for (unsigned i = 0; i < be->nrails; i++) {
-        lf_put_u16(p, (uint16_t)be->rails[i].addr_len);
+        nixl_put_u16(p, (uint16_t)be->rails[i].addr_len);
         memcpy(p + 2, be->rails[i].addr, be->rails[i].addr_len);
         p += 2 + be->rails[i].addr_len;
     }
@@ -100,14 +100,14 @@ nixl_status_t lf_conn_pack(void *bev, void *buf, size_t *len)
 nixl_status_t lf_conn_parse(const void *buf, size_t len, lf_conn_info_t *out)
 {
     const uint8_t *p = buf;
-    if (!p || len < LF_CONN_FIXED || lf_get_u32(p) != LF_CONN_MAGIC)
+    if (!p || len < LF_CONN_FIXED || nixl_get_u32(p) != LF_CONN_MAGIC)
         return NIXL_ERR_BAD_METADATA;
-    if (lf_get_u16(p + 4) != LF_CONN_VERSION)
+    if (nixl_get_u16(p + 4) != LF_CONN_VERSION)
         return NIXL_ERR_MD_VERSION;
     unsigned nrails = p[6], plen = p[7];
-    if (nrails == 0 || nrails > LF_MAX_RAILS || plen == 0 || plen > LF_PROV_MAX || lf_get_u32(p + 20) != 0)
+    if (nrails == 0 || nrails > LF_MAX_RAILS || plen == 0 || plen > LF_PROV_MAX || nixl_get_u32(p + 20) != 0)
         return NIXL_ERR_BAD_METADATA;
-    uint64_t inst = lf_get_u64(p + 8);
+    uint64_t inst = nixl_get_u64(p + 8);
     if (inst == 0 || len < LF_CONN_FIXED + plen)
         return NIXL_ERR_BAD_METADATA;
     for (unsigned i = 0; i < plen; i++) {
@@ -118,7 +118,7 @@ nixl_status_t lf_conn_parse(const void *buf, size_t len, lf_conn_info_t *out)
     lf_conn_info_t info;
     memset(&info, 0, sizeof(info));
     info.inst = inst;
-    info.addr_format = lf_get_u32(p + 16);
+    info.addr_format = nixl_get_u32(p + 16);
     memcpy(info.prov, p + LF_CONN_FIXED, plen);
     info.prov[plen] = 0;
     info.nrails = nrails;
@@ -126,7 +126,7 @@ nixl_status_t lf_conn_parse(const void *buf, size_t len, lf_conn_info_t *out)
     for (unsigned i = 0; i < nrails; i++) {
         if (len - off < 2)
             return NIXL_ERR_BAD_METADATA;
-        uint16_t alen = lf_get_u16(p + off);
+        uint16_t alen = nixl_get_u16(p + off);
         if (alen == 0 || alen > LF_ADDR_MAX || len - off - 2 < alen)
             return NIXL_ERR_BAD_METADATA;
         info.alen[i] = alen;
@@ -175,7 +175,7 @@ nixl_status_t lf_conn_get(lf_be_t *be, const lf_conn_info_t *info, lf_conn_t **o
         memcpy(c->raddr[i], info->addr[i], info->alen[i]);
         c->ralen[i] = info->alen[i];
     }
-    c->since_ns = lf_now_ns();
+    c->since_ns = nixl_now_ns();
     be->conns[be->nconns++] = c;
     *out = c;
     return NIXL_OK;
@@ -229,7 +229,7 @@ nixl_status_t lf_peer_open(void *bev, const nixl_be_peer_t *peer, const void *co
             LF_INFO(be, "libfabric: peer %s loaded again: its connection will be tried anew", who);
             c->state = LF_CONN_IDLE;
             c->have_ridx = 0;
-            c->since_ns = lf_now_ns();
+            c->since_ns = nixl_now_ns();
         }
         *peer_out = c;
     }
@@ -248,7 +248,7 @@ nixl_status_t lf_peer_connect(void *bev, void *peer)
     lf_conn_t *c = peer;
     if (!c)
         return NIXL_ERR_NULL;
-    uint64_t deadline = lf_now_ns() + 2 * be->timeout_ns + 100000000ull;
+    uint64_t deadline = nixl_now_ns() + 2 * be->timeout_ns + 100000000ull;
     pthread_mutex_lock(&be->lock);
     nixl_status_t st = lf_conn_use(be, c);
     while (st == NIXL_OK && c->state != LF_CONN_UP) {
@@ -256,7 +256,7 @@ nixl_status_t lf_peer_connect(void *bev, void *peer)
             st = c->down_status;
             break;
         }
-        if (lf_now_ns() > deadline) {
+        if (nixl_now_ns() > deadline) {
             st = NIXL_ERR_TIMEOUT;
             break;
         }
@@ -348,14 +348,14 @@ static void lf_queue_hello(lf_be_t *be, lf_conn_t *c, uint8_t type)
     }
     uint8_t *b = m->data + LF_HDR_SIZE;
     if (type == LF_MSG_HELLO) {
-        lf_put_u16(b, (uint16_t)be->agent_name_len);
-        lf_put_u16(b + 2, 0);
-        lf_put_u32(b + 4, (uint32_t)clen);
-        lf_put_u64(b + 8, c->next_seq);
+        nixl_put_u16(b, (uint16_t)be->agent_name_len);
+        nixl_put_u16(b + 2, 0);
+        nixl_put_u32(b + 4, (uint32_t)clen);
+        nixl_put_u64(b + 8, c->next_seq);
         memcpy(b + LF_HELLO_BODY, be->agent_name, be->agent_name_len);
         lf_conn_info_write(be, b + LF_HELLO_BODY + be->agent_name_len);
     } else {
-        lf_put_u64(b, c->next_seq);
+        nixl_put_u64(b, c->next_seq);
     }
     lf_txq_push(be, m);
 }
@@ -364,7 +364,7 @@ static void lf_queue_hello(lf_be_t *be, lf_conn_t *c, uint8_t type)
  * a loop against an unreachable peer must not flood the log. */
 static void lf_conn_retry_log(lf_be_t *be, lf_conn_t *c)
 {
-    uint64_t now = lf_now_ns();
+    uint64_t now = nixl_now_ns();
     c->retries++;
     if (c->retry_log_ns && now - c->retry_log_ns < 1000000000ull) {
         c->retry_quiet++;
@@ -396,11 +396,11 @@ nixl_status_t lf_conn_use(lf_be_t *be, lf_conn_t *c)
              * the same.  Refused at once for twice the peer timeout, then
              * the next use shakes hands again (a dead process then fails
              * that handshake, bounded by the same timeout). */
-            if (lf_now_ns() - c->since_ns < 2 * be->timeout_ns)
+            if (nixl_now_ns() - c->since_ns < 2 * be->timeout_ns)
                 return c->down_status;
             LF_INFO(be, "libfabric: %s: peer %s was declared gone for its silence %llu ms ago: trying it again",
                     be->agent_name, c->name[0] ? c->name : "?",
-                    (unsigned long long)((lf_now_ns() - c->since_ns) / 1000000));
+                    (unsigned long long)((nixl_now_ns() - c->since_ns) / 1000000));
             c->down_silent = 0;
             c->state = LF_CONN_IDLE;
             c->have_ridx = 0;
@@ -425,7 +425,7 @@ nixl_status_t lf_conn_use(lf_be_t *be, lf_conn_t *c)
     }
     c->used = 1;
     c->state = LF_CONN_HELLO;
-    c->since_ns = lf_now_ns();
+    c->since_ns = nixl_now_ns();
     lf_queue_hello(be, c, LF_MSG_HELLO);
     return NIXL_OK;
 }
@@ -433,7 +433,7 @@ nixl_status_t lf_conn_use(lf_be_t *be, lf_conn_t *c)
 /* The peer's side of the connection starts at its next_seq. */
 static void lf_conn_up(lf_be_t *be, lf_conn_t *c, uint32_t ridx, uint64_t peer_seq)
 {
-    uint64_t now = lf_now_ns();
+    uint64_t now = nixl_now_ns();
     c->ridx = ridx;
     c->have_ridx = 1;
     if (c->state != LF_CONN_UP) {
@@ -464,14 +464,14 @@ void lf_conn_on_hello(lf_be_t *be, const uint8_t *msg, size_t len)
     if (len < LF_HDR_SIZE + LF_HELLO_BODY)
         return;
     const uint8_t *b = msg + LF_HDR_SIZE;
-    size_t nlen = lf_get_u16(b), clen = lf_get_u32(b + 4);
-    uint64_t peer_seq = lf_get_u64(b + 8);
-    if (lf_get_u16(b + 2) != 0 || len != LF_HDR_SIZE + LF_HELLO_BODY + nlen + clen ||
+    size_t nlen = nixl_get_u16(b), clen = nixl_get_u32(b + 4);
+    uint64_t peer_seq = nixl_get_u64(b + 8);
+    if (nixl_get_u16(b + 2) != 0 || len != LF_HDR_SIZE + LF_HELLO_BODY + nlen + clen ||
         !lf_name_ok(b + LF_HELLO_BODY, nlen)) {
         LF_DEBUG(be, "libfabric: malformed HELLO of %zu bytes dropped", len);
         return;
     }
-    uint64_t src_inst = lf_get_u64(msg + 16), dst_inst = lf_get_u64(msg + 24);
+    uint64_t src_inst = nixl_get_u64(msg + 16), dst_inst = nixl_get_u64(msg + 24);
     if (dst_inst != be->inst) {
         /* Meant for an earlier process at our address. */
         LF_DEBUG(be, "libfabric: HELLO for instance %016llx dropped (we are %016llx)", (unsigned long long)dst_inst,
@@ -506,7 +506,7 @@ void lf_conn_on_hello(lf_be_t *be, const uint8_t *msg, size_t len)
      * noticing, and what it sent before may never come. */
     if (c->state == LF_CONN_UP)
         lf_conn_rx_resync(be, c, peer_seq);
-    lf_conn_up(be, c, lf_get_u32(msg + 12), peer_seq);
+    lf_conn_up(be, c, nixl_get_u32(msg + 12), peer_seq);
     lf_queue_hello(be, c, LF_MSG_ACK);
 }
 
@@ -514,7 +514,7 @@ void lf_conn_on_ack(lf_be_t *be, lf_conn_t *c, const uint8_t *msg)
 {
     if (c->state == LF_CONN_DOWN && c->down_status == NIXL_ERR_NO_PATH)
         return;
-    lf_conn_up(be, c, lf_get_u32(msg + 12), lf_get_u64(msg + LF_HDR_SIZE));
+    lf_conn_up(be, c, nixl_get_u32(msg + 12), nixl_get_u64(msg + LF_HDR_SIZE));
 }
 
 void lf_conn_down(lf_be_t *be, lf_conn_t *c, nixl_status_t st, const char *why)
@@ -526,7 +526,7 @@ void lf_conn_down(lf_be_t *be, lf_conn_t *c, nixl_status_t st, const char *why)
     c->down_retry = 0;
     c->down_silent = 0;
     c->down_status = st;
-    c->since_ns = lf_now_ns();
+    c->since_ns = nixl_now_ns();
     c->hb_queued = 0;
     if (st == NIXL_ERR_PEER_GONE && strcmp(why, "it closed") == 0)
         LF_INFO(be, "libfabric: %s: peer %s %s", be->agent_name, c->name[0] ? c->name : "?", why);

@@ -39,7 +39,7 @@ lf_cmsg_t *lf_cmsg_new(lf_conn_t *c, uint8_t type, size_t body_len)
     m->conn = c;
     m->type = type;
     m->len = LF_HDR_SIZE + body_len;
-    lf_put_u32(m->data, LF_MSG_MAGIC);
+    nixl_put_u32(m->data, LF_MSG_MAGIC);
     m->data[4] = type;
     m->data[5] = LF_MSG_VERSION;
     return m;
@@ -109,11 +109,11 @@ void lf_txbufs_free(lf_be_t *be)
 static void lf_fill_header(lf_be_t *be, lf_cmsg_t *m)
 {
     lf_conn_t *c = m->conn;
-    lf_put_u32(m->data + 8, m->type == LF_MSG_HELLO ? UINT32_MAX : c->ridx);
-    lf_put_u32(m->data + 12, c->idx);
-    lf_put_u64(m->data + 16, be->inst);
-    lf_put_u64(m->data + 24, c->inst);
-    lf_put_u64(m->data + 32, m->type == LF_MSG_NOTIF ? c->next_seq : 0);
+    nixl_put_u32(m->data + 8, m->type == LF_MSG_HELLO ? UINT32_MAX : c->ridx);
+    nixl_put_u32(m->data + 12, c->idx);
+    nixl_put_u64(m->data + 16, be->inst);
+    nixl_put_u64(m->data + 24, c->inst);
+    nixl_put_u64(m->data + 32, m->type == LF_MSG_NOTIF ? c->next_seq : 0);
 }
 
 static int lf_cmsg_ready(const lf_cmsg_t *m)
@@ -194,7 +194,7 @@ void lf_txq_flush(lf_be_t *be)
             c->next_seq++;
         if (m->type == LF_MSG_HEARTBEAT)
             c->hb_queued = 0;
-        c->last_tx_ns = lf_now_ns();
+        c->last_tx_ns = nixl_now_ns();
         m->next = be->tx_flight;
         be->tx_flight = m;
         be->tx_inflight++;
@@ -345,7 +345,7 @@ static void lf_fence_ack(lf_be_t *be, lf_conn_t *c, uint64_t id)
         return;
     }
     memset(m->data + LF_HDR_SIZE, 0, LF_FENCE_BODY);
-    lf_put_u64(m->data + LF_HDR_SIZE, id);
+    nixl_put_u64(m->data + LF_HDR_SIZE, id);
     lf_txq_push(be, m);
 }
 
@@ -402,8 +402,8 @@ static void lf_on_notif(lf_be_t *be, lf_conn_t *c, const uint8_t *msg, size_t le
     if (len < LF_HDR_SIZE + LF_NOTIF_BODY)
         return;
     const uint8_t *b = msg + LF_HDR_SIZE;
-    uint64_t seq = lf_get_u64(msg + 32), expect = lf_get_u64(b), fence_id = lf_get_u64(b + 16);
-    uint32_t tag = lf_get_u32(b + 8), mlen = lf_get_u32(b + 12), flags = lf_get_u32(b + 24);
+    uint64_t seq = nixl_get_u64(msg + 32), expect = nixl_get_u64(b), fence_id = nixl_get_u64(b + 16);
+    uint32_t tag = nixl_get_u32(b + 8), mlen = nixl_get_u32(b + 12), flags = nixl_get_u32(b + 24);
     if (mlen > NIXL_NOTIF_MAX || len != LF_HDR_SIZE + LF_NOTIF_BODY + (size_t)mlen || (flags & ~LF_NOTIF_ACK)) {
         LF_WARN(be, "libfabric: malformed notification of %zu bytes from %s dropped", len, c->name);
         return;
@@ -461,8 +461,8 @@ static void lf_on_cancel(lf_conn_t *c, const uint8_t *msg, size_t len)
 {
     if (len != LF_HDR_SIZE + LF_CANCEL_BODY)
         return;
-    uint32_t tag = lf_get_u32(msg + LF_HDR_SIZE);
-    uint64_t posted = lf_get_u64(msg + LF_HDR_SIZE + 8);
+    uint32_t tag = nixl_get_u32(msg + LF_HDR_SIZE);
+    uint64_t posted = nixl_get_u64(msg + LF_HDR_SIZE + 8);
     lf_tag_t *t = lf_tag_find(c, tag, posted > 0);
     if (!t)
         return;
@@ -481,7 +481,7 @@ void lf_ctrl_on_write_data(lf_be_t *be, uint64_t data)
         LF_DEBUG(be, "libfabric: a write with data %016llx for no live connection", (unsigned long long)data);
         return;
     }
-    c->last_rx_ns = lf_now_ns();
+    c->last_rx_ns = nixl_now_ns();
     lf_tag_t *t = lf_tag_find(c, tag, 1);
     if (!t) {
         LF_ERROR(be, "libfabric: out of memory counting writes from %s", c->name);
@@ -505,8 +505,8 @@ void lf_ctrl_on_write_data(lf_be_t *be, uint64_t data)
  * counted one is answered once its tag's writes were all counted. */
 static void lf_on_fence(lf_be_t *be, lf_conn_t *c, const uint8_t *b)
 {
-    uint64_t id = lf_get_u64(b), expect = lf_get_u64(b + 16);
-    uint32_t tag = lf_get_u32(b + 8), flags = lf_get_u32(b + 12);
+    uint64_t id = nixl_get_u64(b), expect = nixl_get_u64(b + 16);
+    uint32_t tag = nixl_get_u32(b + 8), flags = nixl_get_u32(b + 12);
     if (!(flags & LF_FENCE_COUNTED)) {
         lf_fence_ack(be, c, id);
         return;
@@ -527,7 +527,7 @@ static void lf_on_fence(lf_be_t *be, lf_conn_t *c, const uint8_t *b)
 
 void lf_ctrl_on_message(lf_be_t *be, const uint8_t *msg, size_t len)
 {
-    if (len < LF_HDR_SIZE || lf_get_u32(msg) != LF_MSG_MAGIC || msg[5] != LF_MSG_VERSION) {
+    if (len < LF_HDR_SIZE || nixl_get_u32(msg) != LF_MSG_MAGIC || msg[5] != LF_MSG_VERSION) {
         LF_DEBUG(be, "libfabric: a message of %zu bytes that is not ours dropped", len);
         return;
     }
@@ -536,9 +536,9 @@ void lf_ctrl_on_message(lf_be_t *be, const uint8_t *msg, size_t len)
         lf_conn_on_hello(be, msg, len);
         return;
     }
-    uint32_t idx = lf_get_u32(msg + 8);
+    uint32_t idx = nixl_get_u32(msg + 8);
     lf_conn_t *c = idx < be->nconns ? be->conns[idx] : NULL;
-    if (!c || c->inst != lf_get_u64(msg + 16) || lf_get_u64(msg + 24) != be->inst) {
+    if (!c || c->inst != nixl_get_u64(msg + 16) || nixl_get_u64(msg + 24) != be->inst) {
         LF_DEBUG(be, "libfabric: message type %u for connection %u of another instance dropped", type, idx);
         return;
     }
@@ -554,7 +554,7 @@ void lf_ctrl_on_message(lf_be_t *be, const uint8_t *msg, size_t len)
         }
         return;
     }
-    c->last_rx_ns = lf_now_ns();
+    c->last_rx_ns = nixl_now_ns();
     switch (type) {
     case LF_MSG_ACK:
         if (len == LF_HDR_SIZE + LF_ACK_BODY)
@@ -579,7 +579,7 @@ void lf_ctrl_on_message(lf_be_t *be, const uint8_t *msg, size_t len)
         break;
     case LF_MSG_FENCE_ACK:
         if (len == LF_HDR_SIZE + LF_FENCE_BODY)
-            lf_req_fence_done(be, c, lf_get_u64(msg + LF_HDR_SIZE));
+            lf_req_fence_done(be, c, nixl_get_u64(msg + LF_HDR_SIZE));
         break;
     default:
         LF_DEBUG(be, "libfabric: message of unknown type %u from %s dropped", type, c->name);
@@ -596,12 +596,12 @@ lf_cmsg_t *lf_notif_msg(lf_be_t *be, lf_conn_t *c, const void *msg, size_t len, 
     if (!m)
         return NULL;
     uint8_t *b = m->data + LF_HDR_SIZE;
-    lf_put_u64(b, expect);
-    lf_put_u32(b + 8, tag);
-    lf_put_u32(b + 12, (uint32_t)len);
-    lf_put_u64(b + 16, ack ? fence_id : 0);
-    lf_put_u32(b + 24, ack ? LF_NOTIF_ACK : 0);
-    lf_put_u32(b + 28, 0);
+    nixl_put_u64(b, expect);
+    nixl_put_u32(b + 8, tag);
+    nixl_put_u32(b + 12, (uint32_t)len);
+    nixl_put_u64(b + 16, ack ? fence_id : 0);
+    nixl_put_u32(b + 24, ack ? LF_NOTIF_ACK : 0);
+    nixl_put_u32(b + 28, 0);
     if (len)
         memcpy(b + LF_NOTIF_BODY, msg, len);
     lf_txq_push(be, m);
@@ -619,10 +619,10 @@ static int lf_fence_one(lf_be_t *be, lf_conn_t *c, unsigned r, unsigned j, uint6
     m->rail = (uint8_t)r;
     m->rrail = (uint8_t)j;
     uint8_t *b = m->data + LF_HDR_SIZE;
-    lf_put_u64(b, id);
-    lf_put_u32(b + 8, counted ? tag : 0);
-    lf_put_u32(b + 12, counted ? LF_FENCE_COUNTED : 0);
-    lf_put_u64(b + 16, counted ? expect : 0);
+    nixl_put_u64(b, id);
+    nixl_put_u32(b + 8, counted ? tag : 0);
+    nixl_put_u32(b + 12, counted ? LF_FENCE_COUNTED : 0);
+    nixl_put_u64(b + 16, counted ? expect : 0);
     lf_txq_push(be, m);
     return 1;
 }

@@ -88,62 +88,12 @@ enum {
     LF_SYNC_DELIVERY,  /* FI_DELIVERY_COMPLETE on every write */
 };
 
-#define LF_STR2_(x) #x
-#define LF_STR_(x) LF_STR2_(x)
-#define LF_LOG(be, lvl, ...)                                                                      \
-    do {                                                                                          \
-        const nixl_host_services_t *lf_h_ = (be)->host;                                           \
-        if (lf_h_->log_enabled(lvl))                                                              \
-            lf_h_->log(lvl, __FILE__ ":" LF_STR_(__LINE__), __VA_ARGS__);                        \
-    } while (0)
-#define LF_ERROR(be, ...) LF_LOG(be, NIXL_LOG_ERROR, __VA_ARGS__)
-#define LF_WARN(be, ...) LF_LOG(be, NIXL_LOG_WARN, __VA_ARGS__)
-#define LF_INFO(be, ...) LF_LOG(be, NIXL_LOG_INFO, __VA_ARGS__)
-#define LF_DEBUG(be, ...) LF_LOG(be, NIXL_LOG_DEBUG, __VA_ARGS__)
-
-#define lf_likely(x) __builtin_expect(!!(x), 1)
-#define lf_unlikely(x) __builtin_expect(!!(x), 0)
-
-static inline void lf_put_u16(uint8_t *p, uint16_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-}
-static inline void lf_put_u32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-static inline void lf_put_u64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-static inline uint16_t lf_get_u16(const uint8_t *p)
-{
-    return (uint16_t)(p[0] | (p[1] << 8));
-}
-static inline uint32_t lf_get_u32(const uint8_t *p)
-{
-    uint32_t v = 0;
-    for (int i = 3; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
-static inline uint64_t lf_get_u64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
-
-static inline uint64_t lf_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
+/* Logging through the kit (nixl/backend_util.h), prefixed by the instance's host. */
+#define LF_LOG(be, lvl, ...) NIXL_BE_LOG((be)->host, lvl, __VA_ARGS__)
+#define LF_ERROR(be, ...) NIXL_BE_ERROR((be)->host, __VA_ARGS__)
+#define LF_WARN(be, ...) NIXL_BE_WARN((be)->host, __VA_ARGS__)
+#define LF_INFO(be, ...) NIXL_BE_INFO((be)->host, __VA_ARGS__)
+#define LF_DEBUG(be, ...) NIXL_BE_DEBUG((be)->host, __VA_ARGS__)
 
 /* Every context we hand the provider starts with this, so a completion
  * says what it completes. */

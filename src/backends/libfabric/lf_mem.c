@@ -209,17 +209,17 @@ nixl_status_t lf_rkey_pack(void *bev, void *md, void *buf, size_t *len)
         return buf ? NIXL_ERR_TOO_BIG : NIXL_OK;
     }
     uint8_t *p = buf;
-    lf_put_u32(p, LF_RKEY_MAGIC);
+    nixl_put_u32(p, LF_RKEY_MAGIC);
     p[4] = LF_RKEY_VERSION;
     p[5] = (uint8_t)be->nrails;
     p[6] = (uint8_t)((be->virt_addr ? LF_RKEY_VIRT : 0) | (g->no_hmem ? LF_RKEY_NO_HMEM : 0));
     p[7] = 0;
-    lf_put_u32(p + 8, g->rails);
-    lf_put_u32(p + 12, 0);
+    nixl_put_u32(p + 8, g->rails);
+    nixl_put_u32(p + 12, 0);
     size_t k = 0;
     for (unsigned i = 0; i < be->nrails; i++)
         if (g->rails & (1u << i))
-            lf_put_u64(p + LF_RKEY_FIXED + 8 * k++, g->key[i]);
+            nixl_put_u64(p + LF_RKEY_FIXED + 8 * k++, g->key[i]);
     *len = need;
     return NIXL_OK;
 }
@@ -232,7 +232,7 @@ nixl_status_t lf_rkey_load(void *bev, void *peer, const nixl_be_region_t *region
     const uint8_t *p = rkey;
     if (!c || !region || !rmd_out)
         return NIXL_ERR_NULL;
-    if (!p || rkey_len < LF_RKEY_FIXED || lf_get_u32(p) != LF_RKEY_MAGIC) {
+    if (!p || rkey_len < LF_RKEY_FIXED || nixl_get_u32(p) != LF_RKEY_MAGIC) {
         LF_ERROR(be, "libfabric: remote key of a region of peer %s is malformed (%zu bytes)",
                  c->name[0] ? c->name : "?", rkey_len);
         return NIXL_ERR_BAD_METADATA;
@@ -242,12 +242,12 @@ nixl_status_t lf_rkey_load(void *bev, void *peer, const nixl_be_region_t *region
         return NIXL_ERR_MD_VERSION;
     }
     unsigned n = p[5];
-    uint32_t set = lf_get_u32(p + 8);
+    uint32_t set = nixl_get_u32(p + 8);
     uint32_t all = n >= 32 ? UINT32_MAX : (1u << n) - 1;
     int no_hmem = (p[6] & LF_RKEY_NO_HMEM) != 0;
     /* An empty rail set exactly when the owner could not register its VRAM. */
     if (n == 0 || n != c->rnrails || (p[6] & ~(LF_RKEY_VIRT | LF_RKEY_NO_HMEM)) || p[7] || (set == 0) != no_hmem ||
-        (no_hmem && region->mem_type != NIXL_MEM_VRAM) || (set & ~all) || lf_get_u32(p + 12) ||
+        (no_hmem && region->mem_type != NIXL_MEM_VRAM) || (set & ~all) || nixl_get_u32(p + 12) ||
         rkey_len != LF_RKEY_FIXED + 8 * (size_t)__builtin_popcount(set)) {
         LF_ERROR(be, "libfabric: remote key of %zu bytes for rails 0x%x of %u does not fit a peer with %u rails",
                  rkey_len, set, n, c->rnrails);
@@ -272,7 +272,7 @@ nixl_status_t lf_rkey_load(void *bev, void *peer, const nixl_be_region_t *region
     size_t k = 0;
     for (unsigned i = 0; i < n; i++)
         if (set & (1u << i))
-            m->keys[i] = lf_get_u64(p + LF_RKEY_FIXED + 8 * k++);
+            m->keys[i] = nixl_get_u64(p + LF_RKEY_FIXED + 8 * k++);
     *rmd_out = m;
     return NIXL_OK;
 }

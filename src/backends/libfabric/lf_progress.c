@@ -119,12 +119,12 @@ size_t lf_progress_locked(lf_be_t *be, int in_op)
         lf_rail_t *rail = &be->rails[i];
         n += lf_cq_poll(be, rail);
         rail->eagain = 0;
-        if (lf_unlikely(rail->rx_missing))
+        if (nixl_unlikely(rail->rx_missing))
             lf_rx_repost_missing(be, rail);
     }
     if (be->active)
         lf_reqs_pump(be, in_op);
-    uint64_t now = lf_now_ns();
+    uint64_t now = nixl_now_ns();
     if (now >= be->next_tick_ns) {
         lf_conn_tick(be, now);
         if (be->active)
@@ -139,7 +139,7 @@ size_t lf_progress_locked(lf_be_t *be, int in_op)
 
 void lf_progress_op_locked(lf_be_t *be)
 {
-    uint64_t now = lf_now_ns();
+    uint64_t now = nixl_now_ns();
     uint64_t prev = atomic_exchange_explicit(&be->app_poll_ns, now, memory_order_relaxed);
     atomic_store_explicit(&be->app_gap_ns, now - prev, memory_order_relaxed);
     lf_progress_locked(be, 1);
@@ -180,7 +180,7 @@ static void *lf_thread_main(void *arg)
     lf_be_t *be = arg;
     uint64_t last_event = 0;
     while (!atomic_load_explicit(&be->stop, memory_order_acquire)) {
-        uint64_t now = lf_now_ns();
+        uint64_t now = nixl_now_ns();
         /* An application thread polling a request in a loop drives the
          * CQs itself; one calling in now and then (a target reading its
          * notifications every millisecond) does not. */
@@ -219,7 +219,7 @@ static void *lf_thread_main(void *arg)
             int ms = (int)(wait_ns / 1000000ull) + 1;
             int k = epoll_wait(be->epfd, ev, 4, ms);
             if (k > 0)
-                last_event = lf_now_ns(); /* spin a little: more is likely coming */
+                last_event = nixl_now_ns(); /* spin a little: more is likely coming */
             continue;
         }
         /* No descriptor to block on: short sleeps keep a target's writes

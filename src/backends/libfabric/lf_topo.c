@@ -27,13 +27,11 @@
 
 #include "lf_topo.h"
 
-#define LF_TOPO_STR2_(x) #x
-#define LF_TOPO_STR_(x) LF_TOPO_STR2_(x)
+/* The kit's log macro; a topology may be loaded without a host (tests). */
 #define TOPO_LOG(t, lvl, ...)                                                                     \
     do {                                                                                          \
-        const nixl_host_services_t *h_ = (t)->host;                                               \
-        if (h_ && h_->log_enabled(lvl))                                                           \
-            h_->log(lvl, __FILE__ ":" LF_TOPO_STR_(__LINE__), __VA_ARGS__);                      \
+        if ((t)->host)                                                                            \
+            NIXL_BE_LOG((t)->host, lvl, __VA_ARGS__);                                             \
     } while (0)
 
 struct lf_topo {

@@ -212,7 +212,7 @@ void lf_req_data_done(lf_be_t *be, lf_slot_t *s, int err)
         }
     } else {
         /* A completed operation is the peer's provider answering. */
-        r->conn->last_rx_ns = lf_now_ns();
+        r->conn->last_rx_ns = nixl_now_ns();
     }
     lf_req_check(be, r);
 }
@@ -585,9 +585,9 @@ static void lf_req_forget(lf_be_t *be, lf_req_t *r)
     lf_cmsg_t *m = lf_cmsg_new(r->conn, LF_MSG_CANCEL, LF_CANCEL_BODY);
     if (!m)
         return;
-    lf_put_u32(m->data + LF_HDR_SIZE, r->tag);
-    lf_put_u32(m->data + LF_HDR_SIZE + 4, 0);
-    lf_put_u64(m->data + LF_HDR_SIZE + 8, r->posted_data);
+    nixl_put_u32(m->data + LF_HDR_SIZE, r->tag);
+    nixl_put_u32(m->data + LF_HDR_SIZE + 4, 0);
+    nixl_put_u64(m->data + LF_HDR_SIZE + 8, r->posted_data);
     lf_txq_push(be, m);
     lf_txq_flush(be);
 }
@@ -659,7 +659,7 @@ static int lf_req_cancel_begin(lf_be_t *be, lf_req_t *r)
 {
     int notif_out = lf_req_notif_out(r);
     r->canceling = 1;
-    r->cancel_ns = lf_now_ns();
+    r->cancel_ns = nixl_now_ns();
     if (r->notif_msg) {
         lf_req_detach(be, r);
         r->notif_wait = 0;
@@ -688,7 +688,7 @@ void lf_xfer_cancel(void *bev, nixl_be_req_t *req)
             /* Too late to cancel; still, it must end: lf_reqs_tick resets
              * the connection if it is not over within the peer timeout. */
             r->cancel_late = 1;
-            r->cancel_ns = lf_now_ns();
+            r->cancel_ns = nixl_now_ns();
         } else {
             lf_req_cancel_begin(be, r);
             r->forget_owed = 1;
@@ -713,9 +713,9 @@ void lf_xfer_release(void *bev, nixl_be_req_t *req)
         int notif_out = r->canceling ? 0 : lf_req_cancel_begin(be, r);
         if (!notif_out)
             r->forget_owed = 1;
-        uint64_t limit = be->timeout_ns + 500000000ull, deadline = lf_now_ns() + limit;
+        uint64_t limit = be->timeout_ns + 500000000ull, deadline = nixl_now_ns() + limit;
         while ((r->state == LF_REQ_RUN || r->state == LF_REQ_SYNC) && r->conn->state != LF_CONN_DOWN &&
-               lf_now_ns() < deadline) {
+               nixl_now_ns() < deadline) {
             lf_req_check(be, r);
             lf_progress_locked(be, 1);
             if (r->state != LF_REQ_RUN && r->state != LF_REQ_SYNC)

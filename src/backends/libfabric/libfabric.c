@@ -194,7 +194,7 @@ static uint64_t lf_random_inst(void)
     uint64_t v = 0;
     while (v == 0) {
         if (getrandom(&v, sizeof(v), 0) != (ssize_t)sizeof(v))
-            v = lf_now_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)&v;
+            v = nixl_now_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)&v;
     }
     return v;
 }
@@ -281,10 +281,10 @@ static void lf_say_bye(lf_be_t *be)
     }
     if (!n)
         return;
-    uint64_t deadline = lf_now_ns() + 100000000ull;
+    uint64_t deadline = nixl_now_ns() + 100000000ull;
     for (;;) {
         lf_progress_locked(be, 1);
-        if ((!be->txq_head && !be->tx_flight) || lf_now_ns() > deadline)
+        if ((!be->txq_head && !be->tx_flight) || nixl_now_ns() > deadline)
             break;
         struct timespec ts = {0, 50000};
         nanosleep(&ts, NULL);
@@ -295,12 +295,12 @@ static void lf_say_bye(lf_be_t *be)
  * failed) get a short while to complete before the endpoints close. */
 static void lf_drain(lf_be_t *be)
 {
-    uint64_t deadline = lf_now_ns() + 200000000ull;
+    uint64_t deadline = nixl_now_ns() + 200000000ull;
     for (;;) {
         unsigned busy = 0;
         for (unsigned i = 0; i < be->nrails; i++)
             busy += be->rails[i].nslots - be->rails[i].nfree;
-        if (!busy || lf_now_ns() > deadline)
+        if (!busy || nixl_now_ns() > deadline)
             return;
         lf_progress_locked(be, 1);
         pthread_mutex_unlock(&be->lock);

@@ -153,7 +153,7 @@ typedef struct side {
 
 static uint64_t now_ms(void)
 {
-    return lf_now_ns() / 1000000;
+    return nixl_now_ns() / 1000000;
 }
 
 static void sleep_us(unsigned us)
@@ -435,9 +435,9 @@ static void case_conn_corrupt(void)
     /* Address length 0 or over the limit. */
     size_t aoff = LF_CONN_FIXED + blob[7];
     memcpy(copy, blob, len);
-    lf_put_u16(copy + aoff, 0);
+    nixl_put_u16(copy + aoff, 0);
     CHECK_ST(peer_open(a.be, "b", copy, len, &peer), NIXL_ERR_BAD_METADATA);
-    lf_put_u16(copy + aoff, LF_ADDR_MAX + 1);
+    nixl_put_u16(copy + aoff, LF_ADDR_MAX + 1);
     CHECK_ST(peer_open(a.be, "b", copy, len, &peer), NIXL_ERR_BAD_METADATA);
     /* Random damage never crashes; accepted blobs give a peer that unloads. */
     uint64_t rs = 7;
@@ -482,7 +482,7 @@ static void case_rkey_corrupt(void)
     CHECK(len == 24);
     CHECK_ST(ops->rkey_pack(b.be, m.md, key, &len), NIXL_OK);
     /* Version 2: the rail set says rail 0 has the one key. */
-    CHECK(key[4] == 2 && key[5] == 1 && lf_get_u32(key + 8) == 1 && lf_get_u32(key + 12) == 0);
+    CHECK(key[4] == 2 && key[5] == 1 && nixl_get_u32(key + 8) == 1 && nixl_get_u32(key + 12) == 0);
     nixl_be_region_t r = {.mem_type = NIXL_MEM_DRAM, .addr = (uint64_t)(uintptr_t)m.p, .len = m.len};
     void *rmd = NULL;
     for (size_t cut = 0; cut < len; cut++)
@@ -501,7 +501,7 @@ static void case_rkey_corrupt(void)
     static const uint32_t bad_sets[] = {0, 2, 3, 0x80000000u};
     for (size_t i = 0; i < sizeof(bad_sets) / sizeof(bad_sets[0]); i++) {
         memcpy(copy, key, len);
-        lf_put_u32(copy + 8, bad_sets[i]);
+        nixl_put_u32(copy + 8, bad_sets[i]);
         CHECK_ST(ops->rkey_load(a.be, l.peer_ab, &r, copy, len, &rmd), NIXL_ERR_BAD_METADATA);
     }
     memcpy(copy, key, len);
@@ -518,7 +518,7 @@ static void case_rkey_corrupt(void)
     CHECK_ST(ops->rkey_load(a.be, l.peer_ab, &v, copy, len, &rmd), NIXL_ERR_BAD_METADATA);
     memcpy(copy, key, 16);
     copy[6] |= 2;
-    lf_put_u32(copy + 8, 0);
+    nixl_put_u32(copy + 8, 0);
     CHECK_ST(ops->rkey_load(a.be, l.peer_ab, &r, copy, 16, &rmd), NIXL_ERR_BAD_METADATA);
     nixl_be_region_t other = r;
     other.mem_type = NIXL_MEM_FILE;
@@ -716,14 +716,14 @@ static void case_rails(void)
 static void msg_hdr(uint8_t *m, uint8_t type, const lf_be_t *to, const lf_conn_t *c, uint64_t seq)
 {
     memset(m, 0, LF_HDR_SIZE);
-    lf_put_u32(m, LF_MSG_MAGIC);
+    nixl_put_u32(m, LF_MSG_MAGIC);
     m[4] = type;
     m[5] = LF_MSG_VERSION;
-    lf_put_u32(m + 8, c->idx);
-    lf_put_u32(m + 12, 0);
-    lf_put_u64(m + 16, c->inst);
-    lf_put_u64(m + 24, to->inst);
-    lf_put_u64(m + 32, seq);
+    nixl_put_u32(m + 8, c->idx);
+    nixl_put_u32(m + 12, 0);
+    nixl_put_u64(m + 16, c->inst);
+    nixl_put_u64(m + 24, to->inst);
+    nixl_put_u64(m + 32, seq);
 }
 
 static void deliver_notif(lf_be_t *be, lf_conn_t *c, uint64_t seq, uint32_t tag, uint64_t expect, const char *text)
@@ -732,9 +732,9 @@ static void deliver_notif(lf_be_t *be, lf_conn_t *c, uint64_t seq, uint32_t tag,
     size_t tl = strlen(text);
     msg_hdr(m, LF_MSG_NOTIF, be, c, seq);
     memset(m + LF_HDR_SIZE, 0, LF_NOTIF_BODY);
-    lf_put_u64(m + LF_HDR_SIZE, expect);
-    lf_put_u32(m + LF_HDR_SIZE + 8, tag);
-    lf_put_u32(m + LF_HDR_SIZE + 12, (uint32_t)tl);
+    nixl_put_u64(m + LF_HDR_SIZE, expect);
+    nixl_put_u32(m + LF_HDR_SIZE + 8, tag);
+    nixl_put_u32(m + LF_HDR_SIZE + 12, (uint32_t)tl);
     memcpy(m + LF_HDR_SIZE + LF_NOTIF_BODY, text, tl);
     lf_ctrl_on_message(be, m, LF_HDR_SIZE + LF_NOTIF_BODY + tl);
 }
@@ -761,7 +761,7 @@ static void case_counting(void)
     snprintf(c->name, sizeof(c->name), "sender");
     c->state = LF_CONN_UP;
     c->have_ridx = 1;
-    c->last_rx_ns = lf_now_ns();
+    c->last_rx_ns = nixl_now_ns();
     uint64_t d7 = lf_data_make(be, c->idx, 7), d8 = lf_data_make(be, c->idx, 8);
 
     /* Notification first, writes after: released at the third write. */
@@ -793,9 +793,9 @@ static void case_counting(void)
     lf_ctrl_on_write_data(be, lf_data_make(be, c->idx, 9));
     uint8_t m[LF_HDR_SIZE + LF_CANCEL_BODY];
     msg_hdr(m, LF_MSG_CANCEL, be, c, 0);
-    lf_put_u32(m + LF_HDR_SIZE, 9);
-    lf_put_u32(m + LF_HDR_SIZE + 4, 0);
-    lf_put_u64(m + LF_HDR_SIZE + 8, 2);
+    nixl_put_u32(m + LF_HDR_SIZE, 9);
+    nixl_put_u32(m + LF_HDR_SIZE + 4, 0);
+    nixl_put_u64(m + LF_HDR_SIZE + 8, 2);
     lf_ctrl_on_message(be, m, sizeof(m));
     CHECK(c->ntags == 1);
     lf_ctrl_on_write_data(be, lf_data_make(be, c->idx, 9));
@@ -805,18 +805,18 @@ static void case_counting(void)
      * its tag forgotten; a plain one at once. */
     uint8_t f[LF_HDR_SIZE + LF_FENCE_BODY];
     msg_hdr(f, LF_MSG_FENCE, be, c, 0);
-    lf_put_u64(f + LF_HDR_SIZE, 77);
-    lf_put_u32(f + LF_HDR_SIZE + 8, 10);
-    lf_put_u32(f + LF_HDR_SIZE + 12, LF_FENCE_COUNTED);
-    lf_put_u64(f + LF_HDR_SIZE + 16, 2);
+    nixl_put_u64(f + LF_HDR_SIZE, 77);
+    nixl_put_u32(f + LF_HDR_SIZE + 8, 10);
+    nixl_put_u32(f + LF_HDR_SIZE + 12, LF_FENCE_COUNTED);
+    nixl_put_u64(f + LF_HDR_SIZE + 16, 2);
     lf_ctrl_on_write_data(be, lf_data_make(be, c->idx, 10));
     lf_ctrl_on_message(be, f, sizeof(f));
     CHECK(be->txq_head == NULL && c->ntags == 1);
     lf_ctrl_on_write_data(be, lf_data_make(be, c->idx, 10));
-    CHECK(be->txq_head && be->txq_head->type == LF_MSG_FENCE_ACK && lf_get_u64(be->txq_head->data + LF_HDR_SIZE) == 77);
+    CHECK(be->txq_head && be->txq_head->type == LF_MSG_FENCE_ACK && nixl_get_u64(be->txq_head->data + LF_HDR_SIZE) == 77);
     CHECK(c->ntags == 0);
     lf_txq_free(be);
-    lf_put_u32(f + LF_HDR_SIZE + 12, 0);
+    nixl_put_u32(f + LF_HDR_SIZE + 12, 0);
     lf_ctrl_on_message(be, f, sizeof(f));
     CHECK(be->txq_head && be->txq_head->type == LF_MSG_FENCE_ACK && c->ntags == 0);
     lf_txq_free(be);
@@ -825,16 +825,16 @@ static void case_counting(void)
         uint8_t m2[LF_HDR_SIZE + LF_NOTIF_BODY + 2];
         msg_hdr(m2, LF_MSG_NOTIF, be, c, 3);
         memset(m2 + LF_HDR_SIZE, 0, LF_NOTIF_BODY);
-        lf_put_u64(m2 + LF_HDR_SIZE, 1);
-        lf_put_u32(m2 + LF_HDR_SIZE + 8, 11);
-        lf_put_u32(m2 + LF_HDR_SIZE + 12, 2);
-        lf_put_u64(m2 + LF_HDR_SIZE + 16, 88);
-        lf_put_u32(m2 + LF_HDR_SIZE + 24, LF_NOTIF_ACK);
+        nixl_put_u64(m2 + LF_HDR_SIZE, 1);
+        nixl_put_u32(m2 + LF_HDR_SIZE + 8, 11);
+        nixl_put_u32(m2 + LF_HDR_SIZE + 12, 2);
+        nixl_put_u64(m2 + LF_HDR_SIZE + 16, 88);
+        nixl_put_u32(m2 + LF_HDR_SIZE + 24, LF_NOTIF_ACK);
         memcpy(m2 + LF_HDR_SIZE + LF_NOTIF_BODY, "na", 2);
         lf_ctrl_on_message(be, m2, sizeof(m2));
         CHECK(delivered(&t) == 3 && be->txq_head == NULL);
         lf_ctrl_on_write_data(be, lf_data_make(be, c->idx, 11));
-        CHECK(delivered(&t) == 4 && be->txq_head && lf_get_u64(be->txq_head->data + LF_HDR_SIZE) == 88);
+        CHECK(delivered(&t) == 4 && be->txq_head && nixl_get_u64(be->txq_head->data + LF_HDR_SIZE) == 88);
         lf_txq_free(be);
     }
 
@@ -844,16 +844,16 @@ static void case_counting(void)
     uint8_t bad[LF_HDR_SIZE + LF_NOTIF_BODY + 2];
     memset(bad, 0, sizeof(bad));
     msg_hdr(bad, LF_MSG_NOTIF, be, c, 5);
-    lf_put_u64(bad + 16, 0x999);
+    nixl_put_u64(bad + 16, 0x999);
     lf_ctrl_on_message(be, bad, sizeof(bad));
     msg_hdr(bad, LF_MSG_NOTIF, be, c, 5);
     bad[0] ^= 1;
     lf_ctrl_on_message(be, bad, sizeof(bad));
     msg_hdr(bad, LF_MSG_NOTIF, be, c, 5);
-    lf_put_u32(bad + LF_HDR_SIZE + 12, 1000); /* longer than the message */
+    nixl_put_u32(bad + LF_HDR_SIZE + 12, 1000); /* longer than the message */
     lf_ctrl_on_message(be, bad, sizeof(bad));
     msg_hdr(bad, LF_MSG_NOTIF, be, c, 5);
-    lf_put_u32(bad + LF_HDR_SIZE + 24, 0x80); /* unknown flag */
+    nixl_put_u32(bad + LF_HDR_SIZE + 24, 0x80); /* unknown flag */
     lf_ctrl_on_message(be, bad, sizeof(bad));
     lf_ctrl_on_message(be, bad, 5);
     lf_ctrl_on_write_data(be, lf_data_make(be, 1000, 1)); /* no such connection */
@@ -1396,7 +1396,7 @@ static void case_vram_no_hmem(void)
     uint8_t key[64];
     size_t klen = sizeof(key);
     CHECK_ST(ops->rkey_pack(b.be, vmd[1], key, &klen), NIXL_OK);
-    CHECK(klen == 16 && key[6] == 2 && lf_get_u32(key + 8) == 0);
+    CHECK(klen == 16 && key[6] == 2 && nixl_get_u32(key + 8) == 0);
     nixl_be_region_t vr = {.mem_type = NIXL_MEM_VRAM, .addr = (uint64_t)(uintptr_t)fake_gpu[1],
                            .len = sizeof(fake_gpu[1])};
     nixl_be_region_t dr = vr;
