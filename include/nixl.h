@@ -287,8 +287,15 @@ NIXL_API void nixl_mem_free(void *ptr, size_t len);
  * is malloc'd; free it with nixl_free. */
 NIXL_API nixl_status_t nixl_md_get_local(nixl_agent_t *agent, void **blob_out, size_t *len_out);
 /* Load a peer's blob.  Writes the peer's name (NUL-terminated, at most
- * NIXL_NAME_MAX bytes) to name_out when it is not NULL.  Loading a peer that
- * is already known replaces it and bumps its generation. */
+ * NIXL_NAME_MAX bytes) to name_out when it is not NULL.  Loading a full blob
+ * of a peer that is already known replaces it and bumps its generation.
+ * A partial blob (nixl_md_get_local_partial) adds its regions to the peer
+ * as loaded: requests made before stay valid, unless the blob changes a
+ * region or connection info already loaded (then it is a reload: a new
+ * generation, older requests NIXL_ERR_STALE).  A partial blob without
+ * connection info loads only into a peer already known, as the same
+ * instance: NIXL_ERR_UNKNOWN_PEER otherwise.  With connection info it
+ * makes an unknown peer known, with only its regions. */
 NIXL_API nixl_status_t nixl_md_load_remote(nixl_agent_t *agent, const void *blob, size_t len,
                                            char name_out[NIXL_NAME_MAX + 1]);
 NIXL_API nixl_status_t nixl_md_invalidate_remote(nixl_agent_t *agent, const char *peer);
@@ -304,11 +311,33 @@ NIXL_API nixl_status_t nixl_md_check_remote(nixl_agent_t *agent, const char *pee
  * themselves.  (NIXL's makeConnection / make_connection.) */
 NIXL_API nixl_status_t nixl_md_connect(nixl_agent_t *agent, const char *peer, const nixl_opt_args_t *opt);
 
+/* Partial metadata: this agent's name and identity, the registered regions
+ * holding the descriptors of dlist (every descriptor must lie inside one),
+ * for the backends of opt->backends (NIXL_OPT_BACKENDS; all of the agent's
+ * when absent or empty) that publish dlist's memory type; with their
+ * connection info when flags has NIXL_MD_PARTIAL_CONN_INFO.  An empty
+ * dlist (count 0) gives the connection info of those backends and no
+ * region, whatever flags say.  Other fields of opt are ignored.  *blob_out
+ * is malloc'd (nixl_free).  Errors: NIXL_ERR_NULL, NIXL_ERR_INVALID_PARAM
+ * (memory type, unknown flag bits), NIXL_ERR_UNKNOWN_BACKEND (a backend of
+ * another agent), NIXL_ERR_MEM_TYPE (no chosen backend publishes that
+ * memory type), NIXL_ERR_ZERO_LENGTH, NIXL_ERR_NOT_REGISTERED (a
+ * descriptor outside every registration of the chosen backends). */
+enum {
+    NIXL_MD_PARTIAL_CONN_INFO = 1u << 0, /* include the backends' connection info */
+};
+NIXL_API nixl_status_t nixl_md_get_local_partial(nixl_agent_t *agent, const nixl_dlist_t *dlist, uint32_t flags,
+                                                 const nixl_opt_args_t *opt, void **blob_out, size_t *len_out);
+
 /* Threads: agent; the socket I/O runs without the agent lock, so other
  * threads' calls go on while one waits. */
 /* Metadata over a socket (peer's listener).  These block for at most
  * NIXL_MD_TIMEOUT_MS. */
 NIXL_API nixl_status_t nixl_md_send_local(nixl_agent_t *agent, const char *ip, uint16_t port);
+/* The partial blob of nixl_md_get_local_partial, sent to the listener at
+ * ip:port, which loads it as nixl_md_load_remote does; returns its status. */
+NIXL_API nixl_status_t nixl_md_send_local_partial(nixl_agent_t *agent, const nixl_dlist_t *dlist, uint32_t flags,
+                                                  const nixl_opt_args_t *opt, const char *ip, uint16_t port);
 NIXL_API nixl_status_t nixl_md_fetch_remote(nixl_agent_t *agent, const char *ip, uint16_t port,
                                             char name_out[NIXL_NAME_MAX + 1]);
 NIXL_API nixl_status_t nixl_md_invalidate_local(nixl_agent_t *agent, const char *ip, uint16_t port);
@@ -350,9 +379,12 @@ typedef struct nixl_etcd_args {
 } nixl_etcd_args_t;
 
 /* Threads: agent; cb runs on the etcd thread (see above). */
-/* Publish my metadata as it is now: all of it (dlist NULL), or only the
- * registered regions holding the descriptors of dlist under args->label
- * (required then).  Replaces what was published under the same label.
+/* Publish my metadata as it is now: all of it (dlist NULL), or under
+ * args->label (required then) a partial blob with connection info: the
+ * registered regions holding the descriptors of dlist, as
+ * nixl_md_get_local_partial(dlist, NIXL_MD_PARTIAL_CONN_INFO) makes it
+ * (a fetcher adds them to what it holds of me).  Replaces what was
+ * published under the same label.
  * Fails (through cb) with NIXL_ERR_NAME_TAKEN while another live agent
  * holds my name in etcd. */
 NIXL_API nixl_status_t nixl_md_etcd_publish(nixl_agent_t *agent, const nixl_dlist_t *dlist,

@@ -65,6 +65,28 @@ typedef struct nixl_region_index {
     size_t n, cap;
 } nixl_region_index_t;
 
+/* Index in idx->v of the region holding [addr, addr+len), or -1.  Inline:
+ * nixl_region_find runs it once per descriptor on the request path. */
+static inline long nixl_region_index(const nixl_region_index_t *idx, uint64_t addr, uint64_t len)
+{
+    size_t lo = 0, hi = idx->n;
+    /* Last region with start <= addr. */
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (idx->v[mid]->addr <= addr)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo == 0)
+        return -1;
+    const nixl_region_t *r = idx->v[lo - 1];
+    uint64_t off = addr - r->addr;
+    if (off >= r->len || len > r->len - off)
+        return -1;
+    return (long)(lo - 1);
+}
+
 /* Region of this mem type holding [addr, addr+len), or NULL. */
 nixl_region_t *nixl_region_find(const nixl_region_index_t *idx, uint64_t addr, uint64_t len);
 void nixl_registry_destroy(nixl_agent_t *agent);
@@ -238,6 +260,13 @@ static inline void nixl_agent_unlock(nixl_agent_t *a)
 nixl_status_t nixl_agent_progress_locked(nixl_agent_t *agent);
 /* Metadata calls with the agent lock held (used by the listener too). */
 nixl_status_t nixl_md_get_local_locked(nixl_agent_t *agent, void **blob_out, size_t *len_out);
+/* A partial blob (md_local.c): the regions holding dlist's descriptors for
+ * the backends of opt (all when none), with connection info when flags has
+ * NIXL_MD_PARTIAL_CONN_INFO or dlist is empty.  what names the caller in
+ * the error lines. */
+nixl_status_t nixl_md_get_local_partial_locked(nixl_agent_t *agent, const nixl_dlist_t *dlist, uint32_t flags,
+                                               const nixl_opt_args_t *opt, const char *what, void **blob_out,
+                                               size_t *len_out);
 nixl_status_t nixl_md_load_remote_locked(nixl_agent_t *agent, const void *blob, size_t len,
                                          char name_out[NIXL_NAME_MAX + 1]);
 nixl_status_t nixl_md_invalidate_remote_locked(nixl_agent_t *agent, const char *peer);

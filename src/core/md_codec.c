@@ -11,6 +11,11 @@
  * allocation holding the struct, the backends and every region, then the
  * full parse into it.  The byte layout and the rules are in
  * docs/metadata-format.md; keep both in step.
+ *
+ * A partial blob is a full one with a PARTIAL section right after the agent
+ * section.  That section is not skippable on purpose: a reader that does
+ * not know it refuses the blob instead of taking a few regions for the
+ * whole of the agent's metadata.
  */
 #include "core/md_codec.h"
 
@@ -27,7 +32,12 @@ enum {
     MD_SECTION_HEADER_LEN = 8,
     MD_SECTION_AGENT = 1,
     MD_SECTION_BACKEND = 2,
+    MD_SECTION_PARTIAL = 3,
     MD_FLAG_MAY_SKIP = 1u << 0,
+    /* PARTIAL payload: u32 flags; bit 0 says the backends carry their
+     * connection info, the other bits are reserved. */
+    MD_PARTIAL_LEN = 4,
+    MD_PARTIAL_CONN_INFO = 1u << 0,
     MD_BOOT_ID_LEN = 16,
     /* boot id, pid u32, instance id u64: what follows the hostname in a
      * version-1 agent section; version 2 adds uid u32, start time u64,
@@ -325,6 +335,17 @@ static nixl_status_t scan_blob(const uint8_t *b, size_t len, md_scan_t *scan)
             if (i != 0)
                 MD_REJECT("section %" PRIu32 ": a second agent section", i);
             break;
+        case MD_SECTION_PARTIAL:
+            /* Only section 1 may be it, so there is at most one, and it is
+             * known before any backend section is parsed. */
+            if (i != 1)
+                MD_REJECT("section %" PRIu32 ": the partial section must come right after the agent section", i);
+            if (sec.payload.left != MD_PARTIAL_LEN)
+                MD_REJECT("partial section: payload of %zu bytes (expected %u)", sec.payload.left, MD_PARTIAL_LEN);
+            if (nixl_get_u32(sec.payload.p) & ~(uint32_t)MD_PARTIAL_CONN_INFO)
+                MD_REJECT("partial section: reserved flag bits 0x%" PRIx32 " set",
+                          nixl_get_u32(sec.payload.p) & ~(uint32_t)MD_PARTIAL_CONN_INFO);
+            break;
         case MD_SECTION_BACKEND:
             if (scan->num_backends == NIXL_MD_MAX_BACKENDS)
                 MD_REJECT("more than %u backend sections", NIXL_MD_MAX_BACKENDS);
@@ -475,6 +496,10 @@ static nixl_status_t parse_blob(const md_scan_t *scan, nixl_md_t *md,
             return st;
         if (sec.type == MD_SECTION_AGENT) {
             st = parse_agent(&sec.payload, scan->version, md);
+        } else if (sec.type == MD_SECTION_PARTIAL) {
+            /* The scan checked its place, length and flags. */
+            md->partial = 1;
+            md->conn_omitted = !(nixl_get_u32(sec.payload.p) & MD_PARTIAL_CONN_INFO);
         } else if (sec.type == MD_SECTION_BACKEND) {
             nixl_md_backend_t *be = &md->backends[md->num_backends];
 
@@ -484,6 +509,10 @@ static nixl_status_t parse_blob(const md_scan_t *scan, nixl_md_t *md,
             for (uint32_t j = 0; j < md->num_backends; j++)
                 if (strcmp(md->backends[j].name, be->name) == 0)
                     MD_REJECT("backend %s appears twice", be->name);
+            if (md->conn_omitted && be->conn_len)
+                MD_REJECT("backend %s: %" PRIu32 " bytes of connection info in a partial blob that says it "
+                          "carries none",
+                          be->name, be->conn_len);
             next_regions += be->num_regions;
             md->num_backends++;
         }
@@ -564,8 +593,12 @@ static nixl_status_t encode_check(const nixl_md_t *md, size_t *size_out, uint32_
                    NIXL_MD_MAX_BACKENDS);
     if (md->num_backends && !md->backends)
         MD_INVALID("%" PRIu32 " backends but no backend array", md->num_backends);
+    if (md->conn_omitted && !md->partial)
+        MD_INVALID("agent %s: connection info can be left out of a partial blob only", md->name);
 
     total = MD_HEADER_LEN + MD_SECTION_HEADER_LEN + 1 + name_len + 1 + host_len + MD_AGENT_V2_TAIL;
+    if (md->partial)
+        total += MD_SECTION_HEADER_LEN + MD_PARTIAL_LEN;
     for (uint32_t b = 0; b < md->num_backends; b++) {
         const nixl_md_backend_t *be = &md->backends[b];
         size_t be_len = strnlen(be->name, sizeof(be->name));
@@ -578,6 +611,8 @@ static nixl_status_t encode_check(const nixl_md_t *md, size_t *size_out, uint32_
         if (be->conn_len && !be->conn)
             MD_INVALID("backend %s: connection info length %" PRIu32 " but no bytes", be->name,
                        be->conn_len);
+        if (be->conn_len && md->conn_omitted)
+            MD_INVALID("backend %s: connection info in a partial blob that leaves it out", be->name);
         if (be->num_regions > NIXL_MD_MAX_REGIONS)
             MD_INVALID("backend %s: %" PRIu32 " regions, more than the limit %u", be->name,
                        be->num_regions, NIXL_MD_MAX_REGIONS);
@@ -636,6 +671,14 @@ static uint8_t *encode_agent(uint8_t *p, const nixl_md_t *md)
     return st_u64(p, md->netns);
 }
 
+static uint8_t *encode_partial(uint8_t *p, const nixl_md_t *md)
+{
+    p = st_u16(p, MD_SECTION_PARTIAL);
+    p = st_u16(p, 0);
+    p = st_u32(p, MD_PARTIAL_LEN);
+    return st_u32(p, md->conn_omitted ? 0 : MD_PARTIAL_CONN_INFO);
+}
+
 /* `regions` is the backend's regions, sorted. */
 static uint8_t *encode_backend(uint8_t *p, const nixl_md_backend_t *be,
                                const nixl_md_region_t *regions)
@@ -691,8 +734,10 @@ nixl_status_t nixl_md_encode(const nixl_md_t *md, void **blob_out, size_t *len_o
     p = st_u16(p, NIXL_MD_VERSION);
     p = st_u16(p, MD_HEADER_LEN);
     p = st_u32(p, (uint32_t)size);
-    p = st_u32(p, 1 + md->num_backends);
+    p = st_u32(p, 1 + (md->partial ? 1 : 0) + md->num_backends);
     p = encode_agent(p, md);
+    if (md->partial)
+        p = encode_partial(p, md);
     for (uint32_t b = 0; b < md->num_backends; b++) {
         const nixl_md_backend_t *be = &md->backends[b];
         const nixl_md_region_t *sorted = be->regions;

@@ -10,7 +10,9 @@
  *  - backend names are unique;
  *  - every region has len > 0, addr + len does not overflow, mem_type <
  *    NIXL_MEM_TYPE_COUNT, and within one backend the regions are sorted by
- *    (mem_type, addr) and do not overlap.
+ *    (mem_type, addr) and do not overlap;
+ *  - conn_omitted is set only on a partial blob, and then every backend's
+ *    conn_len is 0.
  */
 #ifndef NIXL_CORE_MD_CODEC_H
 #define NIXL_CORE_MD_CODEC_H
@@ -58,6 +60,12 @@ typedef struct nixl_md {
     uint16_t version;    /* decoded: the blob's format version; ignored by the encoder */
     uint32_t num_backends;
     nixl_md_backend_t *backends;
+    /* A partial blob (PARTIAL section): only some of the agent's regions,
+     * which a peer adds to what it holds instead of replacing it. */
+    int partial;
+    /* Partial without connection info: the conn fields are empty and mean
+     * "as already loaded", not "none". */
+    int conn_omitted;
 } nixl_md_t;
 
 /* Decode and validate.  *md_out is freed with nixl_md_free. */

@@ -7,7 +7,8 @@
  * Keys, under the namespace NS (NIXL_ETCD_NAMESPACE):
  *   NS/v/<agent>                 version key: rewritten at every publish
  *   NS/md/<agent>                the full metadata blob
- *   NS/pmd/<label>/<agent>       a labelled partial blob
+ *   NS/pmd/<label>/<agent>       a labelled partial blob (md_local.c makes
+ *                                it; a fetcher adds its regions, peer.c)
  * Each publish writes the blob and the version key in one transaction,
  * attached to the agent's lease, and only if the version key is absent or
  * already ours: two live agents cannot hold one name.  Watchers watch the
@@ -1059,59 +1060,6 @@ static etcd_cb_t args_cb(const nixl_etcd_args_t *args)
     return cb;
 }
 
-/* Only the regions that hold the descriptors of dl, for every backend.
- * Agent lock held. */
-static nixl_status_t partial_blob(nixl_agent_t *a, const nixl_dlist_t *dl, void **blob_out, size_t *len_out)
-{
-    nixl_status_t st = nixl_dlist_check(dl, "etcd publish");
-    if (st != NIXL_OK)
-        return st;
-    for (size_t i = 0; i < dl->count; i++) {
-        const nixl_desc_t *d = &dl->descs[i];
-        if (d->len == 0 || !nixl_region_find(&a->regs[dl->mem_type], d->addr, d->len)) {
-            NIXL_ERROR("agent %s: etcd publish: descriptor %zu (0x%llx, %llu bytes) is not inside a registered "
-                       "region",
-                       a->name, i, (unsigned long long)d->addr, (unsigned long long)d->len);
-            return d->len ? NIXL_ERR_NOT_REGISTERED : NIXL_ERR_ZERO_LENGTH;
-        }
-    }
-    void *full;
-    size_t full_len;
-    nixl_md_t *md;
-    if ((st = nixl_md_get_local_locked(a, &full, &full_len)) != NIXL_OK)
-        return st;
-    if ((st = nixl_md_decode(full, full_len, &md)) != NIXL_OK) {
-        NIXL_ERROR("agent %s: etcd publish: own metadata does not decode: %s", a->name, nixl_strerror(st));
-        free(full);
-        return st;
-    }
-    for (uint32_t b = 0; b < md->num_backends && st == NIXL_OK; b++) {
-        nixl_md_backend_t *mb = &md->backends[b];
-        uint8_t *keep = calloc(mb->num_regions ? mb->num_regions : 1, 1);
-        if (!keep) {
-            st = NIXL_ERR_NO_MEMORY;
-            break;
-        }
-        nixl_peer_backend_t view = {.mdb = mb};
-        for (size_t i = 0; i < dl->count; i++) {
-            long r = nixl_peer_region_find(&view, dl->mem_type, dl->descs[i].addr, dl->descs[i].len);
-            if (r >= 0)
-                keep[r] = 1;
-        }
-        uint32_t k = 0;
-        for (uint32_t r = 0; r < mb->num_regions; r++)
-            if (keep[r])
-                mb->regions[k++] = mb->regions[r];
-        mb->num_regions = k;
-        free(keep);
-    }
-    if (st == NIXL_OK)
-        st = nixl_md_encode(md, blob_out, len_out);
-    nixl_md_free(md);
-    free(full);
-    return st;
-}
-
 NIXL_API nixl_status_t nixl_md_etcd_publish(nixl_agent_t *agent, const nixl_dlist_t *dlist,
                                             const nixl_etcd_args_t *args)
 {
@@ -1136,7 +1084,9 @@ NIXL_API nixl_status_t nixl_md_etcd_publish(nixl_agent_t *agent, const nixl_dlis
     nixl_agent_lock(agent);
     st = etcd_state_locked(agent, &e);
     if (st == NIXL_OK)
-        st = dlist ? partial_blob(agent, dlist, &q->blob, &q->len) : nixl_md_get_local_locked(agent, &q->blob, &q->len);
+        st = dlist ? nixl_md_get_local_partial_locked(agent, dlist, NIXL_MD_PARTIAL_CONN_INFO, NULL, "etcd publish",
+                                                      &q->blob, &q->len)
+                   : nixl_md_get_local_locked(agent, &q->blob, &q->len);
     nixl_agent_unlock(agent);
     if (st != NIXL_OK) {
         req_free(q);

@@ -1,13 +1,23 @@
 /*
- * peer.c - this agent's metadata out, peers' metadata in.
+ * peer.c - peers' metadata in, and the socket calls.
  *
- * nixl_md_get_local serializes the agent through the codec.  Loading a
- * peer's blob decodes (and so validates) it completely, then lets every
+ * (This agent's blobs, full and partial, are made in md_local.c.)  Loading
+ * a peer's blob decodes (and so validates) it completely, then lets every
  * local backend that the peer also runs load the peer and its region keys.
- * Each load is a new generation (nixl_peer_inc_t), reference-counted: the
- * agent holds one reference, every request made against it another, so a
- * reload or an invalidation never frees what an in-flight request uses;
+ * Each full load is a new generation (nixl_peer_inc_t), reference-counted:
+ * the agent holds one reference, every request made against it another, so
+ * a reload or an invalidation never frees what an in-flight request uses;
  * requests notice at post that their generation is no longer current.
+ *
+ * A partial blob adds to the generation loaded: merged with what is loaded
+ * (its regions win where they overlap), re-encoded and decoded again, so
+ * the generation's metadata is always one validated blob.  When it only
+ * adds, the generation grows in place: the keys requests hold stay loaded
+ * and only the new regions' keys are loaded, so requests made before stay
+ * valid.  When it changes something already loaded (a region registered
+ * again differently, other connection info) it is a reload: a new
+ * generation, older requests stale.  Without connection info it needs the
+ * same instance of the peer loaded already.
  */
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -50,140 +60,6 @@ long nixl_peer_region_find(const nixl_peer_backend_t *bk, nixl_mem_t mem, uint64
     if (off >= r->len || len > r->len - off)
         return -1;
     return (long)(lo - 1);
-}
-
-/* ---- local metadata ---- */
-
-nixl_status_t nixl_md_get_local_locked(nixl_agent_t *a, void **blob_out, size_t *len_out)
-{
-    nixl_md_t md;
-    memset(&md, 0, sizeof(md));
-    nixl_strlcpy(md.name, a->name, sizeof(md.name));
-    nixl_proc_id_t self;
-    nixl_proc_id_get(&self);
-    md.host = self.host;
-    md.pid = self.pid;
-    md.uid = self.uid;
-    md.start_time = self.start_time;
-    md.pidns = self.pidns;
-    md.netns = self.netns;
-    md.instance_id = a->instance_id;
-    md.num_backends = (uint32_t)a->num_backends;
-
-    nixl_md_backend_t mdb[NIXL_AGENT_MAX_BACKENDS];
-    memset(mdb, 0, sizeof(mdb));
-    md.backends = mdb;
-    nixl_status_t st = NIXL_OK;
-    uint8_t *arena = NULL;
-    size_t arena_len = 0, arena_cap = 0;
-
-    /* Two passes: sizes first, then the bytes, so one arena holds every key
-     * and the codec's pointers stay valid. */
-    for (int pass = 0; pass < 2; pass++) {
-        size_t off = 0;
-        for (int b = 0; b < a->num_backends; b++) {
-            nixl_backend_t *be = a->backends[b];
-            nixl_md_backend_t *m = &mdb[b];
-            nixl_strlcpy(m->name, be_name(be), sizeof(m->name));
-            size_t n = pass ? arena_len - off : 0;
-            st = be_conn_pack(be, pass ? arena + off : NULL, &n);
-            if (st != NIXL_OK)
-                goto out;
-            m->conn = pass ? arena + off : NULL;
-            m->conn_len = (uint32_t)n;
-            off += n;
-            if (pass == 0) {
-                size_t cnt = 0;
-                /* Local-only memory types (the ops' local_mem_types) are
-                 * registered with the backend but never published. */
-                for (int t = 0; t < NIXL_MEM_TYPE_COUNT; t++)
-                    for (size_t i = 0; i < a->regs[t].n && (be_mem_types(be) & NIXL_MEM_BIT(t)); i++)
-                        cnt += (a->regs[t].v[i]->backend_mask >> b) & 1;
-                m->num_regions = (uint32_t)cnt;
-                m->regions = calloc(cnt ? cnt : 1, sizeof(*m->regions));
-                if (!m->regions) {
-                    st = NIXL_ERR_NO_MEMORY;
-                    goto out;
-                }
-            }
-            size_t k = 0;
-            for (int t = 0; t < NIXL_MEM_TYPE_COUNT; t++) {
-                for (size_t i = 0; i < a->regs[t].n; i++) {
-                    nixl_region_t *r = a->regs[t].v[i];
-                    if (!(r->backend_mask & (1u << b)) || !(be_mem_types(be) & NIXL_MEM_BIT(t)))
-                        continue;
-                    nixl_md_region_t *mr = &m->regions[k++];
-                    mr->mem_type = r->mem_type;
-                    mr->dev_id = r->dev_id;
-                    mr->addr = r->addr;
-                    mr->len = r->len;
-                    n = pass ? arena_len - off : 0;
-                    st = be_rkey_pack(be, r->md[b], pass ? arena + off : NULL, &n);
-                    if (st != NIXL_OK)
-                        goto out;
-                    mr->rkey = pass ? arena + off : NULL;
-                    mr->rkey_len = (uint32_t)n;
-                    off += n;
-                }
-            }
-        }
-        if (pass == 0) {
-            arena_cap = off ? off : 1;
-            arena = malloc(arena_cap);
-            if (!arena) {
-                st = NIXL_ERR_NO_MEMORY;
-                goto out;
-            }
-            arena_len = arena_cap;
-        }
-    }
-    st = nixl_md_encode(&md, blob_out, len_out);
-out:
-    for (int b = 0; b < a->num_backends; b++)
-        free(mdb[b].regions);
-    free(arena);
-    return st;
-}
-
-NIXL_API nixl_status_t nixl_md_get_local(nixl_agent_t *agent, void **blob_out, size_t *len_out)
-{
-    if (!agent || !blob_out || !len_out)
-        return NIXL_ERR_NULL;
-    nixl_agent_lock(agent);
-    nixl_status_t st = nixl_md_get_local_locked(agent, blob_out, len_out);
-    nixl_agent_unlock(agent);
-    return st;
-}
-
-NIXL_API void nixl_free(void *ptr)
-{
-    free(ptr);
-}
-
-static void inc_free(nixl_peer_inc_t *inc)
-{
-    for (int b = 0; b < NIXL_AGENT_MAX_BACKENDS; b++) {
-        nixl_peer_backend_t *bk = &inc->bk[b];
-        if (!bk->backend)
-            continue;
-        if (bk->rmd) {
-            for (uint32_t i = 0; i < bk->mdb->num_regions; i++)
-                if (bk->rmd[i])
-                    be_rkey_unload(bk->backend, bk->rmd[i]);
-            free(bk->rmd);
-        }
-        if (bk->peer)
-            be_peer_unload(bk->backend, bk->peer);
-    }
-    nixl_md_free(inc->md);
-    free(inc->blob);
-    free(inc);
-}
-
-void nixl_peer_inc_unref(nixl_peer_inc_t *inc)
-{
-    if (inc && --inc->refs == 0)
-        inc_free(inc);
 }
 
 /* ---- locality ---- */
@@ -241,11 +117,55 @@ static int inc_network_refused(const nixl_peer_inc_t *inc, const nixl_backend_t 
 
 /* ---- loading peers ---- */
 
-/* Load one backend's view of the peer.  NIXL_ERR_NO_PATH leaves it unset. */
-static nixl_status_t inc_load_backend(nixl_peer_inc_t *inc, nixl_backend_t *be, const nixl_md_backend_t *mdb)
+/* Unloads one backend's view (its keys, then its peer) and clears it. */
+static void bk_unload(nixl_peer_backend_t *bk)
 {
-    nixl_peer_backend_t *bk = &inc->bk[be->index];
+    if (!bk->backend)
+        return;
+    if (bk->rmd) {
+        for (uint32_t i = 0; i < bk->mdb->num_regions; i++)
+            if (bk->rmd[i])
+                be_rkey_unload(bk->backend, bk->rmd[i]);
+        free(bk->rmd);
+    }
+    if (bk->peer)
+        be_peer_unload(bk->backend, bk->peer);
+    memset(bk, 0, sizeof(*bk));
+}
+
+static void inc_free(nixl_peer_inc_t *inc)
+{
+    for (int b = 0; b < NIXL_AGENT_MAX_BACKENDS; b++)
+        bk_unload(&inc->bk[b]);
+    nixl_md_free(inc->md);
+    free(inc->blob);
+    free(inc);
+}
+
+void nixl_peer_inc_unref(nixl_peer_inc_t *inc)
+{
+    if (inc && --inc->refs == 0)
+        inc_free(inc);
+}
+
+static nixl_status_t bk_rkey_load(const char *peer_name, nixl_backend_t *be, void *peer, const nixl_md_region_t *r,
+                                  uint32_t i, void **rmd_out)
+{
+    nixl_be_region_t br = {.mem_type = r->mem_type, .dev_id = r->dev_id, .addr = r->addr, .len = r->len};
+    nixl_status_t st = be_rkey_load(be, peer, &br, r->rkey, r->rkey_len, rmd_out);
+    if (st != NIXL_OK)
+        NIXL_WARN("peer %s: backend %s refused the key of region %u: %s", peer_name, be_name(be), i,
+                  nixl_strerror(st));
+    return st;
+}
+
+/* Load one backend's view of the peer into *bk (all or nothing).
+ * NIXL_ERR_NO_PATH leaves it unset and is no error. */
+static nixl_status_t bk_load(const nixl_peer_inc_t *inc, nixl_backend_t *be, const nixl_md_backend_t *mdb,
+                             nixl_peer_backend_t *bk)
+{
     void *peer = NULL;
+    memset(bk, 0, sizeof(*bk));
     if (inc_network_refused(inc, be)) {
         NIXL_INFO("peer %s is on this host: backend %s not offered (NIXL_INTRANODE_NETWORK=off)", inc->md->name,
                   be_name(be));
@@ -267,71 +187,78 @@ static nixl_status_t inc_load_backend(nixl_peer_inc_t *inc, nixl_backend_t *be, 
     bk->peer = peer;
     bk->mdb = mdb;
     bk->rmd = calloc(mdb->num_regions ? mdb->num_regions : 1, sizeof(void *));
-    if (!bk->rmd)
-        return NIXL_ERR_NO_MEMORY;
-    for (uint32_t i = 0; i < mdb->num_regions; i++) {
-        const nixl_md_region_t *r = &mdb->regions[i];
-        nixl_be_region_t br = {.mem_type = r->mem_type, .dev_id = r->dev_id, .addr = r->addr, .len = r->len};
-        st = be_rkey_load(be, peer, &br, r->rkey, r->rkey_len, &bk->rmd[i]);
-        if (st != NIXL_OK) {
-            NIXL_WARN("peer %s: backend %s refused the key of region %u: %s", inc->md->name, be_name(be), i,
-                      nixl_strerror(st));
-            return st;
-        }
+    if (!bk->rmd) {
+        st = NIXL_ERR_NO_MEMORY;
+        goto err;
     }
+    for (uint32_t i = 0; i < mdb->num_regions; i++)
+        if ((st = bk_rkey_load(inc->md->name, be, peer, &mdb->regions[i], i, &bk->rmd[i])) != NIXL_OK)
+            goto err;
     return NIXL_OK;
+err:
+    bk_unload(bk);
+    return st;
 }
 
-/* A loaded generation from a blob (copied): decoded, every backend of
- * ours that knows the blob's backend loads it.  self: the blob is this
- * agent's own (loopback), else naming this agent is refused.  Its number
- * is the next of the peer of that name (committed by the caller). */
-static nixl_status_t inc_from_blob(nixl_agent_t *a, const void *blob, size_t len, int self, nixl_peer_inc_t **out)
+static const nixl_md_backend_t *md_backend_named(const nixl_md_t *md, const char *name)
 {
-    nixl_status_t st;
+    for (uint32_t i = 0; i < md->num_backends; i++)
+        if (strcmp(md->backends[i].name, name) == 0)
+            return &md->backends[i];
+    return NULL;
+}
+
+/* A loaded generation from a decoded blob; takes blob (malloc'd) and md
+ * whatever happens.  Every backend of ours that knows a backend of the
+ * blob loads it, told who the peer is (inc->loc).  self: the blob is this
+ * agent's own (loopback).  Its number is the next of the peer of that name
+ * (committed by peer_install / nixl_peer_self). */
+static nixl_status_t inc_from_md(nixl_agent_t *a, void *blob, nixl_md_t *md, int self, nixl_peer_inc_t **out)
+{
     nixl_peer_inc_t *inc = calloc(1, sizeof(*inc));
-    if (!inc)
+    if (!inc) {
+        nixl_md_free(md);
+        free(blob);
         return NIXL_ERR_NO_MEMORY;
+    }
     inc->refs = 1;
     inc->agent = a;
     inc->loopback = self;
-    inc->blob = malloc(len ? len : 1);
-    if (!inc->blob) {
-        free(inc);
-        return NIXL_ERR_NO_MEMORY;
-    }
-    memcpy(inc->blob, blob, len);
-    st = nixl_md_decode(inc->blob, len, &inc->md);
-    if (st != NIXL_OK) {
-        free(inc->blob);
-        free(inc);
-        return st;
-    }
-    nixl_md_t *md = inc->md;
-    if (!self && strcmp(md->name, a->name) == 0) {
-        NIXL_ERROR("agent %s: refusing to load its own name as a peer", a->name);
-        st = NIXL_ERR_SELF;
-        goto err;
-    }
+    inc->blob = blob;
+    inc->md = md;
     nixl_proc_id_t me;
     nixl_proc_id_get(&me);
     nixl_peer_locality(md, &me, self, &inc->loc);
     const nixl_peer_t *known = self ? a->self_peer : nixl_peer_find(a, md->name);
     inc->generation = inc->loc.generation = (known ? known->generation : 0) + 1;
-    for (uint32_t i = 0; i < md->num_backends; i++) {
-        for (int b = 0; b < a->num_backends; b++) {
-            if (strcmp(md->backends[i].name, be_name(a->backends[b])) == 0) {
-                st = inc_load_backend(inc, a->backends[b], &md->backends[i]);
-                if (st != NIXL_OK)
-                    goto err;
-            }
+    for (int b = 0; b < a->num_backends; b++) {
+        const nixl_md_backend_t *mdb = md_backend_named(md, be_name(a->backends[b]));
+        if (!mdb)
+            continue;
+        nixl_status_t st = bk_load(inc, a->backends[b], mdb, &inc->bk[b]);
+        if (st != NIXL_OK) {
+            inc_free(inc);
+            return st;
         }
     }
     *out = inc;
     return NIXL_OK;
-err:
-    inc_free(inc);
-    return st;
+}
+
+/* Copies and decodes (validates) a blob; the copy outlives the result. */
+static nixl_status_t blob_decode_copy(const void *blob, size_t len, void **copy_out, nixl_md_t **md_out)
+{
+    void *copy = malloc(len ? len : 1);
+    if (!copy)
+        return NIXL_ERR_NO_MEMORY;
+    memcpy(copy, blob, len);
+    nixl_status_t st = nixl_md_decode(copy, len, md_out);
+    if (st != NIXL_OK) {
+        free(copy);
+        return st;
+    }
+    *copy_out = copy;
+    return NIXL_OK;
 }
 
 static size_t regs_count(const nixl_agent_t *a)
@@ -357,12 +284,13 @@ nixl_peer_t *nixl_peer_self(nixl_agent_t *a, nixl_status_t *st_out)
         *st_out = NIXL_OK;
         return p;
     }
-    void *blob = NULL;
+    void *blob = NULL, *copy = NULL;
     size_t len = 0;
+    nixl_md_t *md = NULL;
     nixl_peer_inc_t *inc = NULL;
     nixl_status_t st = nixl_md_get_local_locked(a, &blob, &len);
-    if (st == NIXL_OK)
-        st = inc_from_blob(a, blob, len, 1, &inc);
+    if (st == NIXL_OK && (st = blob_decode_copy(blob, len, &copy, &md)) == NIXL_OK)
+        st = inc_from_md(a, copy, md, 1, &inc);
     free(blob);
     if (st == NIXL_OK && !p) {
         p = calloc(1, sizeof(*p));
@@ -391,41 +319,367 @@ nixl_peer_t *nixl_peer_self(nixl_agent_t *a, nixl_status_t *st_out)
     return p;
 }
 
-nixl_status_t nixl_md_load_remote_locked(nixl_agent_t *a, const void *blob, size_t len,
-                                         char name_out[NIXL_NAME_MAX + 1])
+/* Makes inc the current generation of the peer it names (added to the
+ * list if new); the generation it replaces stays alive for its requests. */
+static nixl_status_t peer_install(nixl_agent_t *a, nixl_peer_inc_t *inc, nixl_peer_t **p_out)
 {
-    nixl_peer_inc_t *inc = NULL;
-    nixl_status_t st = inc_from_blob(a, blob, len, 0, &inc);
-    if (st != NIXL_OK)
-        return st;
-    nixl_md_t *md = inc->md;
-
-    nixl_peer_t *p = nixl_peer_find(a, md->name);
+    nixl_peer_t *p = nixl_peer_find(a, inc->md->name);
     if (!p) {
-        if (NIXL_ARRAY_RESERVE(a->peers, a->cap_peers, a->num_peers + 1, 16)) {
-            st = NIXL_ERR_NO_MEMORY;
-            goto err;
-        }
+        if (NIXL_ARRAY_RESERVE(a->peers, a->cap_peers, a->num_peers + 1, 16))
+            return NIXL_ERR_NO_MEMORY;
         p = calloc(1, sizeof(*p));
-        if (!p) {
-            st = NIXL_ERR_NO_MEMORY;
-            goto err;
-        }
-        nixl_strlcpy(p->name, md->name, sizeof(p->name));
+        if (!p)
+            return NIXL_ERR_NO_MEMORY;
+        nixl_strlcpy(p->name, inc->md->name, sizeof(p->name));
         a->peers[a->num_peers++] = p;
     }
     nixl_peer_inc_unref(p->cur);
     p->cur = inc;
     p->generation = inc->generation;
-    NIXL_INFO("agent %s: loaded peer %s (generation %llu, %s)", a->name, p->name,
+    *p_out = p;
+    return NIXL_OK;
+}
+
+static nixl_status_t load_new_generation(nixl_agent_t *a, void *blob, nixl_md_t *md, const char *how,
+                                         char name_out[NIXL_NAME_MAX + 1])
+{
+    nixl_peer_inc_t *inc = NULL;
+    nixl_peer_t *p = NULL;
+    nixl_status_t st = inc_from_md(a, blob, md, 0, &inc);
+    if (st != NIXL_OK)
+        return st;
+    if ((st = peer_install(a, inc, &p)) != NIXL_OK) {
+        inc_free(inc);
+        return st;
+    }
+    NIXL_INFO("agent %s: loaded peer %s%s (generation %llu, %s)", a->name, p->name, how,
               (unsigned long long)inc->generation,
               inc->loc.same_process ? "this process" : inc->loc.same_host ? "this host" : "another host");
     if (name_out)
         nixl_strlcpy(name_out, p->name, NIXL_NAME_MAX + 1);
     return NIXL_OK;
-err:
-    inc_free(inc);
+}
+
+/* ---- partial blobs: adding to a loaded peer ---- */
+
+static int same_instance(const nixl_md_t *x, const nixl_md_t *y)
+{
+    return x->instance_id == y->instance_id && x->pid == y->pid &&
+           memcmp(x->host.boot_id, y->host.boot_id, sizeof(x->host.boot_id)) == 0 &&
+           strcmp(x->host.hostname, y->host.hostname) == 0;
+}
+
+static int bytes_same(const uint8_t *x, uint32_t xn, const uint8_t *y, uint32_t yn)
+{
+    return xn == yn && (xn == 0 || memcmp(x, y, xn) == 0);
+}
+
+static int region_same(const nixl_md_region_t *x, const nixl_md_region_t *y)
+{
+    return x->mem_type == y->mem_type && x->dev_id == y->dev_id && x->addr == y->addr && x->len == y->len &&
+           bytes_same(x->rkey, x->rkey_len, y->rkey, y->rkey_len);
+}
+
+/* The region of mb (sorted) that overlaps r, or NULL.  Regions of mb do
+ * not overlap one another, so the last one starting at or before r and
+ * the first one after it are the only candidates. */
+static const nixl_md_region_t *region_overlapping(const nixl_md_backend_t *mb, const nixl_md_region_t *r)
+{
+    const nixl_md_region_t *v = mb->regions;
+    size_t lo = 0, hi = mb->num_regions;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (v[mid].mem_type < r->mem_type || (v[mid].mem_type == r->mem_type && v[mid].addr <= r->addr))
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo > 0 && v[lo - 1].mem_type == r->mem_type && v[lo - 1].addr + v[lo - 1].len > r->addr)
+        return &v[lo - 1];
+    if (lo < mb->num_regions && v[lo].mem_type == r->mem_type && r->addr + r->len > v[lo].addr)
+        return &v[lo];
+    return NULL;
+}
+
+typedef struct md_merge {
+    nixl_md_t md; /* old + new; points into both blobs until encoded */
+    nixl_md_backend_t be[2 * NIXL_MD_MAX_BACKENDS];
+    int changed;  /* a region or connection info already loaded differs */
+    size_t added; /* regions (and backends) the peer did not have */
+} md_merge_t;
+
+/* One backend of the merge: the new regions, and the old ones none of
+ * them overlaps.  An old region a new one overlaps without being the same
+ * was replaced (the peer registered that memory again): changed. */
+static nixl_status_t merge_regions(const nixl_md_backend_t *old, const nixl_md_backend_t *add, md_merge_t *m,
+                                   nixl_md_backend_t *out)
+{
+    uint32_t n_old = old ? old->num_regions : 0, n_add = add ? add->num_regions : 0, k = 0;
+    out->regions = calloc((size_t)n_old + n_add + 1, sizeof(*out->regions));
+    if (!out->regions)
+        return NIXL_ERR_NO_MEMORY;
+    for (uint32_t i = 0; i < n_old; i++) {
+        const nixl_md_region_t *hit = add ? region_overlapping(add, &old->regions[i]) : NULL;
+        if (!hit)
+            out->regions[k++] = old->regions[i];
+        else if (!region_same(hit, &old->regions[i]))
+            m->changed = 1;
+    }
+    for (uint32_t i = 0; i < n_add; i++) {
+        const nixl_md_region_t *hit = old ? region_overlapping(old, &add->regions[i]) : NULL;
+        if (!hit || !region_same(hit, &add->regions[i]))
+            m->added++;
+        out->regions[k++] = add->regions[i];
+    }
+    out->num_regions = k;
+    return NIXL_OK;
+}
+
+static void merge_free(md_merge_t *m)
+{
+    for (uint32_t i = 0; i < m->md.num_backends; i++)
+        free(m->be[i].regions);
+}
+
+/* old (what is loaded, with connection info) plus the partial blob add, of
+ * the same instance: every backend of old, then those of add that old
+ * lacks; each backend's connection info from add when add carries it. */
+static nixl_status_t md_merge(const nixl_agent_t *a, const nixl_md_t *old, const nixl_md_t *add, md_merge_t *m)
+{
+    memset(m, 0, sizeof(*m));
+    m->md = *old;
+    m->md.partial = 0;
+    m->md.conn_omitted = 0;
+    m->md.backends = m->be;
+    m->md.num_backends = 0;
+    nixl_status_t st = NIXL_OK;
+    for (uint32_t i = 0; i < old->num_backends && st == NIXL_OK; i++) {
+        const nixl_md_backend_t *ob = &old->backends[i], *nb = md_backend_named(add, ob->name);
+        nixl_md_backend_t *out = &m->be[m->md.num_backends++];
+        nixl_strlcpy(out->name, ob->name, sizeof(out->name));
+        out->conn = ob->conn;
+        out->conn_len = ob->conn_len;
+        if (nb && !add->conn_omitted) {
+            if (!bytes_same(ob->conn, ob->conn_len, nb->conn, nb->conn_len))
+                m->changed = 1;
+            out->conn = nb->conn;
+            out->conn_len = nb->conn_len;
+        }
+        st = merge_regions(ob, nb, m, out);
+    }
+    for (uint32_t i = 0; i < add->num_backends && st == NIXL_OK; i++) {
+        const nixl_md_backend_t *nb = &add->backends[i];
+        if (md_backend_named(old, nb->name))
+            continue;
+        if (add->conn_omitted) {
+            int ours = 0;
+            for (int b = 0; b < a->num_backends; b++)
+                ours |= strcmp(be_name(a->backends[b]), nb->name) == 0;
+            if (ours) {
+                NIXL_ERROR("agent %s: partial metadata of %s names its backend %s, whose connection info this "
+                           "agent never received: send it with connection info",
+                           a->name, old->name, nb->name);
+                st = NIXL_ERR_UNKNOWN_PEER;
+                break;
+            }
+            NIXL_DEBUG("agent %s: partial metadata of %s: backend %s is not one of ours, ignored", a->name,
+                       old->name, nb->name);
+            continue;
+        }
+        nixl_md_backend_t *out = &m->be[m->md.num_backends++];
+        nixl_strlcpy(out->name, nb->name, sizeof(out->name));
+        out->conn = nb->conn;
+        out->conn_len = nb->conn_len;
+        m->added++;
+        st = merge_regions(NULL, nb, m, out);
+    }
+    if (st != NIXL_OK)
+        merge_free(m);
     return st;
+}
+
+/* The same generation, grown to md (a superset of inc->md with the same
+ * connection info): the keys of regions it had are kept (requests hold
+ * them), those of new regions are loaded, and a backend of ours that had
+ * no view of the peer gets one.  All or nothing; takes blob and md. */
+static nixl_status_t inc_extend(nixl_agent_t *a, nixl_peer_inc_t *inc, void *blob, nixl_md_t *md)
+{
+    nixl_peer_backend_t grown[NIXL_AGENT_MAX_BACKENDS];
+    uint8_t *fresh[NIXL_AGENT_MAX_BACKENDS];
+    nixl_status_t st = NIXL_OK;
+    int b;
+    memset(grown, 0, sizeof(grown));
+    memset(fresh, 0, sizeof(fresh));
+    for (b = 0; b < a->num_backends && st == NIXL_OK; b++) {
+        nixl_backend_t *be = a->backends[b];
+        nixl_peer_backend_t *bk = &inc->bk[b];
+        const nixl_md_backend_t *mb = md_backend_named(md, be_name(be));
+        if (!mb)
+            continue;
+        if (!bk->backend) {
+            /* The peer's backend is new, or ours came after the peer. */
+            st = bk_load(inc, be, mb, &grown[b]);
+            continue;
+        }
+        grown[b] = *bk;
+        grown[b].mdb = mb;
+        grown[b].rmd = calloc(mb->num_regions ? mb->num_regions : 1, sizeof(void *));
+        fresh[b] = calloc(mb->num_regions ? mb->num_regions : 1, 1);
+        if (!grown[b].rmd || !fresh[b]) {
+            st = NIXL_ERR_NO_MEMORY;
+            break;
+        }
+        for (uint32_t i = 0; i < mb->num_regions && st == NIXL_OK; i++) {
+            const nixl_md_region_t *r = &mb->regions[i];
+            long j = nixl_peer_region_find(bk, r->mem_type, r->addr, r->len);
+            if (j >= 0 && region_same(&bk->mdb->regions[j], r)) {
+                grown[b].rmd[i] = bk->rmd[j];
+            } else {
+                st = bk_rkey_load(md->name, be, bk->peer, r, i, &grown[b].rmd[i]);
+                fresh[b][i] = st == NIXL_OK;
+            }
+        }
+    }
+    if (st != NIXL_OK) {
+        for (b = 0; b < a->num_backends; b++) {
+            if (!inc->bk[b].backend) {
+                bk_unload(&grown[b]); /* a view made here, whole */
+            } else if (grown[b].rmd) {
+                for (uint32_t i = 0; fresh[b] && i < grown[b].mdb->num_regions; i++)
+                    if (fresh[b][i])
+                        be_rkey_unload(grown[b].backend, grown[b].rmd[i]);
+                free(grown[b].rmd);
+            }
+            free(fresh[b]);
+        }
+        nixl_md_free(md);
+        free(blob);
+        return st;
+    }
+    for (b = 0; b < a->num_backends; b++) {
+        if (inc->bk[b].backend && grown[b].rmd)
+            free(inc->bk[b].rmd); /* every key in it moved to grown */
+        if (grown[b].backend)
+            inc->bk[b] = grown[b];
+        free(fresh[b]);
+    }
+    nixl_md_free(inc->md);
+    free(inc->blob);
+    inc->md = md;
+    inc->blob = blob;
+    inc->loc.name = md->name; /* the same instance: nothing else of the record changes */
+    return NIXL_OK;
+}
+
+static size_t md_region_total(const nixl_md_t *md)
+{
+    size_t n = 0;
+    for (uint32_t i = 0; i < md->num_backends; i++)
+        n += md->backends[i].num_regions;
+    return n;
+}
+
+/* A partial blob (decoded: blob and md are taken). */
+static nixl_status_t load_partial(nixl_agent_t *a, void *blob, nixl_md_t *md, char name_out[NIXL_NAME_MAX + 1])
+{
+    nixl_peer_t *p = nixl_peer_find(a, md->name);
+    nixl_peer_inc_t *cur = p ? p->cur : NULL;
+    nixl_status_t st;
+    if (cur && !same_instance(cur->md, md)) {
+        if (md->conn_omitted) {
+            NIXL_ERROR("agent %s: partial metadata of %s carries no connection info, and the %s loaded is another "
+                       "instance of it (instance id %016llx, this one %016llx): load its full metadata, or a "
+                       "partial blob with connection info",
+                       a->name, md->name, md->name, (unsigned long long)cur->md->instance_id,
+                       (unsigned long long)md->instance_id);
+            st = NIXL_ERR_UNKNOWN_PEER;
+            goto out;
+        }
+        return load_new_generation(a, blob, md, " from the partial metadata of a new instance (the old one's "
+                                   "regions are dropped)", name_out);
+    }
+    if (!cur) {
+        if (md->conn_omitted) {
+            NIXL_ERROR("agent %s: partial metadata of %s carries no connection info, and %s is %s: load its full "
+                       "metadata, or a partial blob with connection info, first",
+                       a->name, md->name, md->name, p ? "invalidated" : "not loaded");
+            st = NIXL_ERR_UNKNOWN_PEER;
+            goto out;
+        }
+        return load_new_generation(a, blob, md, " from partial metadata", name_out);
+    }
+
+    md_merge_t *m = malloc(sizeof(*m));
+    void *mblob = NULL, *mcopy = NULL;
+    size_t mlen = 0;
+    nixl_md_t *merged = NULL;
+    if (!m) {
+        st = NIXL_ERR_NO_MEMORY;
+        goto out;
+    }
+    /* md_merge and the codec log what they refuse. */
+    st = md_merge(a, cur->md, md, m);
+    if (st == NIXL_OK) {
+        st = nixl_md_encode(&m->md, &mblob, &mlen);
+        merge_free(m);
+        if (st == NIXL_OK)
+            st = blob_decode_copy(mblob, mlen, &mcopy, &merged);
+        if (st != NIXL_OK)
+            NIXL_ERROR("agent %s: the partial metadata of %s cannot be merged with what is loaded: %s", a->name,
+                       md->name, nixl_strerror(st));
+    }
+    int changed = m->changed;
+    size_t added = m->added;
+    free(m);
+    free(mblob);
+    if (st != NIXL_OK)
+        goto out;
+    nixl_md_free(md);
+    free(blob);
+    if (changed)
+        return load_new_generation(a, mcopy, merged, " again: its partial metadata changes regions or connection "
+                                   "info already loaded, so requests made before are stale", name_out);
+    if (added == 0) {
+        NIXL_INFO("agent %s: partial metadata of %s adds nothing to generation %llu", a->name, p->name,
+                  (unsigned long long)cur->generation);
+        nixl_md_free(merged);
+        free(mcopy);
+    } else {
+        if ((st = inc_extend(a, cur, mcopy, merged)) != NIXL_OK) {
+            NIXL_ERROR("agent %s: the regions of the partial metadata of %s cannot be loaded: %s", a->name,
+                       p->name, nixl_strerror(st));
+            return st;
+        }
+        NIXL_INFO("agent %s: peer %s: partial metadata added to generation %llu (now %zu regions); requests made "
+                  "before stay valid",
+                  a->name, p->name, (unsigned long long)cur->generation, md_region_total(cur->md));
+    }
+    if (name_out)
+        nixl_strlcpy(name_out, p->name, NIXL_NAME_MAX + 1);
+    return NIXL_OK;
+out:
+    nixl_md_free(md);
+    free(blob);
+    return st;
+}
+
+nixl_status_t nixl_md_load_remote_locked(nixl_agent_t *a, const void *blob, size_t len,
+                                         char name_out[NIXL_NAME_MAX + 1])
+{
+    void *copy;
+    nixl_md_t *md;
+    nixl_status_t st = blob_decode_copy(blob, len, &copy, &md);
+    if (st != NIXL_OK)
+        return st;
+    if (strcmp(md->name, a->name) == 0) {
+        NIXL_ERROR("agent %s: refusing to load its own name as a peer", a->name);
+        nixl_md_free(md);
+        free(copy);
+        return NIXL_ERR_SELF;
+    }
+    if (md->partial)
+        return load_partial(a, copy, md, name_out);
+    return load_new_generation(a, copy, md, "", name_out);
 }
 
 NIXL_API nixl_status_t nixl_md_load_remote(nixl_agent_t *agent, const void *blob, size_t len,
@@ -552,6 +806,30 @@ NIXL_API nixl_status_t nixl_md_send_local(nixl_agent_t *agent, const char *ip, u
         return st;
     st = nixl_md_sock_send(ip, port, blob, len, md_timeout_ms());
     free(blob);
+    return st;
+}
+
+NIXL_API nixl_status_t nixl_md_send_local_partial(nixl_agent_t *agent, const nixl_dlist_t *dlist, uint32_t flags,
+                                                  const nixl_opt_args_t *opt, const char *ip, uint16_t port)
+{
+    if (!agent || !ip) {
+        NIXL_ERROR("nixl_md_send_local_partial: %s is NULL", agent ? "the address" : "the agent");
+        return NIXL_ERR_NULL;
+    }
+    void *blob;
+    size_t len;
+    nixl_agent_lock(agent);
+    nixl_status_t st =
+        nixl_md_get_local_partial_locked(agent, dlist, flags, opt, "send partial metadata", &blob, &len);
+    nixl_agent_unlock(agent);
+    if (st != NIXL_OK)
+        return st;
+    st = nixl_md_sock_send(ip, port, blob, len, md_timeout_ms());
+    free(blob);
+    if (st != NIXL_OK)
+        NIXL_ERROR("agent %s: partial metadata (%zu bytes) to %s:%u: %s (a status of the peer's load: its log "
+                   "says why)",
+                   agent->name, len, ip, (unsigned)port, nixl_status_name(st));
     return st;
 }
 

@@ -48,22 +48,8 @@ nixl_status_t nixl_dlist_check(const nixl_dlist_t *dl, const char *what)
 
 nixl_region_t *nixl_region_find(const nixl_region_index_t *idx, uint64_t addr, uint64_t len)
 {
-    size_t lo = 0, hi = idx->n;
-    /* Last region with start <= addr. */
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (idx->v[mid]->addr <= addr)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    if (lo == 0)
-        return NULL;
-    nixl_region_t *r = idx->v[lo - 1];
-    uint64_t off = addr - r->addr;
-    if (off >= r->len || len > r->len - off)
-        return NULL;
-    return r;
+    long i = nixl_region_index(idx, addr, len);
+    return i < 0 ? NULL : idx->v[i];
 }
 
 static int region_cmp(const void *a, const void *b)

@@ -179,6 +179,14 @@ size_t mb_backend_begin(mb_t *b, const char *name, const void *conn, uint32_t co
     return at;
 }
 
+void mb_partial(mb_t *b, uint16_t section_flags, uint32_t flags)
+{
+    size_t at = mb_sec_begin(b, 3, section_flags);
+
+    mb_u32(b, flags);
+    mb_sec_end(b, at);
+}
+
 void mb_region(mb_t *b, uint8_t mem_type, uint32_t dev_id, uint64_t addr, uint64_t len,
                uint32_t rkey_len)
 {
@@ -285,6 +293,10 @@ const char *md_diff(const nixl_md_t *a, const nixl_md_t *b)
         return "uid or start time";
     if (a->pidns != b->pidns || a->netns != b->netns)
         return "namespaces";
+    if (a->partial != b->partial)
+        return "partial flag";
+    if (a->conn_omitted != b->conn_omitted)
+        return "connection info omitted flag";
     if (a->num_backends != b->num_backends)
         return "backend count";
     for (uint32_t i = 0; i < a->num_backends; i++) {
@@ -326,11 +338,15 @@ const char *md_check_guarantees(const nixl_md_t *md)
         return "hostname not terminated";
     if (md->num_backends > NIXL_MD_MAX_BACKENDS)
         return "too many backends";
+    if (md->conn_omitted && !md->partial)
+        return "connection info omitted from a full blob";
     for (uint32_t i = 0; i < md->num_backends; i++) {
         const nixl_md_backend_t *be = &md->backends[i];
 
         if (!name_ok(be->name, NIXL_MD_BACKEND_NAME_MAX))
             return "backend name";
+        if (md->conn_omitted && be->conn_len)
+            return "connection info in a partial blob that omits it";
         for (uint32_t j = 0; j < i; j++)
             if (strcmp(md->backends[j].name, be->name) == 0)
                 return "duplicate backend";
@@ -544,8 +560,11 @@ static void add_std_patches(catalog_t *c, const std_blob_t *s)
     add_patch(c, s, "bad-hostname-len-lies", bad, s->host, 1, 200);
     add_patch(c, s, "bad-hostname-char-del", bad, s->host + 2, 1, 0x7f);
     add_patch(c, s, "bad-hostname-char-nul", bad, s->host + 1, 1, 0);
-    add_patch(c, s, "bad-backend-type-3-not-skippable", bad, s->be_len_at[0] - 4, 2, 3);
-    add_patch(c, s, "ok-backend-type-3-skippable", NIXL_OK, s->be_len_at[0] - 4, 4, 0x00010003);
+    add_patch(c, s, "bad-backend-type-256-not-skippable", bad, s->be_len_at[0] - 4, 2, 256);
+    add_patch(c, s, "ok-backend-type-256-skippable", NIXL_OK, s->be_len_at[0] - 4, 4, 0x00010100);
+    /* Type 3 is PARTIAL: a backend payload is not its 4 bytes, skippable or not. */
+    add_patch(c, s, "bad-backend-becomes-partial", bad, s->be_len_at[0] - 4, 2, 3);
+    add_patch(c, s, "bad-backend-becomes-partial-skippable", bad, s->be_len_at[0] - 4, 4, 0x00010003);
     add_patch(c, s, "bad-backend-becomes-agent", bad, s->be_len_at[1] - 4, 2, 1);
     add_patch(c, s, "bad-backend-section-len-huge", bad, s->be_len_at[0], 4, 0xfffffff0);
     add_patch(c, s, "bad-backend-section-len-short", bad, s->be_len_at[1], 4, 60);
@@ -795,6 +814,126 @@ static void add_section_shapes(catalog_t *c)
     mb_free(&b);
 }
 
+/* Partial blobs: a PARTIAL section (type 3, payload u32 flags, bit 0 =
+ * connection info included) as section 1, and nowhere else. */
+static void add_partial_shapes(catalog_t *c)
+{
+    const nixl_status_t bad = NIXL_ERR_BAD_METADATA;
+    char name[48];
+    mb_t b = {0}, ex = {0};
+    size_t at;
+
+    /* The partial worked example of docs/metadata-format.md. */
+    mb_header(&ex, 3);
+    mb_agent(&ex, "p0", "n1");
+    mb_partial(&ex, 0, 0);
+    at = mb_backend_begin(&ex, "shm", NULL, 0, 1);
+    mb_region(&ex, NIXL_MEM_DRAM, 0, 0x20000, 0x1000, 2);
+    mb_sec_end(&ex, at);
+    mb_done(&ex);
+    add_bytes(c, "ok-partial-doc-example", NIXL_OK, 1, ex.p, ex.len);
+    /* Every truncation of it (its total length kept in step past the header). */
+    for (size_t k = 16; k < ex.len; k++) {
+        mb_bytes(&b, ex.p, k);
+        mb_set_u32(&b, 8, (uint32_t)k);
+        snprintf(name, sizeof(name), "bad-partial-cut-at-%zu", k);
+        /* Corpus: cuts around and inside the PARTIAL section (58..69), a few others. */
+        add_bytes(c, name, bad, (k >= 58 && k <= 70 && k % 2 == 0) || k % 24 == 0 || k == ex.len - 1, b.p,
+                  b.len);
+        mb_free(&b);
+    }
+    mb_free(&ex);
+
+    mb_header(&b, 3);
+    mb_agent(&b, "p0", "n1");
+    mb_partial(&b, 0, 1);
+    at = mb_backend_begin(&b, "shm", "conn", 4, 2);
+    mb_region(&b, NIXL_MEM_DRAM, 0, 0x20000, 0x1000, 2);
+    mb_region(&b, NIXL_MEM_VRAM, 3, 0x20000, 0x1000, 5);
+    mb_sec_end(&b, at);
+    add(c, "ok-partial-with-conn", NIXL_OK, &b);
+
+    mb_header(&b, 2);
+    mb_agent(&b, "p0", "n1");
+    mb_partial(&b, 0, 1);
+    add(c, "ok-partial-agent-only", NIXL_OK, &b);
+
+    mb_header(&b, 4);
+    mb_agent(&b, "p0", "n1");
+    mb_partial(&b, 0, 0);
+    at = mb_backend_begin(&b, "shm", NULL, 0, 1);
+    mb_region(&b, NIXL_MEM_DRAM, 0, 0x20000, 0x1000, 0);
+    mb_sec_end(&b, at);
+    at = mb_backend_begin(&b, "libfabric", NULL, 0, 0);
+    mb_sec_end(&b, at);
+    add(c, "ok-partial-no-conn-two-backends", NIXL_OK, &b);
+
+    mb_header(&b, 3);
+    mb_agent(&b, "p0", "n1");
+    mb_partial(&b, 1, 1); /* MAY_SKIP on a known type: allowed, ignored */
+    at = mb_sec_begin(&b, 77, 1);
+    mb_bytes(&b, "later", 5);
+    mb_sec_end(&b, at);
+    add(c, "ok-partial-skip-flag-ignored", NIXL_OK, &b);
+
+    mb_header(&b, 3);
+    mb_agent(&b, "p0", "n1");
+    mb_partial(&b, 0, 0);
+    at = mb_backend_begin(&b, "shm", "x", 1, 0);
+    mb_sec_end(&b, at);
+    add(c, "bad-partial-no-conn-but-conn-bytes", bad, &b);
+
+    mb_header(&b, 2);
+    mb_agent(&b, "p0", "n1");
+    mb_partial(&b, 0, 2);
+    add(c, "bad-partial-reserved-bit-1", bad, &b);
+
+    mb_header(&b, 2);
+    mb_agent(&b, "p0", "n1");
+    mb_partial(&b, 0, 0x80000001u);
+    add(c, "bad-partial-reserved-bit-31", bad, &b);
+
+    mb_header(&b, 2);
+    mb_agent(&b, "p0", "n1");
+    mb_partial(&b, 2, 1);
+    add(c, "bad-partial-section-reserved-flag", bad, &b);
+
+    for (uint32_t len = 0; len <= 8; len++) {
+        if (len == 4)
+            continue;
+        mb_header(&b, 2);
+        mb_agent(&b, "p0", "n1");
+        at = mb_sec_begin(&b, 3, 0);
+        for (uint32_t i = 0; i < len; i++)
+            mb_u8(&b, i == 0 ? 1 : 0);
+        mb_sec_end(&b, at);
+        snprintf(name, sizeof(name), "bad-partial-payload-%u", len);
+        add(c, name, bad, &b);
+    }
+
+    mb_header(&b, 3);
+    mb_agent(&b, "p0", "n1");
+    at = mb_backend_begin(&b, "shm", "x", 1, 0);
+    mb_sec_end(&b, at);
+    mb_partial(&b, 0, 1);
+    add(c, "bad-partial-after-backend", bad, &b);
+
+    mb_header(&b, 3);
+    mb_agent(&b, "p0", "n1");
+    mb_partial(&b, 0, 1);
+    mb_partial(&b, 0, 1);
+    add(c, "bad-partial-twice", bad, &b);
+
+    mb_header(&b, 2);
+    mb_partial(&b, 0, 1);
+    mb_agent(&b, "p0", "n1");
+    add(c, "bad-partial-before-agent", bad, &b);
+
+    mb_header(&b, 1);
+    mb_partial(&b, 0, 1);
+    add(c, "bad-partial-only", bad, &b);
+}
+
 size_t md_cases_build(md_case_t **cases_out)
 {
     catalog_t c = {0};
@@ -808,6 +947,7 @@ size_t md_cases_build(md_case_t **cases_out)
     add_short_payloads(&c, &s, s.be_len_at[1], "backend1");
     mb_free(&s.b);
     add_section_shapes(&c);
+    add_partial_shapes(&c);
     *cases_out = c.v;
     return c.n;
 }

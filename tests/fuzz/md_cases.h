@@ -46,6 +46,8 @@ void mb_agent_v(mb_t *b, const char *name, const char *hostname, uint16_t versio
 /* Opens a backend section up to its region count; close with mb_sec_end. */
 size_t mb_backend_begin(mb_t *b, const char *name, const void *conn, uint32_t conn_len,
                         uint32_t num_regions);
+/* A whole PARTIAL section: flags bit 0 = connection info included. */
+void mb_partial(mb_t *b, uint16_t section_flags, uint32_t flags);
 /* A region whose key is rkey_len bytes of a fixed pattern. */
 void mb_region(mb_t *b, uint8_t mem_type, uint32_t dev_id, uint64_t addr, uint64_t len,
                uint32_t rkey_len);

@@ -3,6 +3,9 @@ listener and one registered buffer, driven by JSON commands on stdin (one
 per line, one JSON answer per line on stdout).
 
     peer.py NAME NBYTES SHARED(0|1)
+
+Partial metadata: "register2" registers a second buffer (its own region),
+"send_partial" sends the partial metadata of one buffer to a listener.
 """
 
 import hashlib
@@ -28,6 +31,8 @@ def main():
     agent = nixl_agent(name, nixl_agent_config(enable_listen_thread=True, backends=["UCX"]))
     buf = nixl.alloc_array(n) if shared else np.zeros(n, np.uint8)
     reg = agent.register_memory(buf)
+    regs = {"buf": reg}
+    bufs = [buf]
     out = sys.stdout
 
     def reply(**kw):
@@ -54,12 +59,22 @@ def main():
             elif op == "notify":
                 agent.send_notif(cmd["to"], cmd["msg"].encode())
                 reply(ok=True)
+            elif op == "register2":
+                buf2 = nixl.alloc_array(cmd["n"])
+                buf2[:] = pattern(cmd["n"], cmd["seed"])
+                bufs.append(buf2)
+                regs["buf2"] = agent.register_memory(buf2)
+                reply(addr=buf2.ctypes.data)
+            elif op == "send_partial":
+                agent.send_partial_agent_metadata(regs[cmd["which"]], cmd["conn"], None, "127.0.0.1", cmd["port"])
+                reply(ok=True)
             elif op == "known":
                 reply(known=agent.check_remote_metadata(cmd["peer"]))
             elif op == "crash":
                 os._exit(3)
             elif op == "quit":
-                agent.deregister_memory(reg)
+                for r in regs.values():
+                    agent.deregister_memory(r)
                 agent.close()
                 reply(ok=True)
                 return 0

@@ -16,7 +16,7 @@ import nixl._bindings as nb
 import nixl._utils as utils
 from nixl._api import nixl_agent, nixl_agent_config, nixl_thread_sync_t, nixlBind
 
-from conftest import unique, wait_state
+from conftest import make_agent, unique, wait_state
 
 
 def test_engines_imports_resolve():
@@ -195,9 +195,8 @@ def test_low_level_plugins_backends_and_what_libnixl_lacks(low_pair):
     with pytest.raises(nb.nixlNotFoundError):
         a.getBackendParams(12345)
     reg = nb.nixlRegDList(nb.DRAM_SEG, [(src, size, 0, "")])
-    for call, args, what in ((a.getLocalPartialMD, (reg,), "etcd"), (a.queryMem, (reg, ba), "memory query"),
-                             (a.prepMemView, (nb.nixlXferDList(nb.VRAM_SEG),), "GPU device API"),
-                             (a.sendLocalPartialMD, (reg, True, [], "127.0.0.1", 1, "l"), "etcd")):
+    for call, args, what in ((a.queryMem, (reg, ba), "memory query"),
+                             (a.prepMemView, (nb.nixlXferDList(nb.VRAM_SEG),), "GPU device API")):
         with pytest.raises(nb.nixlNotSupportedError, match=what):
             call(*args)
     assert nb.HAVE_UCX_GPU_DEVICE_API is False
@@ -454,14 +453,143 @@ def test_the_bytes_name_add_remote_agent_returns_works_where_a_name_goes(pair):
     assert not a.check_remote_metadata(peer)
 
 
-def test_partial_metadata_over_the_socket_says_what_is_missing(pair):
-    # NIXL's partial_md_example sends partial metadata to a peer's listener; libnixl cannot.
+def test_partial_metadata_blob_adds_regions_to_a_known_peer(pair):
+    # NIXL: get_partial_agent_metadata(descs, inc_conn_info, backends) gives bytes add_remote_agent loads;
+    # they hold the registrations of descs only, and loading them adds those regions to the peer.
+    a, b = pair
+    bufs = [nixl.alloc_array(4096) for _ in range(3)]
+    for i, buf in enumerate(bufs):
+        buf[:] = i + 1
+    regs = [b.register_memory(buf) for buf in bufs]
+    dst = nixl.alloc_array(4096)
+    a.register_memory(dst)
+    local = a.get_xfer_descs(dst)
+
+    def read(i):
+        dst[:] = 0
+        h = a.initialize_xfer("READ", local, regs[i].trim(), b.name)
+        a.transfer(h)
+        assert wait_state(a, h) == "DONE"
+        assert bytes(dst) == bytes([i + 1]) * 4096
+        return h
+
+    blob = b.get_partial_agent_metadata(regs[0], True, ["UCX"])
+    assert isinstance(blob, bytes) and len(blob) < len(b.get_agent_metadata())
+    assert a.add_remote_agent(blob) == b.name.encode()
+    assert a.check_remote_metadata(b.name, regs[0].trim()) and not a.check_remote_metadata(b.name, regs[1].trim())
+    with pytest.raises(nixl.nixlNotFoundError):
+        a.initialize_xfer("READ", local, regs[1].trim(), b.name)
+    h0 = read(0)
+    # Without connection info: adds to the peer a already knows; h0 stays valid.
+    a.add_remote_agent(b.get_partial_agent_metadata(regs[1]))
+    read(1)
+    dst[:] = 0
+    a.transfer(h0)
+    assert wait_state(a, h0) == "DONE" and bytes(dst) == bytes([1]) * 4096
+    # An empty list: connection info only (NIXL's rule), loadable by an agent that never heard of b.
+    c = make_agent("third")
+    try:
+        c.register_memory(nixl.alloc_array(64))
+        with pytest.raises(nixl.nixlNotFoundError, match="UNKNOWN_PEER"):
+            c.add_remote_agent(b.get_partial_agent_metadata(regs[2]))  # no connection info, unknown peer
+        assert not c.check_remote_metadata(b.name)
+        c.add_remote_agent(b.get_partial_agent_metadata([]))
+        assert c.check_remote_metadata(b.name) and not c.check_remote_metadata(b.name, regs[2].trim())
+        c.add_remote_agent(b.get_partial_agent_metadata(regs[2]))
+        assert c.check_remote_metadata(b.name, regs[2].trim())
+    finally:
+        c.close()
+
+
+def test_partial_metadata_argument_errors(pair):
     a, _ = pair
-    reg = a.register_memory(nixl.alloc_array(64))
-    with pytest.raises(nixl.nixlNotSupportedError, match="only through etcd"):
-        a.send_partial_agent_metadata(reg, True, ["UCX"], "127.0.0.1", 7777)
-    with pytest.raises(nixl.nixlNotSupportedError, match="no partial blob"):
-        a.get_partial_agent_metadata(reg, True)
+    reg = a.register_memory(nixl.alloc_array(4096))
+    with pytest.raises(nixl.nixlNotFoundError, match="was not created"):
+        a.get_partial_agent_metadata(reg, True, ["UVX"])  # a backend name this agent has not
+    outside = a.get_xfer_descs([(reg[0][0] + 4096, 16, 0)], "DRAM")
+    with pytest.raises(nixl.nixlNotFoundError, match="NOT_REGISTERED"):
+        a.get_partial_agent_metadata(outside, True)
+    with pytest.raises(nixl.nixlNotFoundError, match="NOT_REGISTERED"):
+        a.send_partial_agent_metadata(outside, True, None, "127.0.0.1", 7777)
+    with pytest.raises(nixl.nixlInvalidParamError, match="label"):
+        a.send_partial_agent_metadata(reg, True)  # neither an address nor a label
+
+
+def test_partial_md_example_over_the_listener():
+    # NIXL's examples/python/partial_md_example.py (socket exchange), in one process: the target sends
+    # the metadata of its first ten buffers to the initiator's listener, the initiator READs them; the
+    # second ten are not reachable until the target sends theirs too; every byte is checked.
+    target = nixl_agent(unique("target"), nixl_agent_config(True, True, 0))
+    init = nixl_agent(unique("initiator"), nixl_agent_config(True, True, 0))
+    addrs = []
+    try:
+        size = 256
+
+        def bufs(seed):
+            rows = []
+            for i in range(10):
+                addr = utils.malloc_passthru(size)
+                ctypes.memset(addr, seed + i, size)
+                rows.append((addr, size, 0, "test"))
+                addrs.append(addr)
+            return rows
+
+        t1, t2 = target.get_reg_descs(bufs(10), "DRAM"), target.get_reg_descs(bufs(40), "DRAM")
+        assert target.register_memory(t1) is not None and target.register_memory(t2) is not None
+        ini = init.get_reg_descs(bufs(0), "DRAM")
+        assert init.register_memory(ini) is not None
+        x1, x2, xi = t1.trim(), t2.trim(), ini.trim()
+
+        def read_and_check(remote, seed):
+            h = init.initialize_xfer("READ", xi, remote, target.name, b"UUID1")
+            assert init.transfer(h) != "ERR" and wait_state(init, h) == "DONE"
+            for i, (addr, n, _dev) in enumerate(xi):
+                assert ctypes.string_at(addr, n) == bytes([seed + i]) * n
+            deadline = time.monotonic() + 20
+            while not target.check_remote_xfer_done(init.name, b"UUID1"):
+                assert time.monotonic() < deadline, "no notification"
+            init.release_xfer_handle(h)
+
+        target.send_partial_agent_metadata(t1, True, ["UCX"], "127.0.0.1", init.listen_port)
+        assert init.check_remote_metadata(target.name, x1)
+        read_and_check(x1, 10)
+        with pytest.raises(nb.nixlNotFoundError):  # "Second set of descs was not sent, should fail"
+            init.initialize_xfer("READ", xi, x2, target.name, b"UUID1")
+        target.send_partial_agent_metadata(t2, True, ["UCX"], "127.0.0.1", init.listen_port)
+        read_and_check(x2, 40)
+        read_and_check(x1, 10)
+        init.remove_remote_agent(target.name)
+        target.deregister_memory(t1)
+        target.deregister_memory(t2)
+        init.deregister_memory(ini)
+    finally:
+        init.close()
+        target.close()
+        for addr in addrs:
+            utils.free_passthru(addr)
+
+
+def test_low_level_partial_metadata(low_pair):
+    # NIXL's nixlAgent.getLocalPartialMD(descs, inc_conn_info, backends) and
+    # sendLocalPartialMD(descs, inc_conn_info, backends, ip_addr, port, label).
+    a, b, ba, bb, src, dst, size = low_pair
+    reg = nb.nixlRegDList(nb.DRAM_SEG, [(dst, size, 0, "")])
+    assert b.registerMem(reg, [bb]) == nb.NIXL_SUCCESS
+    remote = nb.nixlXferDList(nb.DRAM_SEG, [(dst, size, 0)])
+    md = b.getLocalPartialMD(reg, True, [bb])
+    assert isinstance(md, bytes) and len(b.getLocalPartialMD(reg, False, [bb])) < len(md)
+    assert a.loadRemoteMD(md) == b.name.encode()
+    assert a.checkRemoteMD(b.name, remote) == nb.NIXL_SUCCESS
+    with pytest.raises(nb.nixlNotFoundError):
+        b.getLocalPartialMD(reg, True, [12345])
+    with pytest.raises(nb.nixlInvalidParamError, match="label"):
+        b.sendLocalPartialMD(reg, True, [], "", 0, "")
+    listening = nixl_agent(unique("lowlisten"), nixl_agent_config(False, True, 0))
+    try:
+        b.sendLocalPartialMD(reg, True, [bb], "127.0.0.1", listening.listen_port, "")
+        assert listening.check_remote_metadata(b.name, remote)
+    finally:
+        listening.close()
 
 
 def test_loopback_copies_between_own_registrations():

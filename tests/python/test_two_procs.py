@@ -35,10 +35,14 @@ class Peer:
         assert line, f"peer exited with {self.proc.wait()}"
         return json.loads(line)
 
-    def call(self, **cmd):
+    def try_call(self, **cmd):
+        """The peer's answer, an error included."""
         self.proc.stdin.write(json.dumps(cmd) + "\n")
         self.proc.stdin.flush()
-        r = self._read()
+        return self._read()
+
+    def call(self, **cmd):
+        r = self.try_call(**cmd)
         assert "error" not in r, r["error"]
         return r
 
@@ -103,6 +107,56 @@ def test_listener_metadata_and_numpy_both_ways(shared):
         a.invalidate_local_metadata("127.0.0.1", peer.port)
         assert not peer.call(cmd="known", peer=a.name)["known"]
     finally:
+        a.close()
+        peer.close()
+
+
+def test_partial_metadata_from_another_process_over_the_listener():
+    # NIXL's partial_md_example across processes: the peer sends the metadata of one region, with its
+    # connection info, to our listener, later that of a second region without it; each is READ and
+    # checked byte for byte, and a request made between the two stays valid.
+    n = 1 << 16
+    peer = Peer(shared=True, n=n)
+    a = make_agent("init", enable_listen_thread=True, listen_port=0)
+    stranger = make_agent("stranger", enable_listen_thread=True, listen_port=0)
+    try:
+        dst = nixl.alloc_array(n)
+        a.register_memory(dst)
+        local = a.get_xfer_descs(dst)
+        first = a.get_xfer_descs([(peer.addr, n, 0)], "DRAM")
+        peer.call(cmd="fill", seed=11)
+        addr2 = peer.call(cmd="register2", n=n, seed=12)["addr"]
+        second = a.get_xfer_descs([(addr2, n, 0)], "DRAM")
+
+        peer.call(cmd="send_partial", which="buf", conn=True, port=a.listen_port)
+        assert a.check_remote_metadata(peer.name, first)
+        assert not a.check_remote_metadata(peer.name, second)
+        with pytest.raises(nixl.nixlNotFoundError):
+            a.initialize_xfer("READ", local, second, peer.name)
+        h1 = a.initialize_xfer("READ", local, first, peer.name)
+        assert a.transfer(h1) in ("DONE", "PROC") and wait_state(a, h1) == "DONE"
+        assert np.array_equal(dst, peer_pattern(n, 11))
+
+        peer.call(cmd="send_partial", which="buf2", conn=False, port=a.listen_port)
+        assert a.check_remote_metadata(peer.name, second)
+        h2 = a.initialize_xfer("READ", local, second, peer.name)
+        a.transfer(h2)
+        assert wait_state(a, h2) == "DONE"
+        assert np.array_equal(dst, peer_pattern(n, 12))
+        dst[:] = 0
+        a.transfer(h1)  # made before the second blob: still valid
+        assert wait_state(a, h1) == "DONE"
+        assert np.array_equal(dst, peer_pattern(n, 11))
+        a.release_xfer_handle(h1)
+        a.release_xfer_handle(h2)
+
+        # A listener that never heard of the peer refuses a blob without connection info, and the
+        # sender's call says so.
+        r = peer.try_call(cmd="send_partial", which="buf2", conn=False, port=stranger.listen_port)
+        assert "nixlNotFoundError" in r.get("error", "") and "UNKNOWN_PEER" in r["error"], r
+        assert not stranger.check_remote_metadata(peer.name)
+    finally:
+        stranger.close()
         a.close()
         peer.close()
 

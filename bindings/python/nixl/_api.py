@@ -458,23 +458,47 @@ class nixl_agent:
             return self._etcd(call, "nixl_md_etcd_invalidate_local", None)
         check(L.nixl_md_invalidate_local(self._ptr(call), ip_addr.encode(), port), call, f"at {ip_addr}:{port}")
 
+    def _partial_args(self, descs: Any, backends: Optional[list[str]], call: str) -> tuple[Any, Any, Any]:
+        """The C list and options of a partial-metadata call (and what they point to, to keep alive)."""
+        dl = to_dlist(descs, None, False, call)
+        opt, keep = self._opt(backends, None, call)
+        return dl, dl._c(), (opt, keep)
+
     def get_partial_agent_metadata(self, descs: Any, inc_conn_info: bool = False,
                                    backends: Optional[list[str]] = None) -> bytes:
-        raise make_error(nixlNotSupportedError, "get_partial_agent_metadata",
-                         "libnixl makes partial metadata only to publish it in etcd (send_partial_agent_metadata "
-                         "with a label); there is no partial blob: use get_agent_metadata")
+        """NIXL's: the metadata of the registrations holding descs (an empty list: connection info
+        only), for backends (all when none), with connection info when inc_conn_info. A peer's
+        add_remote_agent adds those regions to what it has of this agent; without connection info
+        the peer must know this agent already (else nixlNotFoundError there)."""
+        call = "get_partial_agent_metadata"
+        dl, c, (opt, _keep) = self._partial_args(descs, backends, call)
+        blob = ctypes.c_void_p()
+        n = ctypes.c_size_t()
+        check(L.nixl_md_get_local_partial(self._ptr(call), ctypes.byref(c),
+                                          _lib.MD_PARTIAL_CONN_INFO if inc_conn_info else 0, opt,
+                                          ctypes.byref(blob), ctypes.byref(n)), call, f"{len(dl)} descriptors")
+        try:
+            return ctypes.string_at(blob.value, n.value)
+        finally:
+            L.nixl_free(blob)
 
     def send_partial_agent_metadata(self, descs: Any, inc_conn_info: bool = False,
                                     backends: Optional[list[str]] = None, ip_addr: str = "",
                                     port: int = DEFAULT_COMM_PORT, label: str = "") -> None:
-        """Publish in etcd, under label, the regions holding descs (connection info always included)."""
+        """With ip_addr: get_partial_agent_metadata's blob to the peer's listener, which loads it
+        (blocks up to NIXL_MD_TIMEOUT_MS; the peer's refusal raises here). Without: publish it in
+        etcd under label (connection info always included there; returns at once)."""
         call = "send_partial_agent_metadata"
         if ip_addr:
-            raise make_error(nixlNotSupportedError, call, "libnixl sends partial metadata only through etcd, not to "
-                             "a peer's listener: leave out ip_addr (with NIXL_ETCD_ENDPOINTS set), or send all of "
-                             "it with send_local_metadata(ip_addr, port)")
+            dl, c, (opt, _keep) = self._partial_args(descs, backends, call)
+            check(L.nixl_md_send_local_partial(self._ptr(call), ctypes.byref(c),
+                                               _lib.MD_PARTIAL_CONN_INFO if inc_conn_info else 0, opt,
+                                               ip_addr.encode(), port), call,
+                  f"{len(dl)} descriptors to {ip_addr}:{port}")
+            return
         if not label:
-            raise make_error(nixlInvalidParamError, call, "a label is required")
+            raise make_error(nixlInvalidParamError, call, "a label is required to publish partial metadata in etcd "
+                             "(or give ip_addr and port to send it to a peer's listener)")
         dl = to_dlist(descs, None, False, call)
         c = dl._c()
         self._etcd(call, "nixl_md_etcd_publish", ctypes.byref(c), ctypes.byref(self._etcd_args(label)))

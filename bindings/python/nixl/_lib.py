@@ -155,6 +155,7 @@ CFG_NAME, CFG_PROGRESS_THREAD, CFG_LISTEN, CFG_LISTEN_PORT, CFG_THREAD_MODE = 1,
 CFG_PROGRESS_INTERVAL_US = 32
 OPT_BACKENDS, OPT_NOTIF, OPT_TIMEOUT_MS = 1, 2, 4
 ETCD_ARG_LABEL, ETCD_ARG_TIMEOUT_MS = 1, 2
+MD_PARTIAL_CONN_INFO = 1
 CAP_NAMES = {1: "LOCAL", 2: "SAME_HOST", 4: "CROSS_HOST", 8: "NOTIF", 16: "PROGRESS"}
 
 # nixl_notif_cb_t: void (*)(const char *sender, const void *msg, size_t len, void *arg)
@@ -179,11 +180,15 @@ _PROTOTYPES = {
     "nixl_mem_alloc": (_STATUS, [c_size_t, _PP]),
     "nixl_mem_free": (None, [_P, c_size_t]),
     "nixl_md_get_local": (_STATUS, [_P, _PP, POINTER(c_size_t)]),
+    "nixl_md_get_local_partial": (_STATUS, [_P, POINTER(nixl_dlist_t), c_uint32, POINTER(nixl_opt_args_t), _PP,
+                                            POINTER(c_size_t)]),
     "nixl_md_load_remote": (_STATUS, [_P, c_char_p, c_size_t, c_char_p]),
     "nixl_md_invalidate_remote": (_STATUS, [_P, c_char_p]),
     "nixl_md_check_remote": (_STATUS, [_P, c_char_p]),
     "nixl_md_connect": (_STATUS, [_P, c_char_p, POINTER(nixl_opt_args_t)]),
     "nixl_md_send_local": (_STATUS, [_P, c_char_p, c_uint16]),
+    "nixl_md_send_local_partial": (_STATUS, [_P, POINTER(nixl_dlist_t), c_uint32, POINTER(nixl_opt_args_t),
+                                             c_char_p, c_uint16]),
     "nixl_md_fetch_remote": (_STATUS, [_P, c_char_p, c_uint16, c_char_p]),
     "nixl_md_invalidate_local": (_STATUS, [_P, c_char_p, c_uint16]),
     "nixl_free": (None, [_P]),

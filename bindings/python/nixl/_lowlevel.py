@@ -561,8 +561,22 @@ class nixlAgent:
             L.nixl_free(blob)
 
     def getLocalPartialMD(self, descs: Any, inc_conn_info: bool = False, backends: Any = ()) -> bytes:
-        raise make_error(nixlNotSupportedError, "getLocalPartialMD", "libnixl makes partial metadata only "
-                         "to publish it in etcd (sendLocalPartialMD with a label); there is no partial blob")
+        """The registrations holding descs (an empty list: connection info only), for the backend
+        handles given (all when none), with connection info when inc_conn_info; loadRemoteMD on a
+        peer adds them to what it holds of this agent."""
+        call = "getLocalPartialMD"
+        dl = to_dlist(descs, None, False, call)
+        opt, _keep = make_opt(self._backend_handles(backends, call), None, call)
+        c = dl._c()
+        blob = ctypes.c_void_p()
+        n = ctypes.c_size_t()
+        check(L.nixl_md_get_local_partial(self._p(call), ctypes.byref(c),
+                                          _lib.MD_PARTIAL_CONN_INFO if inc_conn_info else 0, opt,
+                                          ctypes.byref(blob), ctypes.byref(n)), call, f"{len(dl)} descriptors")
+        try:
+            return ctypes.string_at(blob.value, n.value)
+        finally:
+            L.nixl_free(blob)
 
     def loadRemoteMD(self, remote_metadata: Any) -> bytes:
         """Load a peer's metadata; returns its name as bytes (as NIXL)."""
@@ -621,13 +635,23 @@ class nixlAgent:
 
     def sendLocalPartialMD(self, descs: Any, inc_conn_info: bool = False, backends: Any = (), ip_addr: str = "",
                            port: int = 0, label: str = "") -> None:
+        """With ip_addr: getLocalPartialMD's blob to the peer's listener (port 0: DEFAULT_COMM_PORT),
+        which loads it; without: published in etcd under label (connection info always included)."""
         call = "sendLocalPartialMD"
+        dl = to_dlist(descs, None, False, call)
         if ip_addr:
-            raise make_error(nixlNotSupportedError, call, "libnixl sends partial metadata only through etcd: "
-                             "leave out ip_addr (and set NIXL_ETCD_ENDPOINTS), or send all of it (sendLocalMD)")
+            port = port or DEFAULT_COMM_PORT
+            opt, _keep = make_opt(self._backend_handles(backends, call), None, call)
+            c = dl._c()
+            check(L.nixl_md_send_local_partial(self._p(call), ctypes.byref(c),
+                                               _lib.MD_PARTIAL_CONN_INFO if inc_conn_info else 0, opt,
+                                               ip_addr.encode(), port), call,
+                  f"{len(dl)} descriptors to {ip_addr}:{port}")
+            return
         if not label:
-            raise make_error(nixlInvalidParamError, call, "a label is required")
-        c = to_dlist(descs, None, False, call)._c()
+            raise make_error(nixlInvalidParamError, call, "a label is required to publish partial metadata in etcd "
+                             "(or give ip_addr to send it to a peer's listener)")
+        c = dl._c()
         self.etcd(call, "nixl_md_etcd_publish", ctypes.byref(c), ctypes.byref(self.etcd_args(label)))
 
     def fetch_name(self, ip_addr: str, port: int, call: str) -> str:

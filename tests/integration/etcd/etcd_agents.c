@@ -12,7 +12,8 @@
  * byte, WRITEs region 1 and the target checks every byte.  Then:
  *   basic    the initiator starts first: its fetch waits for the late
  *            target.  Also: a fetch of a peer that never comes times out,
- *            labelled partial metadata limits what can be reached, and
+ *            labelled partial metadata limits what a peer loaded from it
+ *            alone can reach and adds to a peer loaded in full, and
  *            after the target invalidates itself the initiator's requests
  *            fail with NIXL_ERR_PEER_INVALIDATED.
  *   sigkill  the target is killed with SIGKILL: within its lease TTL the
@@ -332,7 +333,9 @@ static void basic_checks(agent_t *ag, const char *name, const char *peer, uint64
         die("a 300 ms fetch took %llu ms to time out", (unsigned long long)(now_ms() - t0));
     check(nixl_md_check_remote(ag->a, "nobody"), NIXL_ERR_UNKNOWN_PEER, "check_remote(nobody)");
 
-    /* The labelled metadata holds region 0 only. */
+    /* The labelled metadata holds region 0 only (with connection info):
+     * loaded into a peer forgotten first, it is all we know of it. */
+    check(nixl_md_invalidate_remote(ag->a, peer), NIXL_OK, "forget the peer");
     check(fetch(ag, peer, "kv", 0), NIXL_OK, "fetch of the partial metadata");
     nixl_xfer_t *x;
     check(xfer_make(ag, NIXL_OP_READ, 1, peer, raddr1, &x), NIXL_ERR_NOT_REGISTERED,
@@ -341,6 +344,10 @@ static void basic_checks(agent_t *ag, const char *name, const char *peer, uint64
     check(fetch(ag, peer, NULL, 0), NIXL_OK, "fetch of the full metadata again");
     check(xfer_make(ag, NIXL_OP_READ, 1, peer, raddr1, &x), NIXL_OK, "READ of region 1 with the full metadata");
     check(xfer_run(x), NIXL_OK, "READ of region 1");
+    /* Partial metadata adds to what is loaded: loaded over the full one it
+     * takes nothing away, and the request made before stays valid. */
+    check(fetch(ag, peer, "kv", 0), NIXL_OK, "fetch of the partial metadata over the full one");
+    check(xfer_run(x), NIXL_OK, "READ of region 1 (request made before the partial fetch)");
     nixl_xfer_release(x);
 }
 

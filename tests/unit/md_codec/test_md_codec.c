@@ -112,8 +112,8 @@ static void test_reference_contents(void)
 
     /* A skipped section vanishes; everything else is kept. */
     md = NULL;
-    CHECK_ST(nixl_md_decode(find_case(cases, n, "ok-backend-type-3-skippable")->blob,
-                            find_case(cases, n, "ok-backend-type-3-skippable")->len, &md),
+    CHECK_ST(nixl_md_decode(find_case(cases, n, "ok-backend-type-256-skippable")->blob,
+                            find_case(cases, n, "ok-backend-type-256-skippable")->len, &md),
              NIXL_OK);
     if (md) {
         CHECK(md->num_backends == 1 && strcmp(md->backends[0].name, "ucx") == 0);
@@ -188,6 +188,87 @@ static void test_doc_example(void)
         free(blob);
         nixl_md_free(md);
     }
+    md_cases_free(cases, n);
+}
+
+/* The partial worked example of docs/metadata-format.md. */
+static const uint8_t doc_partial_example[] = {
+    0x4e, 0x58, 0x4d, 0x44, 0x02, 0x00, 0x10, 0x00, 0x94, 0x00, 0x00, 0x00, 0x03, 0x00, 0x00, 0x00,
+    0x01, 0x00, 0x00, 0x00, 0x3e, 0x00, 0x00, 0x00, 0x02, 0x70, 0x30, 0x02, 0x6e, 0x31, 0x00, 0x01,
+    0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f, 0x92, 0x10,
+    0x00, 0x00, 0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11, 0xe8, 0x03, 0x00, 0x00, 0x08, 0x07,
+    0x06, 0x05, 0x04, 0x03, 0x02, 0x01, 0xfc, 0xff, 0xff, 0xef, 0x00, 0x00, 0x00, 0x00, 0x08, 0x00,
+    0x00, 0xf0, 0x00, 0x00, 0x00, 0x00, 0x03, 0x00, 0x00, 0x00, 0x04, 0x00, 0x00, 0x00, 0x00, 0x00,
+    0x00, 0x00, 0x02, 0x00, 0x00, 0x00, 0x2a, 0x00, 0x00, 0x00, 0x03, 0x73, 0x68, 0x6d, 0x00, 0x00,
+    0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+    0x02, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x10, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x02, 0x00,
+    0x00, 0x00, 0xa0, 0xa1,
+};
+
+/* Partial blobs: the worked example byte for byte, the two flags through
+ * decode and encode, and the encoder's refusals. */
+static void test_partial(void)
+{
+    md_case_t *cases;
+    size_t n = md_cases_build(&cases);
+    const md_case_t *c = find_case(cases, n, "ok-partial-doc-example");
+    nixl_md_t *md = NULL;
+    void *blob = NULL;
+    size_t len = 0;
+
+    CHECK(c->len == sizeof(doc_partial_example) && memcmp(c->blob, doc_partial_example, c->len) == 0);
+    CHECK_ST(nixl_md_decode(doc_partial_example, sizeof(doc_partial_example), &md), NIXL_OK);
+    if (md) {
+        CHECK(md->partial == 1 && md->conn_omitted == 1);
+        CHECK(strcmp(md->name, "p0") == 0 && md->num_backends == 1);
+        CHECK(md->backends[0].conn_len == 0 && md->backends[0].conn == NULL);
+        CHECK(md->backends[0].num_regions == 1 && md->backends[0].regions[0].addr == 0x20000);
+        CHECK_ST(nixl_md_encode(md, &blob, &len), NIXL_OK);
+        CHECK(len == sizeof(doc_partial_example) && blob && memcmp(blob, doc_partial_example, len) == 0);
+        free(blob);
+        /* Connection info cannot be added to a blob that says it has none,
+         * nor left out of a full one. */
+        blob = (void *)&failures;
+        printf("partial encode with bad input: two expected ERROR lines follow\n");
+        fflush(stdout);
+        md->backends[0].conn = (const uint8_t *)"x";
+        md->backends[0].conn_len = 1;
+        CHECK_ST(nixl_md_encode(md, &blob, &len), NIXL_ERR_INVALID_PARAM);
+        md->backends[0].conn = NULL;
+        md->backends[0].conn_len = 0;
+        md->partial = 0;
+        CHECK_ST(nixl_md_encode(md, &blob, &len), NIXL_ERR_INVALID_PARAM);
+        CHECK(blob == (void *)&failures);
+        nixl_md_free(md);
+    }
+
+    md = NULL;
+    c = find_case(cases, n, "ok-partial-with-conn");
+    CHECK_ST(nixl_md_decode(c->blob, c->len, &md), NIXL_OK);
+    if (md) {
+        CHECK(md->partial == 1 && md->conn_omitted == 0);
+        CHECK(md->backends[0].conn_len == 4 && memcmp(md->backends[0].conn, "conn", 4) == 0);
+        nixl_md_free(md);
+    }
+
+    /* A full blob says neither; a fixture made partial round-trips. */
+    md = NULL;
+    c = find_case(cases, n, "ok-reference");
+    CHECK_ST(nixl_md_decode(c->blob, c->len, &md), NIXL_OK);
+    if (md) {
+        CHECK(md->partial == 0 && md->conn_omitted == 0);
+        nixl_md_free(md);
+    }
+    nixl_md_t *x = md_fixture_new(2, 6, 0);
+    x->partial = 1;
+    check_round_trip("partial fixture", x);
+    x->conn_omitted = 1;
+    for (uint32_t b = 0; b < x->num_backends; b++) {
+        x->backends[b].conn = NULL;
+        x->backends[b].conn_len = 0;
+    }
+    check_round_trip("partial fixture without connection info", x);
+    free(x);
     md_cases_free(cases, n);
 }
 
@@ -450,6 +531,7 @@ int main(void)
     test_reference_contents();
     test_doc_example();
     test_version_1();
+    test_partial();
     test_unsorted_sorted();
     test_round_trip_shapes();
     test_encode_invalid();
