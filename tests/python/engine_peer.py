@@ -4,6 +4,7 @@ by JSON lines on stdin/stdout (the engines use ZMQ side channels for this).
 
     engine_peer.py sglang-decode LAYERS PAGES ITEM_LEN AUX_LEN
     engine_peer.py vllm-prefill REGIONS BLOCKS BLOCK_LEN
+    engine_peer.py lightllm-decode ... | lmcache-receiver ...   (engine_peer_more.py)
 
 sglang-decode is SGLang's NixlKVManager on the decode side: it registers its
 KV layers and aux buffer, hands its agent metadata and pointers to prefill,
@@ -164,11 +165,14 @@ def vllm_prefill(regions, blocks, block_len):
 
 
 def main():
-    role, args = sys.argv[1], [int(a) for a in sys.argv[2:]]
+    role, args = sys.argv[1], [int(a) if a.lstrip("-").isdigit() else a for a in sys.argv[2:]]
     if role == "sglang-decode":
         return sglang_decode(*args)
     if role == "vllm-prefill":
         return vllm_prefill(*args)
+    if role in ("lightllm-decode", "lmcache-receiver", "lmcache-pipe-receiver"):
+        import engine_peer_more  # LightLLM's and LMCache's sides: engine_peer_more.py
+        return engine_peer_more.main(role, args)
     raise SystemExit(f"unknown role {role}")
 
 
