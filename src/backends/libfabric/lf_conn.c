@@ -182,15 +182,22 @@ nixl_status_t lf_conn_get(lf_be_t *be, const lf_conn_info_t *info, lf_conn_t **o
 }
 
 /* Same provider and address format, or the peer is out of our reach. */
-static nixl_status_t lf_conn_reachable(lf_be_t *be, const lf_conn_info_t *info, const char *who)
+static nixl_status_t lf_conn_reachable(lf_be_t *be, const lf_conn_info_t *info, const nixl_be_peer_t *peer)
 {
+    const char *who = peer->name;
     if (strcmp(info->prov, be->prov_name) != 0 || info->addr_format != be->addr_format) {
         LF_INFO(be, "libfabric: peer %s runs provider %s (address format %u), we run %s (%u): not reachable", who,
                 info->prov, info->addr_format, be->prov_name, be->addr_format);
         return NIXL_ERR_NO_PATH;
     }
     if (info->inst == be->inst) {
-        LF_ERROR(be, "libfabric: peer %s carries our own instance id", who);
+        /* The agent itself (the core's loopback, every storage request)
+         * is no peer of ours: said quietly.  Another process carrying our
+         * instance id is a forged or corrupt blob. */
+        if (peer->same_process)
+            LF_DEBUG(be, "libfabric: %s is this instance: not reachable through itself", who);
+        else
+            LF_ERROR(be, "libfabric: peer %s carries our own instance id", who);
         return NIXL_ERR_SELF;
     }
     return NIXL_OK;
@@ -209,7 +216,7 @@ nixl_status_t lf_peer_open(void *bev, const nixl_be_peer_t *peer, const void *co
                  st == NIXL_ERR_MD_VERSION ? "of a version we do not speak" : "malformed");
         return st;
     }
-    st = lf_conn_reachable(be, &info, who);
+    st = lf_conn_reachable(be, &info, peer);
     if (st != NIXL_OK)
         return st;
     if (peer->same_host && peer->same_netns)
@@ -482,8 +489,9 @@ void lf_conn_on_hello(lf_be_t *be, const uint8_t *msg, size_t len)
     memcpy(name, b + LF_HELLO_BODY, nlen);
     name[nlen] = 0;
     lf_conn_info_t info;
+    nixl_be_peer_t sender = {.name = name}; /* a HELLO on the wire: no locality known */
     if (lf_conn_parse(b + LF_HELLO_BODY + nlen, clen, &info) != NIXL_OK || info.inst != src_inst ||
-        lf_conn_reachable(be, &info, name) != NIXL_OK) {
+        lf_conn_reachable(be, &info, &sender) != NIXL_OK) {
         LF_WARN(be, "libfabric: HELLO from %s with bad connection info dropped", name);
         return;
     }
