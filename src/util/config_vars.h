@@ -12,6 +12,7 @@
     X(NIXL_XFER_TIMEOUT_MS, "0", "deadline of each post of a request that sets no NIXL_OPT_TIMEOUT_MS, in milliseconds: past it nixl_xfer_status cancels the request and returns NIXL_ERR_TIMEOUT; 0 = none") \
     X(NIXL_FALLBACK_WARN_MS, "1000", "at most one fallback warning per path and cause per this many ms") \
     X(NIXL_CUDA_LIB, "libcuda.so.1", "the CUDA driver library loaded at run time (VRAM support)")         \
+    X(NIXL_LIBFABRIC_LIB, "libfabric.so.1", "libfabric backend: the libfabric library it loads at its first create (each function at the symbol version of the build-time libfabric)") \
     X(NIXL_ALLOW_FALLBACK, "1", "0 refuses fallback paths: requests that would take one fail instead") \
     X(NIXL_INTRANODE_NETWORK, "fallback", "whether a network backend (libfabric) carries traffic to a peer on this host (same kernel and network namespace): fallback = yes, ranked after shm and cuda_ipc, so only where they cannot reach the peer or its memory; off = never") \
     X(NIXL_LISTEN_ADDR, "0.0.0.0", "address the metadata listener binds to")                   \

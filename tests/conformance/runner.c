@@ -13,6 +13,7 @@
  * Under --fault (faults.c) every agent gets NIXL_FAULT=SPEC; with
  * --expect-fault a case ending with an injected error prints FAULT.
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -419,6 +420,20 @@ static void usage(const char *argv0)
             argv0);
 }
 
+/* Every case is a fork of this process.  libfabric is loaded by its
+ * backend at the first create (src/backends/libfabric/lf_fi.c), ~200 ms on
+ * Debian, so each case would pay it again; loaded here once (not
+ * initialized: no fi_* call), the cases inherit it, as they did when
+ * libnixl linked it.  Failure is left to the cases to report. */
+static void preload_backend_library(const char *backend)
+{
+    if (strcmp(backend, "libfabric") != 0)
+        return;
+    const char *lib = getenv("NIXL_LIBFABRIC_LIB");
+    if (!dlopen(lib && *lib ? lib : "libfabric.so.1", RTLD_NOW | RTLD_LOCAL))
+        printf("note: libfabric not preloaded: %s\n", dlerror());
+}
+
 int main(int argc, char **argv)
 {
     const char *filter = NULL, *mem = NULL, *devs = NULL;
@@ -512,6 +527,7 @@ int main(int argc, char **argv)
         free(all_cases);
         return 77;
     }
+    preload_backend_library(conf_opts.backend);
     const nixl_backend_info_t *bi = conf_opts.info;
     printf("conformance: backend %s (%s), caps:%s%s%s%s%s, procs %d\n", bi->name, bi->origin,
            bi->caps & NIXL_CAP_LOCAL ? " local" : "", bi->caps & NIXL_CAP_SAME_HOST ? " same_host" : "",

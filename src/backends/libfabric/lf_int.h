@@ -9,7 +9,8 @@
  * handshake, liveness), lf_ctrl.c (control messages: notifications and
  * their release after the counted writes), lf_xfer.c (requests),
  * lf_progress.c (completion queues, the progress thread), lf_topo.c (which
- * rails are near a GPU or a NUMA node; hwloc, see lf_topo.h).
+ * rails are near a GPU or a NUMA node; hwloc, see lf_topo.h), lf_fi.c
+ * (libfabric itself, loaded at the first create).
  *
  * Locking: be->lock guards everything in the instance.  Every op takes it;
  * so does the progress thread.  No libfabric call is made without it, which
@@ -523,6 +524,13 @@ void lf_reqs_fail_conn(lf_be_t *be, lf_conn_t *c, nixl_status_t st);
 /* Canceled requests whose operations outlived the peer timeout: reset
  * their connections (the bound on a deadline's cancel). */
 void lf_reqs_tick(lf_be_t *be, uint64_t now);
+
+/* lf_fi.c */
+/* Load libfabric (once per process; later calls return the first answer).
+ * NIXL_ERR_NOT_SUPPORTED when the library or one of its functions is
+ * missing, logged once through host.  Until it succeeded the fi_*
+ * functions the backend calls fail (-FI_ENOSYS, NULL). */
+nixl_status_t lf_fi_load(const nixl_host_services_t *host);
 
 /* lf_progress.c */
 /* Read every CQ, post what waits; returns completions seen.  in_op as

@@ -7,9 +7,9 @@
  * (create/destroy).  Rails and provider choice are in lf_rail.c, memory in
  * lf_mem.c, peers and liveness in lf_conn.c, control messages and
  * notifications in lf_ctrl.c, requests in lf_xfer.c, completions and the
- * progress thread in lf_progress.c, rail locality in lf_topo.c (see
- * lf_int.h).  describe (nixl-info -t) prints the rails and the GPU -> rail
- * map.
+ * progress thread in lf_progress.c, rail locality in lf_topo.c, libfabric
+ * itself, loaded at the first create, in lf_fi.c (see lf_int.h).  describe
+ * (nixl-info -t) prints the rails and the GPU -> rail map.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -225,6 +225,9 @@ static nixl_status_t lf_create(const nixl_host_services_t *host, const nixl_para
     memcpy(be->agent_name, name, be->agent_name_len + 1);
     be->inst = lf_random_inst();
     be->cuda_driver = lf_cuda_driver(host);
+    st = lf_fi_load(host);
+    if (st != NIXL_OK)
+        goto err_free;
     if (pthread_mutex_init(&be->lock, NULL) != 0) {
         st = NIXL_ERR_NO_MEMORY;
         goto err_free;
