@@ -277,13 +277,8 @@ NIXL_API nixl_status_t nixl_notif_send(nixl_agent_t *a, const char *peer, const 
         nixl_peer_backend_t *bk = &inc->bk[b];
         if (!bk->backend || !be_can_notify(bk->backend))
             continue;
-        if (opt && (opt->field_mask & NIXL_OPT_BACKENDS)) {
-            int ok = 0;
-            for (size_t i = 0; i < opt->num_backends && opt->backends; i++)
-                ok |= opt->backends[i] == bk->backend;
-            if (!ok)
-                continue;
-        }
+        if (!nixl_opt_allows(opt, bk->backend))
+            continue;
         int rank = nixl_peer_backend_rank(bk->backend, inc);
         if (rank < best_rank) {
             best = bk;

@@ -129,6 +129,17 @@ void nixl_peer_inc_unref(nixl_peer_inc_t *inc);
 /* The locality record of a peer whose metadata is md, relative to the
  * process self (loopback: the agent itself). */
 void nixl_peer_locality(const nixl_md_t *md, const nixl_proc_id_t *self, int loopback, nixl_be_peer_t *out);
+/* Whether opt (NIXL_OPT_BACKENDS) lets a request use b: yes when it names
+ * no backends. */
+static inline int nixl_opt_allows(const nixl_opt_args_t *opt, const nixl_backend_t *b)
+{
+    if (!opt || !(opt->field_mask & NIXL_OPT_BACKENDS))
+        return 1;
+    for (size_t i = 0; i < opt->num_backends; i++)
+        if (opt->backends && opt->backends[i] == b)
+            return 1;
+    return 0;
+}
 /* Order in which a peer's backends are tried, closest reach first (0
  * same process, 1 same host, 2 the network, 3 none of these). */
 int nixl_peer_backend_rank(const nixl_backend_t *b, const nixl_peer_inc_t *inc);

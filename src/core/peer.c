@@ -749,13 +749,8 @@ NIXL_API nixl_status_t nixl_md_connect(nixl_agent_t *agent, const char *peer, co
         nixl_peer_backend_t *bk = &p->cur->bk[b];
         if (!bk->backend)
             continue;
-        if (opt && (opt->field_mask & NIXL_OPT_BACKENDS)) {
-            int named = 0;
-            for (size_t i = 0; i < opt->num_backends && opt->backends; i++)
-                named |= opt->backends[i] == bk->backend;
-            if (!named)
-                continue;
-        }
+        if (!nixl_opt_allows(opt, bk->backend))
+            continue;
         tried++;
         st = be_peer_connect(bk->backend, bk->peer);
         if (st != NIXL_OK)

@@ -27,6 +27,7 @@
 
 #include "util/config.h"
 #include "util/log.h"
+#include "nixl/backend_util.h"
 #include "util/time.h"
 
 #define PEERS_LOCK_MS 20
@@ -39,33 +40,8 @@ static uint64_t peers_token_counter; /* atomic */
 
 uint64_t nixl_reg_peers_start_time(int pid)
 {
-    char path[48], buf[1024];
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    ssize_t n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = '\0';
-    /* The command name may hold spaces and ')': fields restart after the last ')'. */
-    char *p = strrchr(buf, ')');
-    if (!p)
-        return 0;
-    p++;
-    /* p is before field 3; starttime is field 22. */
-    for (int field = 3; field < 22; field++) {
-        while (*p == ' ')
-            p++;
-        while (*p && *p != ' ')
-            p++;
-        if (!*p)
-            return 0;
-    }
-    char *end;
-    unsigned long long v = strtoull(p, &end, 10);
-    return end != p ? (uint64_t)v : 0;
+    uint64_t t;
+    return nixl_proc_start_time((uint32_t)pid, &t) == 0 ? t : 0;
 }
 
 /* 1 while the agent that wrote the slot can still be registering. */

@@ -46,16 +46,6 @@ struct nixl_prep {
 
 /* ---- backend choice ---- */
 
-static int opt_allows(const nixl_opt_args_t *opt, const nixl_backend_t *b)
-{
-    if (!opt || !(opt->field_mask & NIXL_OPT_BACKENDS))
-        return 1;
-    for (size_t i = 0; i < opt->num_backends; i++)
-        if (opt->backends && opt->backends[i] == b)
-            return 1;
-    return 0;
-}
-
 /* ---- preparing lists ---- */
 
 /* The region of the previous descriptor is tried first (consecutive
@@ -139,7 +129,7 @@ static nixl_status_t prep_choose_remote(nixl_prep_t *p, const nixl_dlist_t *dl, 
     for (int rank = 0; rank <= 3; rank++) {
         for (int b = 0; b < a->num_backends; b++) {
             const nixl_peer_backend_t *bk = &inc->bk[b];
-            if (!bk->backend || nixl_peer_backend_rank(bk->backend, inc) != rank || !opt_allows(opt, bk->backend) ||
+            if (!bk->backend || nixl_peer_backend_rank(bk->backend, inc) != rank || !nixl_opt_allows(opt, bk->backend) ||
                 !(be_mem_types(bk->backend) & NIXL_MEM_BIT(p->mem)))
                 continue;
             nixl_status_t st = prep_resolve_remote(p, bk, dl->descs, &bad);

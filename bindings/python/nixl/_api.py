@@ -37,8 +37,8 @@ from ._errors import (check, make_error, nixlInvalidKeyError, nixlInvalidParamEr
                       nixlMismatchError, nixlNoTelemetryError, nixlNotFoundError, nixlNotImplementedYet,
                       nixlNotPostedError, nixlNotSupportedError, nixlRepostActiveError)
 from ._lowlevel import (BACKEND_ALIASES, PARAM_ALIASES, agent_name, available, drain, make_opt,  # noqa: F401
-                        estimate_cost, merged_counter, op_code, targets, telemetry_of, to_bytes, translate,
-                        why_missing)
+                        estimate_cost, merged_counter, op_code, partial_blob, targets, telemetry_of, to_bytes,
+                        translate, why_missing)
 from ._telemetry import RunCache
 
 agent_name_of = agent_name  # prep_xfer_dlist's parameter is called agent_name, as NIXL's
@@ -471,16 +471,8 @@ class nixl_agent:
         add_remote_agent adds those regions to what it has of this agent; without connection info
         the peer must know this agent already (else nixlNotFoundError there)."""
         call = "get_partial_agent_metadata"
-        dl, c, (opt, _keep) = self._partial_args(descs, backends, call)
-        blob = ctypes.c_void_p()
-        n = ctypes.c_size_t()
-        check(L.nixl_md_get_local_partial(self._ptr(call), ctypes.byref(c),
-                                          _lib.MD_PARTIAL_CONN_INFO if inc_conn_info else 0, opt,
-                                          ctypes.byref(blob), ctypes.byref(n)), call, f"{len(dl)} descriptors")
-        try:
-            return ctypes.string_at(blob.value, n.value)
-        finally:
-            L.nixl_free(blob)
+        dl, _c, (opt, _keep) = self._partial_args(descs, backends, call)
+        return partial_blob(self._ptr(call), dl, inc_conn_info, opt, call)
 
     def send_partial_agent_metadata(self, descs: Any, inc_conn_info: bool = False,
                                     backends: Optional[list[str]] = None, ip_addr: str = "",

@@ -212,6 +212,19 @@ def drain(agent_ptr: int, call: str) -> list[tuple[str, bytes]]:
     return sink
 
 
+def partial_blob(agent: Any, dl: Any, inc_conn_info: bool, opt: Any, call: str) -> bytes:
+    """nixl_md_get_local_partial of the descriptor list dl, as bytes (both APIs' partial-metadata call)."""
+    c = dl._c()
+    blob = ctypes.c_void_p()
+    n = ctypes.c_size_t()
+    check(L.nixl_md_get_local_partial(agent, ctypes.byref(c), _lib.MD_PARTIAL_CONN_INFO if inc_conn_info else 0,
+                                      opt, ctypes.byref(blob), ctypes.byref(n)), call, f"{len(dl)} descriptors")
+    try:
+        return ctypes.string_at(blob.value, n.value)
+    finally:
+        L.nixl_free(blob)
+
+
 def make_opt(handles: Optional[list[int]], notif: Optional[bytes], call: str,
              timeout_ms: Optional[int] = None) -> tuple[Any, Any]:
     """A nixl_opt_args_t (and what it points to, to keep alive), or (None, None) when nothing is set."""
@@ -567,16 +580,7 @@ class nixlAgent:
         call = "getLocalPartialMD"
         dl = to_dlist(descs, None, False, call)
         opt, _keep = make_opt(self._backend_handles(backends, call), None, call)
-        c = dl._c()
-        blob = ctypes.c_void_p()
-        n = ctypes.c_size_t()
-        check(L.nixl_md_get_local_partial(self._p(call), ctypes.byref(c),
-                                          _lib.MD_PARTIAL_CONN_INFO if inc_conn_info else 0, opt,
-                                          ctypes.byref(blob), ctypes.byref(n)), call, f"{len(dl)} descriptors")
-        try:
-            return ctypes.string_at(blob.value, n.value)
-        finally:
-            L.nixl_free(blob)
+        return partial_blob(self._p(call), dl, inc_conn_info, opt, call)
 
     def loadRemoteMD(self, remote_metadata: Any) -> bytes:
         """Load a peer's metadata; returns its name as bytes (as NIXL)."""
