@@ -137,6 +137,16 @@ typedef struct nixl_dlist {
     const nixl_desc_t *descs;
 } nixl_dlist_t;
 
+/* Descriptors from rows of 64-bit integers, the form engines hold them in
+ * (an N x 3 numpy array of (addr, len, dev) rows): descs[i] = row i, in one
+ * pass at memory speed, meta empty.  Row i starts at rows + i * stride
+ * (stride >= 3 words; 3 for a C-contiguous N x 3 array).  With is_signed
+ * the words are int64 and a negative field is refused; a device id of 2^32
+ * or more always is.  NIXL_OK, or NIXL_ERR_INVALID_PARAM with *bad_row (if
+ * not NULL) the first refused row; descs is then partly written. */
+NIXL_API nixl_status_t nixl_descs_from_rows(nixl_desc_t *descs, const uint64_t *rows, size_t n, size_t stride,
+                                            int is_signed, size_t *bad_row);
+
 /* ------------------------------------------------------------------------
  * Agent
  * ------------------------------------------------------------------------ */

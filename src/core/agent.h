@@ -156,6 +156,11 @@ typedef enum {
     NIXL_XFER_FAILED,
 } nixl_xfer_state_t;
 
+/* Pieces arrays of released requests kept for the next ones: at most this
+ * many, NIXL_IOV_CACHE_BYTES together. */
+#define NIXL_IOV_CACHE 4
+#define NIXL_IOV_CACHE_BYTES (64u << 20)
+
 struct nixl_xfer {
     nixl_agent_t *agent;
     nixl_xfer_t *prev, *next; /* agent->xfers */
@@ -165,6 +170,7 @@ struct nixl_xfer {
     nixl_peer_inc_t *inc; /* referenced */
     nixl_mem_t local_mem, remote_mem;
     nixl_be_iov_t *iov;
+    size_t iov_cap; /* pieces iov has room for (it may come from the agent's cache) */
     size_t count, descs_in;
     uint64_t bytes;
     uint64_t reg_epoch;
@@ -179,7 +185,7 @@ struct nixl_xfer {
     int canceling;       /* the deadline passed: the backend is canceling it */
 };
 
-/* Cancel and free every request (agent destroy). */
+/* Cancel and free every request, and the buffers kept for new ones (agent destroy). */
 void nixl_xfers_destroy(nixl_agent_t *agent);
 /* 1 when an in-flight request touches a local md in the sorted array. */
 int nixl_xfers_in_flight_use(nixl_agent_t *agent, void *const *mds_sorted, size_t n);
@@ -241,6 +247,14 @@ struct nixl_agent {
     int self_backends;
 
     nixl_xfer_t *xfers; /* every live request */
+    /* Request buffers kept for reuse (xfer.c, under the lock), so a KV
+     * request of 221,184 descriptors does not fault in 20 MB of fresh
+     * memory each time: the two resolved lists nixl_xfer_create makes and
+     * drops, and the pieces arrays of released requests. */
+    struct nixl_buf {
+        void *p;
+        size_t cap; /* bytes */
+    } create_buf[2], iov_cache[NIXL_IOV_CACHE];
 
     nixl_inbox_t inbox;
 

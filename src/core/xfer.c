@@ -33,6 +33,7 @@ typedef struct prep_desc {
 
 struct nixl_prep {
     nixl_agent_t *agent;
+    int borrowed;            /* d is the agent's create_buf (nixl_xfer_create's own lists) */
     nixl_mem_t mem;
     int remote;
     nixl_peer_t *peer;
@@ -152,8 +153,86 @@ static nixl_status_t prep_choose_remote(nixl_prep_t *p, const nixl_dlist_t *dl, 
     return last_err;
 }
 
+/* ---- reused buffers ---- */
+
+/* The agent's buffer b grown to at least `bytes` (contents not kept); NULL
+ * when memory is short. */
+static void *buf_reserve(struct nixl_buf *b, size_t bytes)
+{
+    if (b->cap >= bytes)
+        return b->p;
+    size_t cap = b->cap ? b->cap : 4096;
+    while (cap < bytes)
+        cap = cap > SIZE_MAX / 2 ? bytes : cap * 2;
+    void *p = malloc(cap);
+    if (!p)
+        return NULL;
+    free(b->p);
+    b->p = p;
+    b->cap = cap;
+    return p;
+}
+
+/* A pieces array for n pieces: the smallest cached one that fits, else a
+ * new one. */
+static nixl_be_iov_t *iov_get(nixl_agent_t *a, size_t n, size_t *cap_out)
+{
+    if (n > SIZE_MAX / sizeof(nixl_be_iov_t))
+        return NULL;
+    size_t want = n * sizeof(nixl_be_iov_t);
+    struct nixl_buf *best = NULL;
+    for (int i = 0; i < NIXL_IOV_CACHE; i++) {
+        struct nixl_buf *b = &a->iov_cache[i];
+        if (b->p && b->cap >= want && (!best || b->cap < best->cap))
+            best = b;
+    }
+    if (best) {
+        nixl_be_iov_t *v = best->p;
+        *cap_out = best->cap / sizeof(nixl_be_iov_t);
+        best->p = NULL;
+        best->cap = 0;
+        return v;
+    }
+    *cap_out = n;
+    return malloc(want);
+}
+
+/* Keep a released request's pieces array for the next request, within
+ * the cache's bounds (the smallest kept one makes room for a larger one). */
+static void iov_put(nixl_agent_t *a, nixl_be_iov_t *v, size_t cap)
+{
+    if (!v)
+        return;
+    size_t bytes = cap * sizeof(*v), held = 0;
+    struct nixl_buf *empty = NULL, *smallest = NULL;
+    for (int i = 0; i < NIXL_IOV_CACHE; i++) {
+        struct nixl_buf *b = &a->iov_cache[i];
+        if (!b->p) {
+            if (!empty)
+                empty = b;
+            continue;
+        }
+        held += b->cap;
+        if (!smallest || b->cap < smallest->cap)
+            smallest = b;
+    }
+    struct nixl_buf *slot = empty;
+    if (!slot && smallest->cap < bytes) {
+        held -= smallest->cap;
+        free(smallest->p);
+        *smallest = (struct nixl_buf){0};
+        slot = smallest;
+    }
+    if (!slot || held + bytes > NIXL_IOV_CACHE_BYTES) {
+        free(v);
+        return;
+    }
+    slot->p = v;
+    slot->cap = bytes;
+}
+
 static nixl_status_t prep_create_locked(nixl_agent_t *a, const char *peer, const nixl_dlist_t *dl,
-                                        const nixl_opt_args_t *opt, nixl_prep_t **out)
+                                        const nixl_opt_args_t *opt, struct nixl_buf *borrow, nixl_prep_t **out)
 {
     nixl_prep_t *p = calloc(1, sizeof(*p));
     if (!p)
@@ -161,8 +240,11 @@ static nixl_status_t prep_create_locked(nixl_agent_t *a, const char *peer, const
     p->agent = a;
     p->mem = dl->mem_type;
     p->count = dl->count;
-    p->d = malloc(dl->count * sizeof(*p->d));
     nixl_status_t st = NIXL_ERR_NO_MEMORY;
+    if (dl->count > SIZE_MAX / sizeof(*p->d))
+        goto err;
+    p->borrowed = borrow != NULL;
+    p->d = borrow ? buf_reserve(borrow, dl->count * sizeof(*p->d)) : malloc(dl->count * sizeof(*p->d));
     if (!p->d)
         goto err;
     if (!peer) {
@@ -204,7 +286,8 @@ static nixl_status_t prep_create_locked(nixl_agent_t *a, const char *peer, const
     return NIXL_OK;
 err:
     nixl_peer_inc_unref(p->inc);
-    free(p->d);
+    if (!p->borrowed)
+        free(p->d);
     free(p);
     return st;
 }
@@ -212,7 +295,8 @@ err:
 static void prep_free_locked(nixl_prep_t *p)
 {
     nixl_peer_inc_unref(p->inc);
-    free(p->d);
+    if (!p->borrowed)
+        free(p->d);
     free(p);
 }
 
@@ -225,7 +309,7 @@ NIXL_API nixl_status_t nixl_prep_create(nixl_agent_t *agent, const char *peer, c
     if (st != NIXL_OK)
         return st;
     nixl_agent_lock(agent);
-    st = prep_create_locked(agent, peer, dlist, opt, prep_out);
+    st = prep_create_locked(agent, peer, dlist, opt, NULL, prep_out);
     nixl_agent_unlock(agent);
     return st;
 }
@@ -299,6 +383,8 @@ static nixl_status_t xfer_backend_prepare(nixl_xfer_t *x)
  * local region's backend registration is looked up when the region
  * changes (consecutive descriptors almost always share it).  Returns the
  * index of the first bad pair, or count when every pair was good. */
+#define CREQ_PREFETCH 16
+
 static inline size_t iovs_build_at(const prep_desc_t *ld, size_t lc, const uint32_t *li, const prep_desc_t *rd,
                                    size_t rc, const uint32_t *ri, size_t count, int bi, nixl_be_iov_t *iov,
                                    size_t *n_out, uint64_t *bytes_out)
@@ -312,6 +398,15 @@ static inline size_t iovs_build_at(const prep_desc_t *ld, size_t lc, const uint3
         size_t l = li ? li[i] : i, r = ri ? ri[i] : i;
         if (nixl_unlikely((l >= lc) | (r >= rc)))
             return i;
+        /* Index arrays are block ids in no order (vLLM's): each pair is two
+         * loads from anywhere in the lists, so fetch a few pairs ahead. */
+        if (li) {
+            /* Integer arithmetic: an index out of range (refused at its
+             * turn) only prefetches a useless line. */
+            size_t j = i + CREQ_PREFETCH < count ? i + CREQ_PREFETCH : i;
+            __builtin_prefetch((const void *)((uintptr_t)ld + (uintptr_t)li[j] * sizeof(*ld)));
+            __builtin_prefetch((const void *)((uintptr_t)rd + (uintptr_t)ri[j] * sizeof(*rd)));
+        }
         const prep_desc_t *L = &ld[l], *R = &rd[r];
         uint64_t la = L->addr, ra = R->addr, len = L->len;
         void *rmd = R->h;
@@ -423,7 +518,7 @@ static nixl_status_t xfer_make_locked(nixl_agent_t *a, nixl_op_t op, nixl_prep_t
     nixl_xfer_t *x = calloc(1, sizeof(*x));
     if (!x)
         return NIXL_ERR_NO_MEMORY;
-    x->iov = malloc(count * sizeof(*x->iov));
+    x->iov = iov_get(a, count, &x->iov_cap);
     if (!x->iov) {
         free(x);
         return NIXL_ERR_NO_MEMORY;
@@ -481,7 +576,7 @@ err_unref:
     nixl_peer_inc_unref(x->inc);
     free(x->notif);
 err:
-    free(x->iov);
+    iov_put(a, x->iov, x->iov_cap);
     free(x);
     return st;
 }
@@ -521,9 +616,9 @@ NIXL_API nixl_status_t nixl_xfer_create(nixl_agent_t *agent, nixl_op_t op, const
     }
     nixl_agent_lock(agent);
     nixl_prep_t *lp = NULL, *rp = NULL;
-    st = prep_create_locked(agent, NULL, local, opt, &lp);
+    st = prep_create_locked(agent, NULL, local, opt, &agent->create_buf[0], &lp);
     if (st == NIXL_OK)
-        st = prep_create_locked(agent, peer, remote, opt, &rp);
+        st = prep_create_locked(agent, peer, remote, opt, &agent->create_buf[1], &rp);
     if (st == NIXL_OK)
         st = xfer_make_locked(agent, op, lp, NULL, rp, NULL, local->count, opt, xfer_out);
     if (lp)
@@ -708,7 +803,7 @@ static void xfer_free_locked(nixl_xfer_t *x)
         x->next->prev = x->prev;
     nixl_peer_inc_unref(x->inc);
     free(x->notif);
-    free(x->iov);
+    iov_put(a, x->iov, x->iov_cap);
     free(x);
 }
 
@@ -744,6 +839,14 @@ void nixl_xfers_destroy(nixl_agent_t *agent)
 {
     while (agent->xfers)
         xfer_free_locked(agent->xfers);
+    for (int i = 0; i < 2; i++) {
+        free(agent->create_buf[i].p);
+        agent->create_buf[i] = (struct nixl_buf){0};
+    }
+    for (int i = 0; i < NIXL_IOV_CACHE; i++) {
+        free(agent->iov_cache[i].p);
+        agent->iov_cache[i] = (struct nixl_buf){0};
+    }
 }
 
 static int md_in(void *const *v, size_t n, void *md)

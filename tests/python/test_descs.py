@@ -133,6 +133,48 @@ def test_nx3_array_is_rows_with_a_mem_type_and_a_buffer_without(agent):
     assert agent.get_xfer_descs(np.array([[-5, 1, 0]]), "DRAM") is None  # logged: non-negative
 
 
+def test_nx3_rows_of_every_layout(agent, refused):
+    """C-ordered int64 / uint64 rows go through libnixl's one-pass copy, any other layout through
+    numpy; the list is the same, and a copy (changing the array afterwards changes nothing)."""
+    n = 1000
+    base = np.empty((n, 4), np.int64)
+    base[:, 0] = 0x10000 + 64 * np.arange(n)
+    base[:, 1] = 64 + np.arange(n)
+    base[:, 2] = np.arange(n) % 4
+    base[:, 3] = -1
+    want = [(0x10000 + 64 * i, 64 + i, i % 4) for i in range(n)]
+    for rows in (base[:, :3], np.ascontiguousarray(base[:, :3]), base[:, :3].astype(np.uint64),
+                 np.asfortranarray(base[:, :3]), base[:, :3].astype(np.int32), base[::-1, :3][::-1]):
+        d = agent.get_xfer_descs(rows, "DRAM")
+        assert list(d) == want, (rows.dtype, rows.strides)
+        assert all(type(x) is int for x in d[0])
+    rows = np.ascontiguousarray(base[:, :3])
+    d = agent.get_xfer_descs(rows, "DRAM")
+    rows[:] = 7
+    assert list(d) == want
+    d.append((1, 2, 3))  # a numpy-backed list grows like any other
+    assert len(d) == n + 1 and d[n] == (1, 2, 3) and d[0] == want[0]
+    d.remDesc(0)
+    assert d[0] == want[1]
+    bad = np.ascontiguousarray(base[:, :3])
+    bad[700, 1] = -5
+    refused(agent.get_xfer_descs, bad, "DRAM", why="row 700")
+    bad[700, 1] = 64
+    bad[3, 2] = 1 << 32
+    refused(agent.get_xfer_descs, bad, "DRAM", why="device id out of range (row 3")
+
+
+def test_index_arrays_of_every_integer_type(agent):
+    from nixl._descs import index_array
+    for dt in (np.int32, np.uint32, np.int64, np.uint64, np.int16):
+        keep, addr, n = index_array(np.arange(5, dtype=dt)[::-1], "t")
+        assert n == 5 and list((ctypes.c_uint32 * 5).from_address(addr)) == [4, 3, 2, 1, 0]
+    for bad in (np.array([0, -1], np.int64), np.array([0, -1], np.int32), np.array([1 << 32], np.int64),
+                np.array([1 << 32], np.uint64)):
+        with pytest.raises(nixl.nixlInvalidParamError):
+            index_array(bad, "t")
+
+
 def test_numpy_buffers(agent, refused):
     a = np.zeros((4, 1000), dtype=np.float32)
     b = np.zeros(3, dtype=np.complex128)

@@ -9,7 +9,9 @@
  * library calls an engine makes per request:
  *
  *   create   nixl_xfer_create of two N-descriptor lists (SGLang's pattern)
- *   make     nixl_xfer_make from lists prepared once (vLLM's pattern)
+ *   make     nixl_xfer_make from lists prepared once, every slot in order,
+ *            with the request's slots as shuffled index arrays (vLLM's
+ *            pattern: block ids into the lists of all blocks)
  *   release  nixl_xfer_release of a request never posted
  *
  * and prints the median of each, per request and per descriptor.  Nothing
@@ -133,20 +135,22 @@ int main(int argc, char **argv)
 
     uint32_t *ls = shuffled(n, seed), *rsl = shuffled(n, seed + 1);
     nixl_desc_t *ld = malloc(n * sizeof(*ld)), *rdd = malloc(n * sizeof(*rdd));
-    uint32_t *idx = malloc(n * sizeof(*idx));
+    nixl_desc_t *lall = malloc(n * sizeof(*lall)), *rall = malloc(n * sizeof(*rall));
     double *t_create = calloc(reps, sizeof(double)), *t_make = calloc(reps, sizeof(double));
     double *t_rel = calloc(reps, sizeof(double));
-    if (!ld || !rdd || !idx || !t_create || !t_make || !t_rel)
+    if (!ld || !rdd || !lall || !rall || !t_create || !t_make || !t_rel)
         return 1;
     for (size_t i = 0; i < n; i++) {
         ld[i] = (nixl_desc_t){.addr = (uintptr_t)src + (uint64_t)ls[i] * piece, .len = piece};
         rdd[i] = (nixl_desc_t){.addr = (uintptr_t)dst + (uint64_t)rsl[i] * piece, .len = piece};
-        idx[i] = (uint32_t)i;
+        lall[i] = (nixl_desc_t){.addr = (uintptr_t)src + (uint64_t)i * piece, .len = piece};
+        rall[i] = (nixl_desc_t){.addr = (uintptr_t)dst + (uint64_t)i * piece, .len = piece};
     }
     nixl_dlist_t ll = {NIXL_MEM_DRAM, n, ld}, rl = {NIXL_MEM_DRAM, n, rdd};
+    nixl_dlist_t lal = {NIXL_MEM_DRAM, n, lall}, ral = {NIXL_MEM_DRAM, n, rall};
     nixl_prep_t *lp, *rp;
-    CALL(nixl_prep_create(pre, NULL, &ll, NULL, &lp));
-    CALL(nixl_prep_create(pre, "dec", &rl, NULL, &rp));
+    CALL(nixl_prep_create(pre, NULL, &lal, NULL, &lp));
+    CALL(nixl_prep_create(pre, "dec", &ral, NULL, &rp));
 
     size_t descs_after = 0;
     char path[64] = "";
@@ -157,7 +161,7 @@ int main(int argc, char **argv)
         double t1 = now_s();
         nixl_xfer_release(x);
         double t2 = now_s();
-        CALL(nixl_xfer_make(pre, NIXL_OP_WRITE, lp, idx, rp, idx, n, NULL, &x));
+        CALL(nixl_xfer_make(pre, NIXL_OP_WRITE, lp, ls, rp, rsl, n, NULL, &x));
         double t3 = now_s();
         nixl_xfer_info_t info;
         CALL(nixl_xfer_info(x, &info));
@@ -186,7 +190,8 @@ int main(int argc, char **argv)
     free(rsl);
     free(ld);
     free(rdd);
-    free(idx);
+    free(lall);
+    free(rall);
     free(t_create);
     free(t_make);
     free(t_rel);

@@ -196,6 +196,7 @@ _PROTOTYPES = {
                                    POINTER(nixl_opt_args_t), _PP]),
     "nixl_prep_create": (_STATUS, [_P, c_char_p, POINTER(nixl_dlist_t), POINTER(nixl_opt_args_t), _PP]),
     "nixl_prep_release": (None, [_P]),
+    "nixl_descs_from_rows": (_STATUS, [_P, _P, c_size_t, c_size_t, c_int, POINTER(c_size_t)]),
     "nixl_xfer_make": (_STATUS, [_P, c_int, _P, _P, _P, _P, c_size_t, POINTER(nixl_opt_args_t), _PP]),
     "nixl_xfer_post": (_STATUS, [_P]),
     "nixl_xfer_status": (_STATUS, [_P]),

@@ -538,7 +538,7 @@ class nixlAgent:
         tf = self.telemetry_file
         if tf is not None:
             tf.events([("agent_memory_registered" if registered else "agent_memory_deregistered",
-                        sum(descs._words[1::4]))])
+                        descs._total_len())])
 
     def xfer_event(self, ptr: int, is_write: bool) -> None:
         """A post seen complete: NIXL's four transfer events (ours; nixl_agent uses it)."""

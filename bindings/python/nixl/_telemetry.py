@@ -257,8 +257,9 @@ class RunCache:
 
     def __init__(self, descs: Any, strided: Any = None):
         # (addr, len, dev) as prepared: a copy, since the caller's list may change afterwards
+        from ._descs import words_array
         words = getattr(descs, "_words", None)
-        self._descs = None if strided is not None else (array("Q", words) if words is not None else list(descs))
+        self._descs = None if strided is not None else (words_array(words) if words is not None else list(descs))
         self._strided = strided  # N x 5 rows given to prep_xfer_dlist: NIXL keeps them as its runs
         self._runs: Any = None
         self._lock = threading.Lock()

@@ -639,6 +639,45 @@ static void test_loopback(void)
     nixl_mem_free(more, PIECE);
 }
 
+/* nixl_descs_from_rows: every row copied, strides honoured, each refused
+ * field named by its row, in any block of the pass. */
+static void test_descs_from_rows(void)
+{
+    enum { N = 1000 };
+    static uint64_t rows[N * 4];
+    static nixl_desc_t d[N];
+    for (size_t i = 0; i < N; i++) {
+        rows[4 * i] = 0x10000 + 64 * i;
+        rows[4 * i + 1] = 64 + i;
+        rows[4 * i + 2] = i % 8;
+        rows[4 * i + 3] = 0xdead; /* a fourth column: skipped with stride 4 */
+    }
+    memset(d, 0xff, sizeof(d));
+    CHECK_ST(nixl_descs_from_rows(d, rows, N, 4, 1, NULL), NIXL_OK);
+    int same = 1;
+    for (size_t i = 0; i < N; i++)
+        same &= d[i].addr == 0x10000 + 64 * i && d[i].len == 64 + i && d[i].dev_id == i % 8 && d[i].meta_len == 0 &&
+                d[i].meta == NULL;
+    CHECK(same);
+    /* Stride 3 reads the same words as rows of three. */
+    CHECK_ST(nixl_descs_from_rows(d, rows, N * 4 / 3, 3, 0, NULL), NIXL_OK);
+    CHECK(d[1].addr == 0xdead && d[1].len == 0x10040);
+    CHECK_ST(nixl_descs_from_rows(d, rows, 0, 3, 1, NULL), NIXL_OK);
+    CHECK_ST(nixl_descs_from_rows(d, rows, N, 2, 1, NULL), NIXL_ERR_INVALID_PARAM);
+    CHECK_ST(nixl_descs_from_rows(NULL, rows, N, 4, 1, NULL), NIXL_ERR_NULL);
+    /* A negative length in the third block: refused as int64, legal as uint64. */
+    size_t bad = 0;
+    rows[4 * 700 + 1] = (uint64_t)-5;
+    CHECK_ST(nixl_descs_from_rows(d, rows, N, 4, 1, &bad), NIXL_ERR_INVALID_PARAM);
+    CHECK(bad == 700);
+    CHECK_ST(nixl_descs_from_rows(d, rows, N, 4, 0, &bad), NIXL_OK);
+    rows[4 * 700 + 1] = 64;
+    /* A device id of 2^32 is refused either way. */
+    rows[4 * 3 + 2] = 1ull << 32;
+    CHECK_ST(nixl_descs_from_rows(d, rows, N, 4, 0, &bad), NIXL_ERR_INVALID_PARAM);
+    CHECK(bad == 3);
+}
+
 static void test_status_names(void)
 {
     CHECK(strcmp(nixl_status_name(NIXL_ERR_STALE), "NIXL_ERR_STALE") == 0);
@@ -656,6 +695,7 @@ int main(void)
     test_vram_without_driver();
     test_deadline();
     test_loopback();
+    test_descs_from_rows();
     test_status_names();
     if (failures) {
         fprintf(stderr, "test_core: %d check(s) failed\n", failures);
