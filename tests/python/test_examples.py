@@ -39,3 +39,17 @@ def test_two_peers_both_sides_verify_every_row():
     assert r.returncode == 0, r.stdout + r.stderr
     assert "initiator: 4 READs (twice), 2 WRITEs, 896 bytes in the last posts; rows verified" in r.stdout, r.stdout
     assert "target: 2 writes, 8 reads notified; rows verified" in r.stdout, r.stdout
+
+
+def test_kv_e2e_tool_moves_and_verifies_every_slot():
+    """tools/kv_e2e.py (the whole-request benchmark) at a small shape: both engine shapes run,
+    decode finds every slot's bytes, and the table names every phase."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(SRC, "bindings", "python"),
+                                                      os.environ.get("PYTHONPATH", "")]))
+    r = subprocess.run([sys.executable, os.path.join(SRC, "tools", "kv_e2e.py"), "--layers", "3", "--tokens", "512",
+                        "--item", "96", "--reqs", "3"], env=env, capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "1536 descriptors per request" in r.stdout, r.stdout
+    assert "# bytes verified: all slots correct" in r.stdout, r.stdout
+    assert any(line.startswith("sglang ") for line in r.stdout.splitlines()), r.stdout
+    assert any(line.startswith("vllm ") for line in r.stdout.splitlines()), r.stdout
