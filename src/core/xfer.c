@@ -467,6 +467,11 @@ static nixl_status_t iovs_explain(nixl_agent_t *a, const nixl_prep_t *lp, const 
     return NIXL_ERR_LENGTH_MISMATCH;
 }
 
+static nixl_status_t xfer_setup_locked(nixl_agent_t *a, nixl_xfer_t *x, nixl_op_t op, nixl_backend_t *b,
+                                       nixl_peer_t *peer, nixl_peer_inc_t *inc, nixl_mem_t local_mem,
+                                       nixl_mem_t remote_mem, void *cuda_ctx, const nixl_opt_args_t *opt,
+                                       const void *notif, size_t notif_len, nixl_xfer_t **out);
+
 static nixl_status_t xfer_make_locked(nixl_agent_t *a, nixl_op_t op, nixl_prep_t *lp, const uint32_t *li,
                                       const nixl_prep_t *rp, const uint32_t *ri, size_t count,
                                       const nixl_opt_args_t *opt, nixl_xfer_t **out)
@@ -529,24 +534,38 @@ static nixl_status_t xfer_make_locked(nixl_agent_t *a, nixl_op_t op, nixl_prep_t
                     : iovs_build_identity(lp, rp, count, b->index, x->iov, &n, &bytes);
     if (nixl_unlikely(bad != count)) {
         st = iovs_explain(a, lp, li, rp, ri, bad);
-        goto err;
+        iov_put(a, x->iov, x->iov_cap);
+        free(x);
+        return st;
     }
-    x->agent = a;
-    x->op = op;
-    x->backend = b;
-    x->peer = rp->peer;
-    x->inc = rp->inc;
-    x->inc->refs++;
-    x->local_mem = lp->mem;
-    x->remote_mem = rp->mem;
     x->count = n;
     x->descs_in = count;
     x->bytes = bytes;
+    void *ctx = lp->mem == NIXL_MEM_VRAM ? ((const nixl_region_t *)lp->d[li ? li[0] : 0].h)->cuda.ctx : NULL;
+    return xfer_setup_locked(a, x, op, b, rp->peer, rp->inc, lp->mem, rp->mem, ctx, opt, notif, notif_len, out);
+}
+
+/* The rest of making a request once its pieces are in x (iov, count,
+ * descs_in, bytes): what it is, its notification, the backend's prepare,
+ * the agent's list.  On failure x and its pieces are freed. */
+static nixl_status_t xfer_setup_locked(nixl_agent_t *a, nixl_xfer_t *x, nixl_op_t op, nixl_backend_t *b,
+                                       nixl_peer_t *peer, nixl_peer_inc_t *inc, nixl_mem_t local_mem,
+                                       nixl_mem_t remote_mem, void *cuda_ctx, const nixl_opt_args_t *opt,
+                                       const void *notif, size_t notif_len, nixl_xfer_t **out)
+{
+    nixl_status_t st;
+    x->agent = a;
+    x->op = op;
+    x->backend = b;
+    x->peer = peer;
+    x->inc = inc;
+    x->inc->refs++;
+    x->local_mem = local_mem;
+    x->remote_mem = remote_mem;
     x->reg_epoch = a->reg_epoch;
     x->timeout_ns = opt && (opt->field_mask & NIXL_OPT_TIMEOUT_MS) ? (uint64_t)opt->timeout_ms * 1000000ull
                                                                    : a->xfer_timeout_ns;
-    if (lp->mem == NIXL_MEM_VRAM)
-        x->cuda_ctx = ((const nixl_region_t *)lp->d[li ? li[0] : 0].h)->cuda.ctx;
+    x->cuda_ctx = cuda_ctx;
     if (notif_len) {
         x->notif = malloc(notif_len);
         if (!x->notif) {
@@ -575,7 +594,6 @@ static nixl_status_t xfer_make_locked(nixl_agent_t *a, nixl_op_t op, nixl_prep_t
 err_unref:
     nixl_peer_inc_unref(x->inc);
     free(x->notif);
-err:
     iov_put(a, x->iov, x->iov_cap);
     free(x);
     return st;
@@ -597,6 +615,131 @@ NIXL_API nixl_status_t nixl_xfer_make(nixl_agent_t *agent, nixl_op_t op, const n
     return st;
 }
 
+/* ---- the one-shot request in one pass ----
+ *
+ * nixl_xfer_create of two lists (SGLang's request: 221,184 fresh pairs)
+ * resolves both sides and builds the pieces in one pass over the two
+ * arrays, with no resolved lists in between: the pass is what reading the
+ * descriptors costs.  It takes the backend the two-step form would try
+ * first; when a remote descriptor is not inside that backend's view of
+ * the peer (another backend may hold it), the request is made the
+ * two-step way, which tries them all and says why none fits. */
+typedef enum { FUSED_DONE, FUSED_TWO_STEP } fused_t;
+
+static fused_t xfer_create_fused(nixl_agent_t *a, nixl_op_t op, const nixl_dlist_t *local,
+                                 const nixl_dlist_t *remote, nixl_peer_t *peer, const nixl_opt_args_t *opt,
+                                 nixl_status_t *st_out, nixl_xfer_t **out)
+{
+    nixl_peer_inc_t *inc = peer->cur;
+    const nixl_peer_backend_t *bk = NULL;
+    for (int rank = 0; rank <= 3 && !bk; rank++)
+        for (int b = 0; b < a->num_backends && !bk; b++) {
+            const nixl_peer_backend_t *c = &inc->bk[b];
+            if (c->backend && nixl_peer_backend_rank(c->backend, inc) == rank && nixl_opt_allows(opt, c->backend) &&
+                (be_mem_types(c->backend) & NIXL_MEM_BIT(remote->mem_type)))
+                bk = c;
+        }
+    if (!bk)
+        return FUSED_TWO_STEP;
+    const void *notif;
+    size_t notif_len;
+    nixl_status_t st = opt_notif(opt, &notif, &notif_len);
+    if (st != NIXL_OK) {
+        *st_out = st;
+        return FUSED_DONE;
+    }
+    nixl_xfer_t *x = calloc(1, sizeof(*x));
+    size_t count = local->count;
+    if (x)
+        x->iov = iov_get(a, count, &x->iov_cap);
+    if (!x || !x->iov) {
+        free(x);
+        *st_out = NIXL_ERR_NO_MEMORY;
+        return FUSED_DONE;
+    }
+    const int bi = bk->backend->index;
+    const nixl_region_index_t *idx = &a->regs[local->mem_type];
+    const nixl_desc_t *ld = local->descs, *rd = remote->descs;
+    /* A piece continues the previous one when both addresses are where
+     * the previous one ended and neither side changed region (a region
+     * change sets the ends to ~0, which no address equals). */
+    uint64_t lbase = 0, lsize = 0, rbase = 0, rsize = 0, lnext = ~0ull, rnext = ~0ull, bytes = 0;
+    void *lmd = NULL, *rmd = NULL;
+    nixl_be_iov_t *iov = x->iov;
+    size_t n = 0, i = 0;
+    fused_t res = FUSED_DONE;
+    for (; i < count; i++) {
+        uint64_t la = ld[i].addr, ra = rd[i].addr, len = ld[i].len;
+        if (nixl_unlikely(len != rd[i].len || len == 0))
+            break;
+        uint64_t lo = la - lbase;
+        if (nixl_unlikely(lo >= lsize || len > lsize - lo)) {
+            const nixl_region_t *r = nixl_region_find(idx, la, len);
+            if (!r || !(r->backend_mask & (1u << bi)))
+                break;
+            lbase = r->addr;
+            lsize = r->len;
+            lmd = r->md[bi];
+            lnext = ~0ull;
+        }
+        uint64_t ro = ra - rbase;
+        if (nixl_unlikely(ro >= rsize || len > rsize - ro)) {
+            long r = nixl_peer_region_find(bk, remote->mem_type, ra, len);
+            if (r < 0) {
+                res = FUSED_TWO_STEP;
+                break;
+            }
+            rbase = bk->mdb->regions[r].addr;
+            rsize = bk->mdb->regions[r].len;
+            rmd = bk->rmd[r];
+            rnext = ~0ull;
+        }
+        bytes += len;
+        /* Merging is the exception with paged KV (slots are scattered). */
+        if (nixl_unlikely(la == lnext && ra == rnext))
+            iov[n - 1].len += len;
+        else
+            iov[n++] = (nixl_be_iov_t){.laddr = la, .raddr = ra, .len = len, .lmd = lmd, .rmd = rmd};
+        lnext = la + len;
+        rnext = ra + len;
+    }
+    if (i != count) {
+        iov_put(a, x->iov, x->iov_cap);
+        free(x);
+        if (res == FUSED_TWO_STEP)
+            return res;
+        const nixl_desc_t *L = &ld[i];
+        if (L->len == 0 || rd[i].len == 0) {
+            NIXL_ERROR("agent %s: transfer: descriptor pair %zu has length 0", a->name, i);
+            st = NIXL_ERR_ZERO_LENGTH;
+        } else if (L->len != rd[i].len) {
+            NIXL_ERROR("agent %s: transfer: pair %zu: local length %llu != remote length %llu", a->name, i,
+                       (unsigned long long)L->len, (unsigned long long)rd[i].len);
+            st = NIXL_ERR_LENGTH_MISMATCH;
+        } else if (!nixl_region_find(idx, L->addr, L->len)) {
+            NIXL_ERROR("agent %s: local descriptor %zu [0x%llx, +%llu) is not inside registered memory", a->name, i,
+                       (unsigned long long)L->addr, (unsigned long long)L->len);
+            st = NIXL_ERR_NOT_REGISTERED;
+        } else {
+            NIXL_ERROR("agent %s: local memory of this request is not registered with backend %s", a->name,
+                       be_name(bk->backend));
+            st = NIXL_ERR_NOT_REGISTERED;
+        }
+        *st_out = st;
+        return FUSED_DONE;
+    }
+    x->count = n;
+    x->descs_in = count;
+    x->bytes = bytes;
+    /* With VRAM, the context of the first local piece (the two-step form's choice). */
+    void *ctx = NULL;
+    if (local->mem_type == NIXL_MEM_VRAM)
+        ctx = nixl_region_find(idx, ld[0].addr, ld[0].len)->cuda.ctx;
+    *st_out = xfer_setup_locked(a, x, op, bk->backend, peer, inc, local->mem_type, remote->mem_type, ctx, opt, notif,
+                                notif_len, out);
+    return FUSED_DONE;
+}
+
 NIXL_API nixl_status_t nixl_xfer_create(nixl_agent_t *agent, nixl_op_t op, const nixl_dlist_t *local,
                                         const nixl_dlist_t *remote, const char *peer, const nixl_opt_args_t *opt,
                                         nixl_xfer_t **xfer_out)
@@ -614,7 +757,20 @@ NIXL_API nixl_status_t nixl_xfer_create(nixl_agent_t *agent, nixl_op_t op, const
                    remote->count);
         return NIXL_ERR_LENGTH_MISMATCH;
     }
+    if (op != NIXL_OP_READ && op != NIXL_OP_WRITE) {
+        NIXL_ERROR("agent %s: transfer: op %d is neither READ nor WRITE", agent->name, (int)op);
+        return NIXL_ERR_INVALID_PARAM;
+    }
     nixl_agent_lock(agent);
+    if (strcmp(peer, agent->name) != 0) {
+        nixl_peer_t *p = nixl_peer_find(agent, peer);
+        if (p && p->cur) {
+            if (xfer_create_fused(agent, op, local, remote, p, opt, &st, xfer_out) == FUSED_DONE) {
+                nixl_agent_unlock(agent);
+                return st;
+            }
+        }
+    }
     nixl_prep_t *lp = NULL, *rp = NULL;
     st = prep_create_locked(agent, NULL, local, opt, &agent->create_buf[0], &lp);
     if (st == NIXL_OK)

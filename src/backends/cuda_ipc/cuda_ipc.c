@@ -116,6 +116,80 @@ cip_ctx_t *cip_ctx_get(cip_be_t *be, void *ctx, int device)
     return cx;
 }
 
+/* ---- kernel tables ---- */
+
+static void cip_table_free(cip_be_t *be, cip_table_t *t)
+{
+    if (t->host)
+        be->cu->cuMemFreeHost(t->host);
+    if (t->dev)
+        be->cu->cuMemFree(t->dev);
+    free(t);
+}
+
+cip_table_t *cip_table_get(cip_be_t *be, cip_ctx_t *cx, size_t n)
+{
+    pthread_mutex_lock(&be->lock);
+    cip_table_t **best = NULL;
+    for (cip_table_t **pp = &cx->free_tables; *pp; pp = &(*pp)->next)
+        if ((*pp)->cap >= n && (!best || (*pp)->cap < (*best)->cap))
+            best = pp;
+    if (best) {
+        cip_table_t *t = *best;
+        *best = t->next;
+        cx->free_bytes -= t->cap * sizeof(cip_piece_t);
+        pthread_mutex_unlock(&be->lock);
+        t->next = NULL;
+        return t;
+    }
+    pthread_mutex_unlock(&be->lock);
+    size_t cap = CIP_TABLE_MIN;
+    while (cap < n && cap <= SIZE_MAX / 2 / sizeof(cip_piece_t))
+        cap *= 2;
+    cip_table_t *t = calloc(1, sizeof(*t));
+    if (!t || cap < n)
+        goto oom;
+    t->cap = cap;
+    CUresult rc = be->cu->cuMemAllocHost((void **)&t->host, cap * sizeof(cip_piece_t));
+    if (rc == CUDA_SUCCESS)
+        rc = be->cu->cuMemAlloc(&t->dev, cap * sizeof(cip_piece_t));
+    if (rc != CUDA_SUCCESS) {
+        CIP_ERROR(be, "cuda_ipc: a kernel table of %zu pieces on GPU %d: %s", cap, cx->device, cip_cu_err(be, rc));
+        cip_table_free(be, t);
+        return NULL;
+    }
+    return t;
+oom:
+    free(t);
+    CIP_ERROR(be, "cuda_ipc: no memory for a kernel table of %zu pieces", n);
+    return NULL;
+}
+
+void cip_table_put(cip_be_t *be, cip_ctx_t *cx, cip_table_t *t)
+{
+    size_t bytes = t->cap * sizeof(cip_piece_t);
+    pthread_mutex_lock(&be->lock);
+    if (cx->free_bytes + bytes <= CIP_TABLE_POOL_BYTES) {
+        t->next = cx->free_tables;
+        cx->free_tables = t;
+        cx->free_bytes += bytes;
+        t = NULL;
+    }
+    pthread_mutex_unlock(&be->lock);
+    if (t)
+        cip_table_free(be, t);
+}
+
+void cip_tables_free(cip_be_t *be, cip_ctx_t *cx)
+{
+    while (cx->free_tables) {
+        cip_table_t *t = cx->free_tables;
+        cx->free_tables = t->next;
+        cip_table_free(be, t);
+    }
+    cx->free_bytes = 0;
+}
+
 void *cip_host_ctx(cip_be_t *be, cip_rmd_t *rmd, int *device)
 {
     if (rmd->host_ctx) {
@@ -272,6 +346,7 @@ static void cip_destroy(void *bev)
         if (nixl_be_ctx_enter(be->host->cuda, cx->ctx, &scope) != NIXL_OK)
             continue;
         be->cu->cuStreamSynchronize(cx->stream);
+        cip_tables_free(be, cx);
         be->cu->cuStreamDestroy(cx->stream);
         if (cx->module)
             be->cu->cuModuleUnload(cx->module);

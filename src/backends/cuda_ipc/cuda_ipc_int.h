@@ -56,6 +56,21 @@ enum {
     CIP_KIND_VMM = 2,    /* cuMemExportToShareableHandle per mapping, fds fetched with pidfd_getfd */
 };
 
+/* A kernel table: the pieces written by prepare into pinned host memory,
+ * uploaded to its device twin on the context's stream without waiting
+ * (the kernel launched later on that stream reads it after the upload).
+ * Released requests give their tables back to their context's pool. */
+typedef struct cip_table {
+    struct cip_table *next;
+    cip_piece_t *host; /* pinned (cuMemAllocHost) */
+    CUdeviceptr dev;
+    size_t cap;        /* pieces */
+} cip_table_t;
+
+/* Free tables kept per context, at most this many bytes (host and device each). */
+#define CIP_TABLE_POOL_BYTES (32u << 20)
+#define CIP_TABLE_MIN 1024u /* pieces: the smallest table made */
+
 /* Copy state of one CUDA context: where a request's copies are issued. */
 typedef struct cip_ctx {
     CUcontext ctx;
@@ -64,6 +79,8 @@ typedef struct cip_ctx {
     CUstream stream;     /* non-blocking: never serialized with the app's default stream */
     CUmodule module;     /* NULL: no kernel (none built, loading failed, or disabled) */
     CUfunction copy_fn;
+    cip_table_t *free_tables; /* under be->lock */
+    size_t free_bytes;
 } cip_ctx_t;
 
 struct cip_req;
@@ -203,9 +220,8 @@ typedef struct cip_group {
     cip_copy_t *ce;        /* copy-engine pieces */
     size_t nce, ce_cap;
     int ce_uva;            /* pieces reach another context of this process: cuMemcpyAsync */
-    cip_piece_t *kt;       /* kernel pieces (host side, until uploaded) */
-    size_t nk, kt_cap;
-    CUdeviceptr table;     /* the kernel pieces in device memory, uploaded once */
+    cip_table_t *tab;      /* kernel pieces: tab->host[0..nk), uploaded to tab->dev once */
+    size_t nk;
     unsigned blocks;
     CUevent done;
     int pending;           /* recorded and not yet seen complete */
@@ -247,6 +263,13 @@ void *cip_host_ctx(cip_be_t *be, cip_rmd_t *rmd, int *device);
 int cip_device_of_bus(cip_be_t *be, const char *bus_id);
 /* "CUDA_ERROR_X (n): text" */
 const char *cip_cu_err(cip_be_t *be, CUresult rc);
+/* A table of at least n pieces from cx's pool, or a new one (cx's context
+ * current); NULL (logged) when memory is short.  Put gives it back, or
+ * frees it beyond the pool's bound; the GPU must be done with it. */
+cip_table_t *cip_table_get(cip_be_t *be, cip_ctx_t *cx, size_t n);
+void cip_table_put(cip_be_t *be, cip_ctx_t *cx, cip_table_t *t);
+/* Free every pooled table of cx (its context current; backend destroy). */
+void cip_tables_free(cip_be_t *be, cip_ctx_t *cx);
 
 /* cuda_ipc_mem.c */
 nixl_status_t cip_reg(void *be, const nixl_be_region_t *region, void **md_out);

@@ -10,7 +10,11 @@
  * NIXL_CUDA_IPC_KERNEL_MIN of them, go into one descriptor table (cut at
  * CIP_KERNEL_PIECE_MAX bytes) uploaded to device memory once and re-used by
  * every post: a post of 221,184 KV pieces is one kernel launch, not 221,184
- * copy calls of ~3 us each.
+ * copy calls of ~3 us each.  The table is written straight into pinned
+ * host memory and uploaded on the group's stream without waiting (the
+ * launch, later on that stream, is ordered after it); tables come from a
+ * per-context pool that released requests refill, so a prepare allocates
+ * nothing on the GPU and never synchronizes.
  *
  * post issues the copies and the kernel on each group's stream and records
  * an event.  A request without a notification completes when status sees
@@ -38,12 +42,29 @@ static nixl_status_t cip_add_ce(cip_group_t *g, uint64_t dst, uint64_t src, uint
     return NIXL_OK;
 }
 
-/* Kernel candidates are kept whole until we know there are enough of them. */
-static nixl_status_t cip_add_kernel(cip_group_t *g, uint64_t dst, uint64_t src, uint64_t len)
+/* Room for n kernel pieces in the group's table (its pieces kept). */
+static nixl_status_t cip_kt_reserve(cip_be_t *be, cip_group_t *g, size_t n)
 {
-    if (NIXL_ARRAY_RESERVE(g->kt, g->kt_cap, g->nk + 1, 64))
+    if (g->tab && g->tab->cap >= n)
+        return NIXL_OK;
+    size_t want = g->tab && g->tab->cap * 2 > n ? g->tab->cap * 2 : n;
+    cip_table_t *t = cip_table_get(be, g->cx, want);
+    if (!t)
         return NIXL_ERR_NO_MEMORY;
-    g->kt[g->nk++] = (cip_piece_t){.src = src, .dst = dst, .len = len};
+    if (g->tab) {
+        memcpy(t->host, g->tab->host, g->nk * sizeof(cip_piece_t));
+        cip_table_put(be, g->cx, g->tab); /* never uploaded: nothing reads it */
+    }
+    g->tab = t;
+    return NIXL_OK;
+}
+
+/* Kernel candidates are kept whole until we know there are enough of them. */
+static nixl_status_t cip_add_kernel(cip_be_t *be, cip_group_t *g, uint64_t dst, uint64_t src, uint64_t len)
+{
+    if (nixl_unlikely(!g->tab || g->nk == g->tab->cap) && cip_kt_reserve(be, g, g->nk + 1) != NIXL_OK)
+        return NIXL_ERR_NO_MEMORY;
+    g->tab->host[g->nk++] = (cip_piece_t){.src = src, .dst = dst, .len = len};
     return NIXL_OK;
 }
 
@@ -51,39 +72,48 @@ static nixl_status_t cip_add_kernel(cip_group_t *g, uint64_t dst, uint64_t src, 
  * CIP_KERNEL_PIECE_MAX so one warp never carries a long piece alone. */
 static nixl_status_t cip_group_finish_kernel(cip_be_t *be, cip_group_t *g)
 {
-    if (g->nk == 0)
+    if (g->nk == 0) {
+        if (g->tab) /* reserved for pieces that all went to the copy engines */
+            cip_table_put(be, g->cx, g->tab);
+        g->tab = NULL;
         return NIXL_OK;
+    }
+    const cip_piece_t *kt = g->tab->host;
     if (g->nk < be->kernel_min || !g->cx->copy_fn) {
         for (size_t i = 0; i < g->nk; i++)
-            if (cip_add_ce(g, g->kt[i].dst, g->kt[i].src, g->kt[i].len) != NIXL_OK)
+            if (cip_add_ce(g, kt[i].dst, kt[i].src, kt[i].len) != NIXL_OK)
                 return NIXL_ERR_NO_MEMORY;
-        free(g->kt);
-        g->kt = NULL;
-        g->nk = g->kt_cap = 0;
+        cip_table_put(be, g->cx, g->tab);
+        g->tab = NULL;
+        g->nk = 0;
         return NIXL_OK;
     }
     size_t n = 0;
     for (size_t i = 0; i < g->nk; i++)
-        n += (size_t)((g->kt[i].len + CIP_KERNEL_PIECE_MAX - 1) / CIP_KERNEL_PIECE_MAX);
+        n += (size_t)((kt[i].len + CIP_KERNEL_PIECE_MAX - 1) / CIP_KERNEL_PIECE_MAX);
     if (n != g->nk) {
-        cip_piece_t *t = malloc(n * sizeof(*t));
+        cip_table_t *t = cip_table_get(be, g->cx, n);
         if (!t)
             return NIXL_ERR_NO_MEMORY;
         size_t k = 0;
         for (size_t i = 0; i < g->nk; i++)
-            for (uint64_t off = 0; off < g->kt[i].len; off += CIP_KERNEL_PIECE_MAX) {
-                uint64_t left = g->kt[i].len - off;
-                t[k++] = (cip_piece_t){.src = g->kt[i].src + off, .dst = g->kt[i].dst + off,
-                                       .len = left < CIP_KERNEL_PIECE_MAX ? left : CIP_KERNEL_PIECE_MAX};
+            for (uint64_t off = 0; off < kt[i].len; off += CIP_KERNEL_PIECE_MAX) {
+                uint64_t left = kt[i].len - off;
+                t->host[k++] = (cip_piece_t){.src = kt[i].src + off, .dst = kt[i].dst + off,
+                                             .len = left < CIP_KERNEL_PIECE_MAX ? left : CIP_KERNEL_PIECE_MAX};
             }
-        free(g->kt);
-        g->kt = t;
-        g->nk = g->kt_cap = n;
+        cip_table_put(be, g->cx, g->tab);
+        g->tab = t;
+        g->nk = n;
     }
     return NIXL_OK;
 }
 
-/* Upload the table and make the event, in the group's context (current). */
+/* Upload the table and make the event, in the group's context (current).
+ * The upload is asynchronous from pinned memory on the group's stream: the
+ * kernel launched there at post reads the table after it.  The event is
+ * recorded behind the upload, so a release that never posted still knows
+ * when the table is free again. */
 static nixl_status_t cip_group_upload(cip_be_t *be, cip_group_t *g)
 {
     const nixl_cuda_api_t *cu = be->cu;
@@ -95,25 +125,19 @@ static nixl_status_t cip_group_upload(cip_be_t *be, cip_group_t *g)
     }
     if (g->nk == 0)
         return NIXL_OK;
-    size_t bytes = g->nk * sizeof(cip_piece_t);
-    rc = cu->cuMemAlloc(&g->table, bytes);
-    /* On our stream: a plain cuMemcpyHtoD from pageable memory may return
-     * before its DMA lands, unordered with our stream's first launch. */
+    rc = cu->cuMemcpyHtoDAsync(g->tab->dev, g->tab->host, g->nk * sizeof(cip_piece_t), g->cx->stream);
     if (rc == CUDA_SUCCESS)
-        rc = cu->cuMemcpyHtoDAsync(g->table, g->kt, bytes, g->cx->stream);
-    if (rc == CUDA_SUCCESS)
-        rc = cu->cuStreamSynchronize(g->cx->stream);
+        rc = cu->cuEventRecord(g->done, g->cx->stream);
     if (rc != CUDA_SUCCESS) {
         CIP_ERROR(be, "cuda_ipc: uploading a table of %zu pieces to GPU %d: %s", g->nk, g->cx->device,
                   cip_cu_err(be, rc));
-        return rc == CUDA_ERROR_OUT_OF_MEMORY ? NIXL_ERR_NO_MEMORY : NIXL_ERR_BACKEND;
+        /* Whatever was queued must be over before the table is reused. */
+        cu->cuStreamSynchronize(g->cx->stream);
+        return NIXL_ERR_BACKEND;
     }
     size_t warps_per_block = CIP_KERNEL_THREADS / 32;
     size_t blocks = (g->nk + warps_per_block - 1) / warps_per_block;
     g->blocks = blocks > 0x7fffffffu ? 0x7fffffffu : (unsigned)blocks;
-    free(g->kt);
-    g->kt = NULL;
-    g->kt_cap = 0;
     return NIXL_OK;
 }
 
@@ -122,15 +146,20 @@ static nixl_status_t cip_group_upload(cip_be_t *be, cip_group_t *g)
 static void cip_group_clear(cip_be_t *be, cip_group_t *g)
 {
     nixl_be_ctx_scope_t scope = {NULL, 0};
-    if ((g->table || g->done) && nixl_be_ctx_enter(be->host->cuda, (CUcontext)g->ctx, &scope) == NIXL_OK) {
-        if (g->table)
-            be->cu->cuMemFree(g->table);
+    if ((g->tab || g->done) && nixl_be_ctx_enter(be->host->cuda, (CUcontext)g->ctx, &scope) == NIXL_OK) {
+        if (g->tab) {
+            /* The upload (recorded on done) or the last post's kernel may
+             * still read the table: done, once passed, covers both. */
+            if (g->done)
+                be->cu->cuEventSynchronize(g->done);
+            cip_table_put(be, g->cx, g->tab);
+            g->tab = NULL;
+        }
         if (g->done)
             be->cu->cuEventDestroy(g->done);
         nixl_be_ctx_leave(be->host->cuda, &scope);
     }
     free(g->ce);
-    free(g->kt);
     cip_ctx_t *cx = g->cx;
     void *ctx = g->ctx;
     int device = g->device;
@@ -190,7 +219,7 @@ static nixl_status_t cip_group_build(cip_be_t *be, cip_req_t *r, cip_group_t *g,
     cip_view_t view = {0};
     int write = x->op == NIXL_OP_WRITE;
     /* Kernel pieces usually are all of them: one allocation up front. */
-    if (single && g->cx->copy_fn && !r->host_local && NIXL_ARRAY_RESERVE(g->kt, g->kt_cap, x->count, 64))
+    if (single && g->cx->copy_fn && !r->host_local && cip_kt_reserve(be, g, x->count) != NIXL_OK)
         return NIXL_ERR_NO_MEMORY;
     for (size_t i = 0; i < x->count; i++) {
         const nixl_be_iov_t *v = &x->iov[i];
@@ -217,7 +246,7 @@ static nixl_status_t cip_group_build(cip_be_t *be, cip_req_t *r, cip_group_t *g,
         if (v->len >= be->ce_min || !view.kernel_ok || !g->cx->copy_fn || r->host_local)
             st = cip_add_ce(g, dst, src, v->len);
         else
-            st = cip_add_kernel(g, dst, src, v->len);
+            st = cip_add_kernel(be, g, dst, src, v->len);
         if (st != NIXL_OK)
             return st;
         if (r->peer->same_process || r->host_local)
@@ -375,7 +404,7 @@ static CUresult cip_group_issue(cip_be_t *be, cip_group_t *g, const char **what)
     }
     if (rc == CUDA_SUCCESS && g->nk) {
         unsigned long long n = g->nk;
-        void *args[] = {&g->table, &n};
+        void *args[] = {&g->tab->dev, &n};
         *what = "kernel launch";
         rc = cu->cuLaunchKernel(g->cx->copy_fn, g->blocks, 1, 1, CIP_KERNEL_THREADS, 1, 1, 0, s, args, NULL);
     }
