@@ -31,6 +31,17 @@ typedef struct prep_desc {
     void *h; /* local: nixl_region_t*; remote: the backend's rmd */
 } prep_desc_t;
 
+/* A list whose descriptors are runs of one length at one stride inside one
+ * region, every run but the last equally long (vLLM's lists of every block:
+ * one run per layer), is also kept as those runs: make computes descriptor
+ * i from its index instead of loading it from anywhere in the list. */
+typedef struct prep_run {
+    uint64_t addr, stride, len;
+    void *h;
+} prep_run_t;
+
+#define PREP_RUN_MIN 32 /* shorter runs: the list is used as it is */
+
 struct nixl_prep {
     nixl_agent_t *agent;
     int borrowed;            /* d is the agent's create_buf (nixl_xfer_create's own lists) */
@@ -43,7 +54,52 @@ struct nixl_prep {
     uint64_t reg_epoch;
     size_t count;
     prep_desc_t *d;
+    prep_run_t *runs;   /* NULL: not run-shaped */
+    uint32_t run_len;   /* descriptors per run */
+    uint64_t run_magic; /* UINT64_MAX / run_len + 1: i / run_len = (magic * i) >> 64 for 32-bit i */
 };
+
+/* Find p's runs (after every resolution: h may change). */
+static void prep_runs_find(nixl_prep_t *p)
+{
+    free(p->runs);
+    p->runs = NULL;
+    const prep_desc_t *d = p->d;
+    size_t n = p->count, c = 1;
+    if (n < 2 * PREP_RUN_MIN || n > UINT32_MAX)
+        return;
+    uint64_t stride = d[1].addr - d[0].addr;
+    while (c < n && d[c].len == d[0].len && d[c].h == d[0].h && d[c].addr - d[c - 1].addr == stride)
+        c++;
+    if (c < PREP_RUN_MIN)
+        return;
+    size_t nruns = (n + c - 1) / c;
+    prep_run_t *runs = malloc(nruns * sizeof(*runs));
+    if (!runs)
+        return;
+    for (size_t k = 0; k < nruns; k++) {
+        size_t s = k * c, e = s + c < n ? s + c : n;
+        uint64_t st = e - s > 1 ? d[s + 1].addr - d[s].addr : 0;
+        for (size_t i = s + 1; i < e; i++)
+            if (d[i].len != d[s].len || d[i].h != d[s].h || d[i].addr - d[i - 1].addr != st) {
+                free(runs);
+                return;
+            }
+        runs[k] = (prep_run_t){.addr = d[s].addr, .stride = st, .len = d[s].len, .h = d[s].h};
+    }
+    p->runs = runs;
+    p->run_len = (uint32_t)c;
+    p->run_magic = UINT64_MAX / c + 1;
+}
+
+/* Descriptor i of a run-shaped list. */
+static inline prep_desc_t prep_run_desc(const prep_run_t *runs, uint32_t run_len, uint64_t magic, size_t i)
+{
+    __extension__ typedef unsigned __int128 u128;
+    size_t q = (size_t)(((u128)magic * (uint32_t)i) >> 64);
+    const prep_run_t *r = &runs[q];
+    return (prep_desc_t){.addr = r->addr + (uint64_t)(i - q * run_len) * r->stride, .len = r->len, .h = r->h};
+}
 
 /* ---- backend choice ---- */
 
@@ -86,6 +142,7 @@ static nixl_status_t prep_resolve_local(nixl_prep_t *p, const nixl_desc_t *src)
     }
     p->backend_mask = mask;
     p->reg_epoch = a->reg_epoch;
+    prep_runs_find(p);
     return NIXL_OK;
 }
 
@@ -136,6 +193,7 @@ static nixl_status_t prep_choose_remote(nixl_prep_t *p, const nixl_dlist_t *dl, 
             nixl_status_t st = prep_resolve_remote(p, bk, dl->descs, &bad);
             if (st == NIXL_OK) {
                 p->backend = bk->backend;
+                prep_runs_find(p);
                 return NIXL_OK;
             }
             last_err = st;
@@ -288,6 +346,7 @@ err:
     nixl_peer_inc_unref(p->inc);
     if (!p->borrowed)
         free(p->d);
+    free(p->runs);
     free(p);
     return st;
 }
@@ -297,6 +356,7 @@ static void prep_free_locked(nixl_prep_t *p)
     nixl_peer_inc_unref(p->inc);
     if (!p->borrowed)
         free(p->d);
+    free(p->runs);
     free(p);
 }
 
@@ -385,10 +445,15 @@ static nixl_status_t xfer_backend_prepare(nixl_xfer_t *x)
  * index of the first bad pair, or count when every pair was good. */
 #define CREQ_PREFETCH 16
 
-static inline size_t iovs_build_at(const prep_desc_t *ld, size_t lc, const uint32_t *li, const prep_desc_t *rd,
-                                   size_t rc, const uint32_t *ri, size_t count, int bi, nixl_be_iov_t *iov,
-                                   size_t *n_out, uint64_t *bytes_out)
+static inline __attribute__((always_inline)) size_t
+iovs_build_at(const nixl_prep_t *lp, const uint32_t *li, const nixl_prep_t *rp, const uint32_t *ri, const int lruns,
+              const int rruns, size_t count, int bi, nixl_be_iov_t *iov, size_t *n_out, uint64_t *bytes_out)
 {
+    const prep_desc_t *ld = lp->d, *rd = rp->d;
+    const size_t lc = lp->count, rc = rp->count;
+    const prep_run_t *lrun = lp->runs, *rrun = rp->runs;
+    const uint32_t llen = lp->run_len, rlen = rp->run_len;
+    const uint64_t lmag = lp->run_magic, rmag = rp->run_magic;
     size_t n = 0;
     uint64_t bytes = 0, lend = 0, rend = 0;
     const void *last_h = NULL;
@@ -400,20 +465,24 @@ static inline size_t iovs_build_at(const prep_desc_t *ld, size_t lc, const uint3
             return i;
         /* Index arrays are block ids in no order (vLLM's): each pair is two
          * loads from anywhere in the lists, so fetch a few pairs ahead. */
-        if (li) {
+        if (li && !(lruns && rruns)) {
             /* Integer arithmetic: an index out of range (refused at its
-             * turn) only prefetches a useless line. */
+             * turn) only prefetches a useless line.  A run-shaped side
+             * loads nothing. */
             size_t j = i + CREQ_PREFETCH < count ? i + CREQ_PREFETCH : i;
-            __builtin_prefetch((const void *)((uintptr_t)ld + (uintptr_t)li[j] * sizeof(*ld)));
-            __builtin_prefetch((const void *)((uintptr_t)rd + (uintptr_t)ri[j] * sizeof(*rd)));
+            if (!lruns)
+                __builtin_prefetch((const void *)((uintptr_t)ld + (uintptr_t)li[j] * sizeof(*ld)));
+            if (!rruns)
+                __builtin_prefetch((const void *)((uintptr_t)rd + (uintptr_t)ri[j] * sizeof(*rd)));
         }
-        const prep_desc_t *L = &ld[l], *R = &rd[r];
-        uint64_t la = L->addr, ra = R->addr, len = L->len;
-        void *rmd = R->h;
-        if (nixl_unlikely(len != R->len))
+        const prep_desc_t L = lruns ? prep_run_desc(lrun, llen, lmag, l) : ld[l];
+        const prep_desc_t R = rruns ? prep_run_desc(rrun, rlen, rmag, r) : rd[r];
+        uint64_t la = L.addr, ra = R.addr, len = L.len;
+        void *rmd = R.h;
+        if (nixl_unlikely(len != R.len))
             return i;
-        if (nixl_unlikely(L->h != last_h)) {
-            last_h = L->h;
+        if (nixl_unlikely(L.h != last_h)) {
+            last_h = L.h;
             lmd = ((const nixl_region_t *)last_h)->md[bi];
         }
         bytes += len;
@@ -438,18 +507,26 @@ static inline size_t iovs_build_at(const prep_desc_t *ld, size_t lc, const uint3
     return count;
 }
 
-/* Two instances, so the compiler drops the index loads of the identity
- * form (nixl_xfer_create pairs descriptor i with descriptor i). */
+/* One instance per shape, so the compiler drops what a shape does not
+ * need: the index loads of the identity form (the two-step
+ * nixl_xfer_create pairs descriptor i with descriptor i), the loads of a
+ * run-shaped side. */
 static size_t iovs_build(const nixl_prep_t *lp, const uint32_t *li, const nixl_prep_t *rp, const uint32_t *ri,
                          size_t count, int bi, nixl_be_iov_t *iov, size_t *n_out, uint64_t *bytes_out)
 {
-    return iovs_build_at(lp->d, lp->count, li, rp->d, rp->count, ri, count, bi, iov, n_out, bytes_out);
+    if (lp->runs && rp->runs)
+        return iovs_build_at(lp, li, rp, ri, 1, 1, count, bi, iov, n_out, bytes_out);
+    if (lp->runs)
+        return iovs_build_at(lp, li, rp, ri, 1, 0, count, bi, iov, n_out, bytes_out);
+    if (rp->runs)
+        return iovs_build_at(lp, li, rp, ri, 0, 1, count, bi, iov, n_out, bytes_out);
+    return iovs_build_at(lp, li, rp, ri, 0, 0, count, bi, iov, n_out, bytes_out);
 }
 
 static size_t iovs_build_identity(const nixl_prep_t *lp, const nixl_prep_t *rp, size_t count, int bi,
                                   nixl_be_iov_t *iov, size_t *n_out, uint64_t *bytes_out)
 {
-    return iovs_build_at(lp->d, lp->count, NULL, rp->d, rp->count, NULL, count, bi, iov, n_out, bytes_out);
+    return iovs_build_at(lp, NULL, rp, NULL, 0, 0, count, bi, iov, n_out, bytes_out);
 }
 
 /* Why pair i was refused, logged; its status. */
