@@ -77,7 +77,7 @@ timeout 120 "$NB" --backend cuda_ipc --initiator-mem vram --initiator-dev $i_dev
 cat "$R/bench-small.log"
 kv_i=0; kv_t=0
 [ "$ngpu" -ge 2 ] && kv_i=1
-timeout 180 "$NB" --backend cuda_ipc --kv-replay --initiator-mem vram --initiator-dev $kv_i --target-mem vram \
+timeout 240 "$NB" --backend cuda_ipc --kv-e2e --initiator-mem vram --initiator-dev $kv_i --target-mem vram \
     --target-dev $kv_t --iters 20 --json "$R/bench-kv.json" >"$R/bench-kv.log" 2>&1 || status=1
 cat "$R/bench-kv.log"
 NIXL_CUDA_IPC_KERNEL=0 timeout 180 "$NB" --backend cuda_ipc --kv-replay --initiator-mem vram --initiator-dev $kv_i \
@@ -144,6 +144,12 @@ for name, label in (("bench-kv.json", "KV replay"), ("bench-kv-ce.json", "KV rep
     for k in rows(name):
         print("%-36s %8.3f ms/request (best %.3f), %d descs, floor %.3f ms, path %s" % (
             label, k["ms_per_request"], k["best_ms"], k["descs_after_merge"], k["floor_ms"], k["path"]))
+for k in rows("bench-kv.json"):
+    for e in ("sglang", "vllm"):
+        if e + "_lib_ms" in k:
+            print("%-36s %8.3f ms/request: make %.3f, post %.3f, wait %.3f, release %.3f (floor %.3f ms)" % (
+                "whole request, " + e, k[e + "_lib_ms"], k[e + "_make_ms"], k[e + "_post_ms"], k[e + "_wait_ms"],
+                k[e + "_release_ms"], k["floor_ms"]))
 kv = rows("bench-kv.json")
 if kv:
     ok = kv[0]["ms_per_request"] <= 5.0

@@ -53,6 +53,7 @@ typedef struct bench_opts {
     bench_mem_t init_mem, tgt_mem;
     int init_dev, tgt_dev;
     int kv_replay;
+    int kv_e2e; /* --kv-e2e: the replay, then whole requests in the engines' shapes */
     /* connection */
     int is_target;
     const char *peer_ip; /* NULL: spawn the target locally */

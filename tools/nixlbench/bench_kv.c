@@ -12,6 +12,9 @@
  * request is post to completion.  The floor is the driver's copy of the
  * same number of bytes between the same GPUs in one call.
  *
+ * With --kv-e2e, --iters whole requests of each engine's shape follow,
+ * each with fresh slots (kv_e2e below), the last of each verified.
+ *
  * Target requests: kvalloc <layers> <layer bytes> <dram|vram> <gpu>
  *   -> kvbuf <layer> <addr> per layer, then kvready <layers>;
  *   kvchk <seed> <local slot seed> <remote slot seed> <tokens> <token bytes>
@@ -177,6 +180,131 @@ static int cmp_u64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* ---- the whole request (--kv-e2e) ----
+ *
+ * What an engine pays per request, not only the copy: SGLang makes each
+ * request from two fresh lists (nixl_xfer_create), vLLM from lists of
+ * every slot prepared once and the request's slots as index arrays
+ * (nixl_xfer_make).  Per request: new shuffled slots on both sides, the
+ * engine's own work (not timed as the library's), then make, post, wait,
+ * release, each timed.  The last request of each shape carries a kvchk
+ * notification and the target checks every slot byte for byte. */
+typedef struct {
+    double make_ms, post_ms, wait_ms, release_ms, lib_ms;
+} kv_phases_t;
+
+static double kv_median_ms(uint64_t *v, size_t n)
+{
+    qsort(v, n, sizeof(*v), cmp_u64);
+    return (double)v[n / 2] / 1e6;
+}
+
+typedef struct {
+    nixl_agent_t *agent;
+    const char *peer;
+    const bench_opts_t *o;
+    int layers;
+    uint64_t tokens, tb, seed;
+    uint8_t *const *lbuf;
+    const uint64_t *rbuf;
+    nixl_mem_t lmem, rmem;
+    uint32_t ldev, rdev;
+} kv_e2e_ctx_t;
+
+/* One shape's requests: vllm 0 = SGLang's create, 1 = vLLM's make. */
+static void kv_e2e_shape(const kv_e2e_ctx_t *c, int vllm, uint64_t reqs, kv_phases_t *out)
+{
+    const size_t T = c->tokens, n = (size_t)c->layers * T;
+    nixl_desc_t *ld = malloc(n * sizeof(*ld)), *rd = malloc(n * sizeof(*rd));
+    uint32_t *ls = malloc(T * sizeof(*ls)), *rs = malloc(T * sizeof(*rs));
+    uint32_t *li = malloc(n * sizeof(*li)), *ri = malloc(n * sizeof(*ri));
+    uint64_t *ph[4];
+    for (int k = 0; k < 4; k++)
+        ph[k] = malloc(reqs * sizeof(uint64_t));
+    if (!ld || !rd || !ls || !rs || !li || !ri || !ph[0] || !ph[1] || !ph[2] || !ph[3])
+        bench_die("out of memory for the whole-request rows");
+    nixl_prep_t *lp = NULL, *rp = NULL;
+    if (vllm) { /* every slot in order, prepared once */
+        for (int l = 0; l < c->layers; l++)
+            for (uint64_t t = 0; t < T; t++) {
+                ld[l * T + t] = (nixl_desc_t){.addr = (uint64_t)(uintptr_t)c->lbuf[l] + t * c->tb, .len = c->tb,
+                                              .dev_id = c->ldev};
+                rd[l * T + t] = (nixl_desc_t){.addr = c->rbuf[l] + t * c->tb, .len = c->tb, .dev_id = c->rdev};
+            }
+        nixl_dlist_t ll = {c->lmem, n, ld}, rl = {c->rmem, n, rd};
+        bench_check(nixl_prep_create(c->agent, NULL, &ll, NULL, &lp), "nixl_prep_create(all slots, local)");
+        bench_check(nixl_prep_create(c->agent, c->peer, &rl, NULL, &rp), "nixl_prep_create(all slots, remote)");
+    }
+    for (uint64_t r = 0; r < reqs; r++) {
+        uint64_t lseed = c->seed ^ (0x1000 + 4 * r + 2 * (uint64_t)vllm), rseed = lseed ^ 1;
+        bench_layout_slots(BENCH_LAYOUT_SHUFFLED, lseed, ls, T);
+        bench_layout_slots(BENCH_LAYOUT_SHUFFLED, rseed, rs, T);
+        for (int l = 0; l < c->layers; l++)
+            for (uint64_t t = 0; t < T; t++) {
+                size_t i = (size_t)l * T + t;
+                if (vllm) {
+                    li[i] = (uint32_t)(l * T + ls[t]);
+                    ri[i] = (uint32_t)(l * T + rs[t]);
+                } else {
+                    ld[i] = (nixl_desc_t){.addr = (uint64_t)(uintptr_t)c->lbuf[l] + (uint64_t)ls[t] * c->tb,
+                                          .len = c->tb, .dev_id = c->ldev};
+                    rd[i] = (nixl_desc_t){.addr = c->rbuf[l] + (uint64_t)rs[t] * c->tb, .len = c->tb,
+                                          .dev_id = c->rdev};
+                }
+            }
+        char text[BENCH_MSG_MAX];
+        int check = r + 1 == reqs;
+        snprintf(text, sizeof(text), "kvchk %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64, c->seed,
+                 lseed, rseed, (uint64_t)T, c->tb);
+        nixl_opt_args_t opt = {.field_mask = NIXL_OPT_NOTIF, .notif = text, .notif_len = strlen(text)};
+        nixl_xfer_t *x;
+        uint64_t t0 = bench_now_ns();
+        if (vllm)
+            bench_check(nixl_xfer_make(c->agent, NIXL_OP_WRITE, lp, li, rp, ri, n, check ? &opt : NULL, &x),
+                        "nixl_xfer_make(e2e)");
+        else {
+            nixl_dlist_t ll = {c->lmem, n, ld}, rl = {c->rmem, n, rd};
+            bench_check(nixl_xfer_create(c->agent, NIXL_OP_WRITE, &ll, &rl, c->peer, check ? &opt : NULL, &x),
+                        "nixl_xfer_create(e2e)");
+        }
+        uint64_t t1 = bench_now_ns();
+        nixl_status_t st = nixl_xfer_post(x);
+        uint64_t t2 = bench_now_ns();
+        kv_wait(c->agent, x, st, c->o->timeout_ms);
+        uint64_t t3 = bench_now_ns();
+        nixl_xfer_release(x);
+        uint64_t t4 = bench_now_ns();
+        ph[0][r] = t1 - t0;
+        ph[1][r] = t2 - t1;
+        ph[2][r] = t3 - t2;
+        ph[3][r] = t4 - t3;
+        if (check) {
+            static const char *const answers[] = {"kvok", "kvbad", "err"};
+            bench_msg_t m;
+            unsigned long long s2;
+            bench_inbox_wait(c->agent, answers, 3, c->o->timeout_ms, &m);
+            if (sscanf(m.text, "kvok %llu", &s2) != 1 || s2 != c->seed)
+                bench_die("KV whole-request verification (%s) failed: target says \"%s\"", vllm ? "vllm" : "sglang",
+                          m.text);
+        }
+    }
+    out->make_ms = kv_median_ms(ph[0], reqs);
+    out->post_ms = kv_median_ms(ph[1], reqs);
+    out->wait_ms = kv_median_ms(ph[2], reqs);
+    out->release_ms = kv_median_ms(ph[3], reqs);
+    out->lib_ms = out->make_ms + out->post_ms + out->wait_ms + out->release_ms;
+    nixl_prep_release(lp);
+    nixl_prep_release(rp);
+    for (int k = 0; k < 4; k++)
+        free(ph[k]);
+    free(ld);
+    free(rd);
+    free(ls);
+    free(rs);
+    free(li);
+    free(ri);
+}
+
 int bench_kv_run(const bench_opts_t *o, const char *ip, uint16_t port)
 {
     const int L = BENCH_KV_LAYERS;
@@ -298,6 +426,14 @@ int bench_kv_run(const bench_opts_t *o, const char *ip, uint16_t port)
     qsort(ns, iters, sizeof(*ns), cmp_u64);
     double mean_ms = (double)total / (double)iters / 1e6, best_ms = (double)ns[0] / 1e6,
            median_ms = (double)ns[iters / 2] / 1e6;
+    kv_phases_t e2e[2] = {{0}};
+    if (o->kv_e2e) {
+        kv_e2e_ctx_t c = {agent, peer, o, L, T, TB, seed, lbuf, rbuf, ll.mem_type, rl.mem_type,
+                          o->init_mem == BENCH_MEM_VRAM ? (uint32_t)o->init_dev : 0,
+                          o->tgt_mem == BENCH_MEM_VRAM ? (uint32_t)o->tgt_dev : 0};
+        kv_e2e_shape(&c, 0, iters, &e2e[0]);
+        kv_e2e_shape(&c, 1, iters, &e2e[1]);
+    }
     uint64_t bytes = (uint64_t)n * TB;
     double floor_ms = 0;
     const char *floor_name = "memcpy";
@@ -319,6 +455,17 @@ int bench_kv_run(const bench_opts_t *o, const char *ip, uint16_t port)
         printf("# floor: %s of the same %" PRIu64 " bytes in one call; make ms: prep local+remote %.1f ms + make "
                "%.1f ms; %" PRIu64 " timed requests\n",
                floor_name, bytes, (double)(t1 - t0) / 1e6, (double)(t2 - t1) / 1e6, iters);
+        if (o->kv_e2e) {
+            printf("# whole requests, fresh slots each, median of %" PRIu64 ", the last of each verified:\n", iters);
+            printf("%-8s %9s %9s %9s %9s %9s %9s\n", "engine", "make ms", "post ms", "wait ms", "rel ms", "lib ms",
+                   "floor ms");
+            for (int k = 0; k < 2; k++)
+                printf("%-8s %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f\n", k ? "vllm" : "sglang", e2e[k].make_ms,
+                       e2e[k].post_ms, e2e[k].wait_ms, e2e[k].release_ms, e2e[k].lib_ms, floor_ms);
+            printf("# make: sglang nixl_xfer_create of two %zu-descriptor lists, vllm nixl_xfer_make from lists of "
+                   "every slot prepared once\n",
+                   n);
+        }
         fflush(stdout);
     }
     if (o->json_path) {
@@ -330,10 +477,18 @@ int bench_kv_run(const bench_opts_t *o, const char *ip, uint16_t port)
                 ",\"token_bytes\":%" PRIu64 ",\"descs_in\":%zu,\"descs_after_merge\":%" PRIu64 ",\"bytes\":%" PRIu64
                 ",\"iters\":%" PRIu64 ",\"ms_per_request\":%.6g,\"best_ms\":%.6g,\"median_ms\":%.6g,\"post_us\":%.6g"
                 ",\"prep_ms\":%.6g,\"make_ms\":%.6g,\"floor_ms\":%.6g,\"path\":\"%s\",\"initiator_mem\":\"%s\""
-                ",\"initiator_dev\":%d,\"target_mem\":\"%s\",\"target_dev\":%d}\n",
+                ",\"initiator_dev\":%d,\"target_mem\":\"%s\",\"target_dev\":%d",
                 o->backend, L, T, TB, n, info.descs, bytes, iters, mean_ms, best_ms, median_ms,
                 (double)post_ns / 1e3 / (double)iters, (double)(t1 - t0) / 1e6, (double)(t2 - t1) / 1e6, floor_ms,
                 info.path, bench_mem_name(o->init_mem), o->init_dev, bench_mem_name(o->tgt_mem), o->tgt_dev);
+        for (int k = 0; o->kv_e2e && k < 2; k++)
+            fprintf(f,
+                    ",\"%s_make_ms\":%.6g,\"%s_post_ms\":%.6g,\"%s_wait_ms\":%.6g,\"%s_release_ms\":%.6g"
+                    ",\"%s_lib_ms\":%.6g",
+                    k ? "vllm" : "sglang", e2e[k].make_ms, k ? "vllm" : "sglang", e2e[k].post_ms,
+                    k ? "vllm" : "sglang", e2e[k].wait_ms, k ? "vllm" : "sglang", e2e[k].release_ms,
+                    k ? "vllm" : "sglang", e2e[k].lib_ms);
+        fprintf(f, "}\n");
         fclose(f);
     }
 

@@ -144,6 +144,10 @@ static void usage(FILE *f)
           "  --kv-replay            one KV request instead of rows: DeepSeek-V2-Lite, 27 layers x 8192\n"
           "                         tokens x 1152 B, page size 1, one buffer per layer, slots shuffled\n"
           "                         on both sides; reports ms per request and the path\n"
+          "  --kv-e2e               --kv-replay, then --iters whole requests of each engine's shape,\n"
+          "                         fresh slots each: SGLang (nixl_xfer_create of two lists) and vLLM\n"
+          "                         (nixl_xfer_make from lists of every slot prepared once); reports\n"
+          "                         each phase (make, post, wait, release) against the copy floor\n"
           "  --reg-replay           N processes registering a Kimi-K3-like KV pool at once: time and\n"
           "                         peak threads (nixlbench --reg-replay --help for its options)\n"
           "  --param KEY=VALUE      backend parameter, both sides (repeatable; e.g. threads=0)\n"
@@ -167,7 +171,7 @@ enum {
     OPT_BACKEND = 256, OPT_OP, OPT_BLOCK, OPT_BATCH, OPT_ITERS, OPT_WARMUP, OPT_LAYOUT, OPT_ALLOC,
     OPT_INIT_MEM, OPT_TARGET_MEM, OPT_JSON, OPT_QUIET, OPT_MAX_BYTES, OPT_SEED, OPT_TIMEOUT, OPT_PEER,
     OPT_ROLE, OPT_LISTEN_PORT, OPT_REPORT_FD, OPT_POLL_US, OPT_PARAM, OPT_HELP,
-    OPT_INIT_DEV, OPT_TARGET_DEV, OPT_KV_REPLAY, OPT_PAIRS,
+    OPT_INIT_DEV, OPT_TARGET_DEV, OPT_KV_REPLAY, OPT_KV_E2E, OPT_PAIRS,
     OPT_ETCD, OPT_RANKS, OPT_SCHEME, OPT_RUN_ID, /* --etcd mode */
 };
 
@@ -198,6 +202,7 @@ static const struct option long_opts[] = {
     {"initiator-dev", required_argument, NULL, OPT_INIT_DEV},
     {"target-dev", required_argument, NULL, OPT_TARGET_DEV},
     {"kv-replay", no_argument, NULL, OPT_KV_REPLAY},
+    {"kv-e2e", no_argument, NULL, OPT_KV_E2E},
     {"etcd", required_argument, NULL, OPT_ETCD},
     {"ranks", required_argument, NULL, OPT_RANKS},
     {"scheme", required_argument, NULL, OPT_SCHEME},
@@ -320,6 +325,7 @@ static void parse_opts(int argc, char **argv, bench_opts_t *o, char *ip, size_t 
         case OPT_INIT_DEV: o->init_dev = (int)parse_count("--initiator-dev", optarg, 1023); break;
         case OPT_TARGET_DEV: o->tgt_dev = (int)parse_count("--target-dev", optarg, 1023); break;
         case OPT_KV_REPLAY: o->kv_replay = 1; break;
+        case OPT_KV_E2E: o->kv_replay = o->kv_e2e = 1; break;
         case OPT_JSON: o->json_path = optarg; break;
         case OPT_QUIET: o->quiet = 1; break;
         case OPT_MAX_BYTES:
