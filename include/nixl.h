@@ -425,6 +425,29 @@ NIXL_API nixl_status_t nixl_xfer_create(nixl_agent_t *agent, nixl_op_t op, const
 
 /* Two-step: prepare a list once per side (peer NULL = local side), then make
  * requests from index arrays. */
+/* Indexed requests: the shape paged KV caches have.  A side is `layers`
+ * buffers (one base address each) and one array of token slots shared by
+ * every buffer; piece (l, t) moves item_len bytes between local
+ * bases[l] + slots[t] * stride and remote bases[l] + slots[t] * stride,
+ * for l < layers, t < nslots, layer-major, so an engine hands the library
+ * 27 bases and 8,192 slots instead of 221,184 descriptors.  Every piece
+ * must lie inside registered memory of its side (NOT_REGISTERED, nothing
+ * made); a slot x stride or base + offset that overflows is
+ * INVALID_PARAM; both sides have the same layer count (LENGTH_MISMATCH).
+ * peer may be the agent itself (loopback).  The request is an ordinary
+ * nixl_xfer_t: post, status, release, repost as any other. */
+typedef struct nixl_indexed {
+    nixl_mem_t mem_type;
+    size_t layers;
+    const uint64_t *bases;  /* layers addresses */
+    uint64_t stride;        /* bytes from one slot to the next in a buffer */
+    const uint32_t *slots;  /* nslots slots, the same for every layer */
+} nixl_indexed_t;
+
+NIXL_API nixl_status_t nixl_xfer_create_indexed(nixl_agent_t *agent, nixl_op_t op, const nixl_indexed_t *local,
+                                                const nixl_indexed_t *remote, size_t nslots, uint64_t item_len,
+                                                const char *peer, const nixl_opt_args_t *opt, nixl_xfer_t **xfer_out);
+
 NIXL_API nixl_status_t nixl_prep_create(nixl_agent_t *agent, const char *peer, const nixl_dlist_t *dlist,
                                         const nixl_opt_args_t *opt, nixl_prep_t **prep_out);
 NIXL_API void nixl_prep_release(nixl_prep_t *prep);

@@ -692,13 +692,103 @@ NIXL_API nixl_status_t nixl_xfer_make(nixl_agent_t *agent, nixl_op_t op, const n
     return st;
 }
 
-/* ---- the one-shot request in one pass ----
+/* ---- requests built in one pass ----
  *
  * nixl_xfer_create of two lists (SGLang's request: 221,184 fresh pairs)
- * resolves both sides and builds the pieces in one pass over the two
- * arrays, with no resolved lists in between: the pass is what reading the
- * descriptors costs.  It takes the backend the two-step form would try
- * first; when a remote descriptor is not inside that backend's view of
+ * and the indexed request resolve both sides and build the pieces in one
+ * pass, with no resolved lists in between: the pass costs what reading
+ * (or computing) the pairs costs.  Each pair is resolved against the
+ * regions of the previous pair first. */
+typedef struct piece_acc {
+    const nixl_region_index_t *idx; /* local regions */
+    const nixl_peer_backend_t *bk;  /* the backend and its view of the peer */
+    nixl_mem_t rmem;
+    int bi;
+    uint64_t lbase, lsize, rbase, rsize, lnext, rnext, bytes;
+    void *lmd, *rmd;
+    nixl_be_iov_t *iov;
+    size_t n;
+} piece_acc_t;
+
+enum { PIECE_OK, PIECE_LOCAL, PIECE_REMOTE };
+
+static void piece_acc_init(piece_acc_t *p, nixl_agent_t *a, nixl_mem_t lmem, nixl_mem_t rmem,
+                           const nixl_peer_backend_t *bk, nixl_be_iov_t *iov)
+{
+    *p = (piece_acc_t){.idx = &a->regs[lmem], .bk = bk, .rmem = rmem, .bi = bk->backend->index,
+                       .lnext = ~0ull, .rnext = ~0ull, .iov = iov};
+}
+
+/* Add one pair.  A piece continues the previous one when both addresses
+ * are where the previous one ended and neither side changed region (a
+ * region change sets the ends to ~0, which no address equals).
+ * PIECE_LOCAL: la is not in a region registered with the backend;
+ * PIECE_REMOTE: ra is not in the backend's view of the peer. */
+static inline __attribute__((always_inline)) int piece_add(piece_acc_t *p, uint64_t la, uint64_t ra, uint64_t len)
+{
+    uint64_t lo = la - p->lbase;
+    if (nixl_unlikely(lo >= p->lsize || len > p->lsize - lo)) {
+        const nixl_region_t *r = nixl_region_find(p->idx, la, len);
+        if (!r || !(r->backend_mask & (1u << p->bi)))
+            return PIECE_LOCAL;
+        p->lbase = r->addr;
+        p->lsize = r->len;
+        p->lmd = r->md[p->bi];
+        p->lnext = ~0ull;
+    }
+    uint64_t ro = ra - p->rbase;
+    if (nixl_unlikely(ro >= p->rsize || len > p->rsize - ro)) {
+        long r = nixl_peer_region_find(p->bk, p->rmem, ra, len);
+        if (r < 0)
+            return PIECE_REMOTE;
+        p->rbase = p->bk->mdb->regions[r].addr;
+        p->rsize = p->bk->mdb->regions[r].len;
+        p->rmd = p->bk->rmd[r];
+        p->rnext = ~0ull;
+    }
+    p->bytes += len;
+    /* Merging is the exception with paged KV (slots are scattered). */
+    if (nixl_unlikely(la == p->lnext && ra == p->rnext))
+        p->iov[p->n - 1].len += len;
+    else
+        p->iov[p->n++] = (nixl_be_iov_t){.laddr = la, .raddr = ra, .len = len, .lmd = p->lmd, .rmd = p->rmd};
+    p->lnext = la + len;
+    p->rnext = ra + len;
+    return PIECE_OK;
+}
+
+/* The backends that may carry a request to inc with remote memory rmem,
+ * in the order the two-step form tries them; their count. */
+static int backend_order(nixl_agent_t *a, nixl_peer_inc_t *inc, const nixl_opt_args_t *opt, nixl_mem_t rmem,
+                         const nixl_peer_backend_t **out)
+{
+    int n = 0;
+    for (int rank = 0; rank <= 3; rank++)
+        for (int b = 0; b < a->num_backends; b++) {
+            const nixl_peer_backend_t *c = &inc->bk[b];
+            if (c->backend && nixl_peer_backend_rank(c->backend, inc) == rank && nixl_opt_allows(opt, c->backend) &&
+                (be_mem_types(c->backend) & NIXL_MEM_BIT(rmem)))
+                out[n++] = c;
+        }
+    return n;
+}
+
+/* A request from pieces already in x->iov (n of them, from `pairs` pairs): the rest of making it. */
+static nixl_status_t xfer_from_pieces(nixl_agent_t *a, nixl_xfer_t *x, const piece_acc_t *p, size_t pairs,
+                                      nixl_op_t op, nixl_peer_t *peer, nixl_peer_inc_t *inc, nixl_mem_t lmem,
+                                      const nixl_opt_args_t *opt, const void *notif, size_t notif_len,
+                                      nixl_xfer_t **out)
+{
+    x->count = p->n;
+    x->descs_in = pairs;
+    x->bytes = p->bytes;
+    /* With VRAM, the context of the first local piece (the two-step form's choice). */
+    void *ctx = lmem == NIXL_MEM_VRAM ? nixl_region_find(p->idx, x->iov[0].laddr, x->iov[0].len)->cuda.ctx : NULL;
+    return xfer_setup_locked(a, x, op, p->bk->backend, peer, inc, lmem, p->rmem, ctx, opt, notif, notif_len, out);
+}
+
+/* nixl_xfer_create in one pass on the backend the two-step form would try
+ * first.  When a remote descriptor is not inside that backend's view of
  * the peer (another backend may hold it), the request is made the
  * two-step way, which tries them all and says why none fits. */
 typedef enum { FUSED_DONE, FUSED_TWO_STEP } fused_t;
@@ -708,15 +798,8 @@ static fused_t xfer_create_fused(nixl_agent_t *a, nixl_op_t op, const nixl_dlist
                                  nixl_status_t *st_out, nixl_xfer_t **out)
 {
     nixl_peer_inc_t *inc = peer->cur;
-    const nixl_peer_backend_t *bk = NULL;
-    for (int rank = 0; rank <= 3 && !bk; rank++)
-        for (int b = 0; b < a->num_backends && !bk; b++) {
-            const nixl_peer_backend_t *c = &inc->bk[b];
-            if (c->backend && nixl_peer_backend_rank(c->backend, inc) == rank && nixl_opt_allows(opt, c->backend) &&
-                (be_mem_types(c->backend) & NIXL_MEM_BIT(remote->mem_type)))
-                bk = c;
-        }
-    if (!bk)
+    const nixl_peer_backend_t *order[NIXL_AGENT_MAX_BACKENDS];
+    if (backend_order(a, inc, opt, remote->mem_type, order) == 0)
         return FUSED_TWO_STEP;
     const void *notif;
     size_t notif_len;
@@ -734,87 +817,214 @@ static fused_t xfer_create_fused(nixl_agent_t *a, nixl_op_t op, const nixl_dlist
         *st_out = NIXL_ERR_NO_MEMORY;
         return FUSED_DONE;
     }
-    const int bi = bk->backend->index;
-    const nixl_region_index_t *idx = &a->regs[local->mem_type];
+    piece_acc_t p;
+    piece_acc_init(&p, a, local->mem_type, remote->mem_type, order[0], x->iov);
     const nixl_desc_t *ld = local->descs, *rd = remote->descs;
-    /* A piece continues the previous one when both addresses are where
-     * the previous one ended and neither side changed region (a region
-     * change sets the ends to ~0, which no address equals). */
-    uint64_t lbase = 0, lsize = 0, rbase = 0, rsize = 0, lnext = ~0ull, rnext = ~0ull, bytes = 0;
-    void *lmd = NULL, *rmd = NULL;
-    nixl_be_iov_t *iov = x->iov;
-    size_t n = 0, i = 0;
-    fused_t res = FUSED_DONE;
+    size_t i = 0;
+    int why = PIECE_OK;
     for (; i < count; i++) {
-        uint64_t la = ld[i].addr, ra = rd[i].addr, len = ld[i].len;
+        uint64_t len = ld[i].len;
         if (nixl_unlikely(len != rd[i].len || len == 0))
             break;
-        uint64_t lo = la - lbase;
-        if (nixl_unlikely(lo >= lsize || len > lsize - lo)) {
-            const nixl_region_t *r = nixl_region_find(idx, la, len);
-            if (!r || !(r->backend_mask & (1u << bi)))
-                break;
-            lbase = r->addr;
-            lsize = r->len;
-            lmd = r->md[bi];
-            lnext = ~0ull;
-        }
-        uint64_t ro = ra - rbase;
-        if (nixl_unlikely(ro >= rsize || len > rsize - ro)) {
-            long r = nixl_peer_region_find(bk, remote->mem_type, ra, len);
-            if (r < 0) {
-                res = FUSED_TWO_STEP;
-                break;
-            }
-            rbase = bk->mdb->regions[r].addr;
-            rsize = bk->mdb->regions[r].len;
-            rmd = bk->rmd[r];
-            rnext = ~0ull;
-        }
-        bytes += len;
-        /* Merging is the exception with paged KV (slots are scattered). */
-        if (nixl_unlikely(la == lnext && ra == rnext))
-            iov[n - 1].len += len;
-        else
-            iov[n++] = (nixl_be_iov_t){.laddr = la, .raddr = ra, .len = len, .lmd = lmd, .rmd = rmd};
-        lnext = la + len;
-        rnext = ra + len;
+        why = piece_add(&p, ld[i].addr, rd[i].addr, len);
+        if (nixl_unlikely(why != PIECE_OK))
+            break;
     }
-    if (i != count) {
-        iov_put(a, x->iov, x->iov_cap);
-        free(x);
-        if (res == FUSED_TWO_STEP)
-            return res;
-        const nixl_desc_t *L = &ld[i];
-        if (L->len == 0 || rd[i].len == 0) {
-            NIXL_ERROR("agent %s: transfer: descriptor pair %zu has length 0", a->name, i);
-            st = NIXL_ERR_ZERO_LENGTH;
-        } else if (L->len != rd[i].len) {
-            NIXL_ERROR("agent %s: transfer: pair %zu: local length %llu != remote length %llu", a->name, i,
-                       (unsigned long long)L->len, (unsigned long long)rd[i].len);
-            st = NIXL_ERR_LENGTH_MISMATCH;
-        } else if (!nixl_region_find(idx, L->addr, L->len)) {
-            NIXL_ERROR("agent %s: local descriptor %zu [0x%llx, +%llu) is not inside registered memory", a->name, i,
-                       (unsigned long long)L->addr, (unsigned long long)L->len);
-            st = NIXL_ERR_NOT_REGISTERED;
-        } else {
-            NIXL_ERROR("agent %s: local memory of this request is not registered with backend %s", a->name,
-                       be_name(bk->backend));
-            st = NIXL_ERR_NOT_REGISTERED;
-        }
-        *st_out = st;
+    if (i == count) {
+        *st_out = xfer_from_pieces(a, x, &p, count, op, peer, inc, local->mem_type, opt, notif, notif_len, out);
         return FUSED_DONE;
     }
-    x->count = n;
-    x->descs_in = count;
-    x->bytes = bytes;
-    /* With VRAM, the context of the first local piece (the two-step form's choice). */
-    void *ctx = NULL;
-    if (local->mem_type == NIXL_MEM_VRAM)
-        ctx = nixl_region_find(idx, ld[0].addr, ld[0].len)->cuda.ctx;
-    *st_out = xfer_setup_locked(a, x, op, bk->backend, peer, inc, local->mem_type, remote->mem_type, ctx, opt, notif,
-                                notif_len, out);
+    iov_put(a, x->iov, x->iov_cap);
+    free(x);
+    if (why == PIECE_REMOTE)
+        return FUSED_TWO_STEP;
+    const nixl_desc_t *L = &ld[i];
+    if (L->len == 0 || rd[i].len == 0) {
+        NIXL_ERROR("agent %s: transfer: descriptor pair %zu has length 0", a->name, i);
+        st = NIXL_ERR_ZERO_LENGTH;
+    } else if (L->len != rd[i].len) {
+        NIXL_ERROR("agent %s: transfer: pair %zu: local length %llu != remote length %llu", a->name, i,
+                   (unsigned long long)L->len, (unsigned long long)rd[i].len);
+        st = NIXL_ERR_LENGTH_MISMATCH;
+    } else if (!nixl_region_find(p.idx, L->addr, L->len)) {
+        NIXL_ERROR("agent %s: local descriptor %zu [0x%llx, +%llu) is not inside registered memory", a->name, i,
+                   (unsigned long long)L->addr, (unsigned long long)L->len);
+        st = NIXL_ERR_NOT_REGISTERED;
+    } else {
+        NIXL_ERROR("agent %s: local memory of this request is not registered with backend %s", a->name,
+                   be_name(p.bk->backend));
+        st = NIXL_ERR_NOT_REGISTERED;
+    }
+    *st_out = st;
     return FUSED_DONE;
+}
+
+/* ---- indexed requests ---- */
+
+/* The span a side's slots reach from a base (max slot x stride + item),
+ * or NIXL_ERR_INVALID_PARAM (logged) when it overflows. */
+static nixl_status_t indexed_span(nixl_agent_t *a, const char *side, const nixl_indexed_t *s, size_t nslots,
+                                  uint64_t item, uint64_t *span_out)
+{
+    uint32_t max = 0;
+    for (size_t t = 0; t < nslots; t++)
+        max = s->slots[t] > max ? s->slots[t] : max;
+    if (s->stride && (uint64_t)max > (UINT64_MAX - item) / s->stride) {
+        NIXL_ERROR("agent %s: indexed request: %s slot %u x stride %llu overflows", a->name, side, max,
+                   (unsigned long long)s->stride);
+        return NIXL_ERR_INVALID_PARAM;
+    }
+    uint64_t span = (uint64_t)max * s->stride + item;
+    for (size_t l = 0; l < s->layers; l++)
+        if (s->bases[l] > UINT64_MAX - span) {
+            NIXL_ERROR("agent %s: indexed request: %s layer %zu: base 0x%llx + slot %u x stride %llu overflows",
+                       a->name, side, l, (unsigned long long)s->bases[l], max, (unsigned long long)s->stride);
+            return NIXL_ERR_INVALID_PARAM;
+        }
+    *span_out = span;
+    return NIXL_OK;
+}
+
+static nixl_status_t indexed_check(nixl_agent_t *a, const char *side, const nixl_indexed_t *s)
+{
+    if (!s->bases || !s->slots) {
+        NIXL_ERROR("agent %s: indexed request: %s bases or slots NULL", a->name, side);
+        return NIXL_ERR_NULL;
+    }
+    if ((unsigned)s->mem_type >= NIXL_MEM_TYPE_COUNT) {
+        NIXL_ERROR("agent %s: indexed request: %s memory type %d is not a nixl_mem_t", a->name, side,
+                   (int)s->mem_type);
+        return NIXL_ERR_INVALID_PARAM;
+    }
+    return NIXL_OK;
+}
+
+/* Pieces (l, t) = (local base l + local slot t x stride, remote ...), layer-major, on backend bk. */
+static int indexed_build(piece_acc_t *p, const nixl_indexed_t *L, const nixl_indexed_t *R, size_t nslots,
+                         uint64_t item, size_t *bad)
+{
+    const uint32_t *ls = L->slots, *rs = R->slots;
+    const uint64_t lst = L->stride, rst = R->stride;
+    for (size_t l = 0; l < L->layers; l++) {
+        const uint64_t lb = L->bases[l], rb = R->bases[l];
+        for (size_t t = 0; t < nslots; t++) {
+            int why = piece_add(p, lb + (uint64_t)ls[t] * lst, rb + (uint64_t)rs[t] * rst, item);
+            if (nixl_unlikely(why != PIECE_OK)) {
+                *bad = l * nslots + t;
+                return why;
+            }
+        }
+    }
+    return PIECE_OK;
+}
+
+static nixl_status_t xfer_create_indexed_locked(nixl_agent_t *a, nixl_op_t op, const nixl_indexed_t *L,
+                                                const nixl_indexed_t *R, size_t nslots, uint64_t item,
+                                                const char *peer_name, const nixl_opt_args_t *opt, nixl_xfer_t **out)
+{
+    nixl_status_t st;
+    nixl_peer_t *peer;
+    if (strcmp(peer_name, a->name) == 0) {
+        peer = nixl_peer_self(a, &st);
+        if (!peer)
+            return st;
+    } else {
+        peer = nixl_peer_find(a, peer_name);
+        if (!peer) {
+            NIXL_ERROR("agent %s: unknown peer '%s' (load its metadata first)", a->name, peer_name);
+            return NIXL_ERR_UNKNOWN_PEER;
+        }
+        if (!peer->cur) {
+            NIXL_ERROR("agent %s: peer '%s' was invalidated", a->name, peer_name);
+            return NIXL_ERR_PEER_INVALIDATED;
+        }
+    }
+    uint64_t lspan, rspan;
+    if ((st = indexed_span(a, "local", L, nslots, item, &lspan)) != NIXL_OK ||
+        (st = indexed_span(a, "remote", R, nslots, item, &rspan)) != NIXL_OK)
+        return st;
+    const void *notif;
+    size_t notif_len;
+    if ((st = opt_notif(opt, &notif, &notif_len)) != NIXL_OK)
+        return st;
+    nixl_peer_inc_t *inc = peer->cur;
+    const nixl_peer_backend_t *order[NIXL_AGENT_MAX_BACKENDS];
+    int nb = backend_order(a, inc, opt, R->mem_type, order);
+    if (nb == 0) {
+        NIXL_ERROR("agent %s: no backend of this agent reaches peer %s with memory type %d", a->name, peer->name,
+                   R->mem_type);
+        return NIXL_ERR_NO_PATH;
+    }
+    size_t pairs = L->layers * nslots;
+    nixl_xfer_t *x = calloc(1, sizeof(*x));
+    if (x)
+        x->iov = iov_get(a, pairs, &x->iov_cap);
+    if (!x || !x->iov) {
+        free(x);
+        return NIXL_ERR_NO_MEMORY;
+    }
+    size_t bad = 0;
+    int why = PIECE_OK;
+    piece_acc_t p;
+    for (int k = 0; k < nb; k++) {
+        piece_acc_init(&p, a, L->mem_type, R->mem_type, order[k], x->iov);
+        why = indexed_build(&p, L, R, nslots, item, &bad);
+        if (why == PIECE_OK)
+            return xfer_from_pieces(a, x, &p, pairs, op, peer, inc, L->mem_type, opt, notif, notif_len, out);
+        if (why == PIECE_LOCAL) {
+            uint64_t la = L->bases[bad / nslots] + (uint64_t)L->slots[bad % nslots] * L->stride;
+            if (!nixl_region_find(p.idx, la, item))
+                break; /* not registered at all: no backend will do */
+        }
+    }
+    iov_put(a, x->iov, x->iov_cap);
+    free(x);
+    size_t l = bad / nslots, t = bad % nslots;
+    const nixl_indexed_t *S = why == PIECE_LOCAL ? L : R;
+    uint64_t addr = S->bases[l] + (uint64_t)S->slots[t] * S->stride;
+    if (why == PIECE_LOCAL)
+        NIXL_ERROR("agent %s: indexed request: local layer %zu slot %u [0x%llx, +%llu) is not inside memory "
+                   "registered with a backend that reaches peer %s",
+                   a->name, l, S->slots[t], (unsigned long long)addr, (unsigned long long)item, peer->name);
+    else
+        NIXL_ERROR("agent %s: indexed request: remote layer %zu slot %u [0x%llx, +%llu) is not inside memory peer "
+                   "%s registered",
+                   a->name, l, S->slots[t], (unsigned long long)addr, (unsigned long long)item, peer->name);
+    return NIXL_ERR_NOT_REGISTERED;
+}
+
+NIXL_API nixl_status_t nixl_xfer_create_indexed(nixl_agent_t *agent, nixl_op_t op, const nixl_indexed_t *local,
+                                                const nixl_indexed_t *remote, size_t nslots, uint64_t item_len,
+                                                const char *peer, const nixl_opt_args_t *opt, nixl_xfer_t **xfer_out)
+{
+    if (!agent || !local || !remote || !peer || !xfer_out)
+        return NIXL_ERR_NULL;
+    nixl_status_t st;
+    if ((st = indexed_check(agent, "local", local)) != NIXL_OK || (st = indexed_check(agent, "remote", remote)) != NIXL_OK)
+        return st;
+    if (op != NIXL_OP_READ && op != NIXL_OP_WRITE) {
+        NIXL_ERROR("agent %s: indexed request: op %d is neither READ nor WRITE", agent->name, (int)op);
+        return NIXL_ERR_INVALID_PARAM;
+    }
+    if (local->layers == 0 || nslots == 0 || item_len == 0) {
+        NIXL_ERROR("agent %s: indexed request: %zu layers x %zu slots of %llu bytes moves nothing", agent->name,
+                   local->layers, nslots, (unsigned long long)item_len);
+        return NIXL_ERR_ZERO_LENGTH;
+    }
+    if (local->layers != remote->layers) {
+        NIXL_ERROR("agent %s: indexed request: %zu local layers, %zu remote layers", agent->name, local->layers,
+                   remote->layers);
+        return NIXL_ERR_LENGTH_MISMATCH;
+    }
+    if (local->layers > SIZE_MAX / nslots || local->layers * nslots > SIZE_MAX / sizeof(nixl_be_iov_t)) {
+        NIXL_ERROR("agent %s: indexed request: %zu layers x %zu slots is too many pieces", agent->name, local->layers,
+                   nslots);
+        return NIXL_ERR_TOO_BIG;
+    }
+    nixl_agent_lock(agent);
+    st = xfer_create_indexed_locked(agent, op, local, remote, nslots, item_len, peer, opt, xfer_out);
+    nixl_agent_unlock(agent);
+    return st;
 }
 
 NIXL_API nixl_status_t nixl_xfer_create(nixl_agent_t *agent, nixl_op_t op, const nixl_dlist_t *local,
