@@ -17,7 +17,9 @@ each engine's shape:
           check_xfer_state until DONE, release_xfer_handle;
   vllm    both sides' block lists prepared once (prep_xfer_dlist), then per
           request make_prepped_xfer from two int64 index arrays, transfer,
-          poll, release.
+          poll, release;
+  indexed ours: make_indexed_xfer from the layer bases and the two slot
+          arrays (no rows at all), transfer, poll, release.
 
 It prints the median of each phase over REQS requests and the library's
 time per request (everything but the engine's own array building), beside
@@ -257,9 +259,30 @@ def run(args, np, nixl_agent, conn) -> int:
     agent.release_dlist_handle(lside)
     agent.release_dlist_handle(rside)
 
-    sg, vl = results["sglang"], results["vllm"]
+    # ---- ours: the indexed request, no rows ----
+    ph = {k: [] for k in ("build", "make", "post", "wait", "release")}
+    for r in range(args.reqs + 1):
+        s, d = slots_for(np, rng, T, args.run), slots_for(np, rng, T, args.run)
+        t0 = time.perf_counter()
+        h = agent.make_indexed_xfer("WRITE", peer, cache.ptrs, s, dptrs, d, item, mem)
+        t1 = time.perf_counter()
+        agent.transfer(h)
+        t2 = time.perf_counter()
+        wait(h)
+        t3 = time.perf_counter()
+        agent.release_xfer_handle(h)
+        t4 = time.perf_counter()
+        if r == 0:
+            continue
+        for k, v in zip(ph, (0.0, t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
+            ph[k].append(v * 1e3)
+    bad += verify(s, d, "indexed")
+    results["indexed"] = {k: median(v) for k, v in ph.items()}
+
+    sg, vl, ix = results["sglang"], results["vllm"], results["indexed"]
     sg["library"] = sg["descs"] + sg["init"] + sg["post"] + sg["wait"] + sg["release"]
     vl["library"] = vl["make"] + vl["post"] + vl["wait"] + vl["release"]
+    ix["library"] = ix["make"] + ix["post"] + ix["wait"] + ix["release"]
     print(f"# kv_e2e: {mem}, {L} layers x {T} slots x {item} B = {n} descriptors per request "
           f"(runs of {args.run}), median of {args.reqs} requests, ms")
     print(f"{'engine':8} {'build':>7} {'descs':>7} {'init':>7} {'post':>7} {'wait':>7} {'release':>7} "
@@ -268,6 +291,8 @@ def run(args, np, nixl_agent, conn) -> int:
           f"{sg['wait']:7.2f} {sg['release']:7.2f} {sg['library']:8.2f} {sg['library'] - sg['wait']:8.2f}")
     print(f"{'vllm':8} {vl['build']:7.2f} {'-':>7} {vl['make']:7.2f} {vl['post']:7.2f} "
           f"{vl['wait']:7.2f} {vl['release']:7.2f} {vl['library']:8.2f} {vl['library'] - vl['wait']:8.2f}")
+    print(f"{'indexed':8} {'-':>7} {'-':>7} {ix['make']:7.2f} {ix['post']:7.2f} "
+          f"{ix['wait']:7.2f} {ix['release']:7.2f} {ix['library']:8.2f} {ix['library'] - ix['wait']:8.2f}")
     print(f"# floors: arr.copy() of one {n} x 3 array {sg['copy_floor']:.3f} ms (descs = 2 arrays: "
           f"{sg['descs'] / (2 * sg['copy_floor']):.1f} x); the copy (wait) {sg['wait']:.3f} ms; "
           f"vllm prep_xfer_dlist once {vl['prep_once']:.1f} ms")

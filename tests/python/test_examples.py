@@ -53,3 +53,4 @@ def test_kv_e2e_tool_moves_and_verifies_every_slot():
     assert "# bytes verified: all slots correct" in r.stdout, r.stdout
     assert any(line.startswith("sglang ") for line in r.stdout.splitlines()), r.stdout
     assert any(line.startswith("vllm ") for line in r.stdout.splitlines()), r.stdout
+    assert any(line.startswith("indexed ") for line in r.stdout.splitlines()), r.stdout

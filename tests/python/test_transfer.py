@@ -273,3 +273,54 @@ def test_deadline_times_out_without_notification(pair):
     wait_notif(b, a.name, b"whole")
     assert np.array_equal(src, dst)
     a.release_xfer_handle(h)
+
+
+def test_indexed_request_moves_every_layer_and_slot(pair):
+    """make_indexed_xfer (ours): 4 layers x 64 of 256 slots, shuffled on both sides, as SGLang's
+    pages would be, from lists and from numpy arrays; every slot checked, a repost moves new bytes,
+    bad input raises and moves nothing."""
+    a, b = pair
+    layers, slots, item = 4, 256, 96
+    src = [nixl.alloc_array((slots, item)) for _ in range(layers)]
+    dst = [nixl.alloc_array((slots, item)) for _ in range(layers)]
+    a.register_memory(src)
+    b.register_memory(dst)
+    introduce(a, b)
+    rng = np.random.default_rng(3)
+    ls, rs = rng.permutation(slots)[:64], rng.permutation(slots)[:64]
+    lb, rb = [x.ctypes.data for x in src], np.array([x.ctypes.data for x in dst], np.uint64)
+    for round, (lslots, rslots) in enumerate(((ls.tolist(), rs), (ls.astype(np.int32), rs.astype(np.uint32)))):
+        for l in range(layers):
+            src[l][:] = pattern(slots * item, l * 10 + round).reshape(slots, item)
+            dst[l][:] = 0
+        h = a.make_indexed_xfer("WRITE", b.name, lb, lslots, rb, rslots, item, "DRAM", notif_msg=b"idx")
+        assert a.transfer(h) in ("DONE", "PROC")
+        assert wait_state(a, h) == "DONE"
+        wait_notif(b, a.name, b"idx")
+        for l in range(layers):
+            assert np.array_equal(dst[l][rs], src[l][ls]), (round, l)
+            others = np.setdiff1d(np.arange(slots), rs)
+            assert not dst[l][others].any()
+        info = a.get_xfer_info(h)
+        assert (info.descs_in, info.bytes) == (layers * 64, layers * 64 * item)
+        for l in range(layers):  # a repost moves what the source holds now
+            src[l][:] = pattern(slots * item, 99 + l).reshape(slots, item)
+        a.transfer(h)
+        assert wait_state(a, h) == "DONE"
+        assert all(np.array_equal(dst[l][rs], src[l][ls]) for l in range(layers))
+        a.release_xfer_handle(h)
+    for l in range(layers):
+        dst[l][:] = 0
+    bad_slots = rs.copy()
+    bad_slots[-1] = slots * 4  # past the last layer's buffer
+    with pytest.raises(nixl.nixlError):
+        a.make_indexed_xfer("WRITE", b.name, lb, ls, rb, bad_slots, item, "DRAM")
+    with pytest.raises(nixl.nixlMismatchError):
+        a.make_indexed_xfer("WRITE", b.name, lb, ls, rb[:2], rs, item, "DRAM")
+    with pytest.raises(nixl.nixlMismatchError):
+        a.make_indexed_xfer("WRITE", b.name, lb, ls[:3], rb, rs, item, "DRAM")
+    with pytest.raises(nixl.nixlInvalidParamError):
+        a.make_indexed_xfer("WRITE", b.name, lb, [-1] * 64, rb, rs, item, "DRAM")
+    with pytest.raises(nixl.nixlInvalidParamError):
+        a.make_indexed_xfer("WRITE", b.name, lb, ls, rb, rs, item, "DRAM", remote_stride=-8)
+    assert not any(d.any() for d in dst)

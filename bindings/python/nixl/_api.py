@@ -31,7 +31,7 @@ from typing import Any, Optional, Union
 
 from . import _bindings as nixlBind
 from . import _lib
-from ._descs import (_DList, index_array, is_strided, mem_type_code, nixlRegDList, nixlRemoteDList, nixlXferDList,
+from ._descs import (_DList, base_array, index_array, is_strided, mem_type_code, nixlRegDList, nixlRemoteDList, nixlXferDList,
                      strided_rows, to_dlist)
 from ._errors import (check, make_error, nixlInvalidKeyError, nixlInvalidParamError, nixlInvalidValueError,
                       nixlMismatchError, nixlNoTelemetryError, nixlNotFoundError, nixlNotImplementedYet,
@@ -584,6 +584,57 @@ class nixl_agent:
             check(L.nixl_xfer_create(self._ptr(call), op, ctypes.byref(lc), ctypes.byref(rc), remote_agent.encode(),
                                      opt, ctypes.byref(out)), call,
                   f"{operation} of {len(ld)} descriptors with {remote_agent!r}")
+            return out.value
+
+        return nixl_xfer_handle(self, make(notif), remote_agent, notif, make, None, op == _lib.OP_WRITE)
+
+    def make_indexed_xfer(self, operation: str, remote_agent: str, local_bases: Any, local_slots: Any,
+                          remote_bases: Any, remote_slots: Any, item_len: int, mem_type: str,
+                          remote_mem_type: Optional[str] = None, local_stride: Optional[int] = None,
+                          remote_stride: Optional[int] = None, notif_msg: Union[bytes, str] = b"",
+                          backends: Optional[list[str]] = None, timeout_ms: Optional[int] = None) -> nixl_xfer_handle:
+        """An indexed request (ours, libnixl's nixl_xfer_create_indexed): for every layer l and slot t,
+        item_len bytes between local_bases[l] + local_slots[t] * local_stride and
+        remote_bases[l] + remote_slots[t] * remote_stride, layer-major.
+
+        A paged KV cache's request without its rows: the layer buffers' addresses (lists or integer
+        arrays, one per layer, the same count on both sides), the request's token slots on each side
+        (lists or integer arrays of one length, the same for every layer), and the slot's size.
+        Strides default to item_len; remote_mem_type to mem_type.  Returns a request handle like
+        initialize_xfer's: transfer, check_xfer_state, release_xfer_handle.  A piece outside
+        registered memory raises nixlNotFoundError (libnixl's NIXL_ERR_NOT_REGISTERED), an overflowing
+        slot x stride nixlInvalidParamError; nothing is made then.
+        """
+        call = "make_indexed_xfer"
+        remote_agent = agent_name(remote_agent)
+        op = self._op(operation, call)
+        lmem = mem_type_code(mem_type, call)
+        rmem = mem_type_code(remote_mem_type if remote_mem_type is not None else mem_type, call)
+        if not isinstance(item_len, int) or isinstance(item_len, bool) or item_len < 0:
+            raise make_error(nixlInvalidParamError, call, f"item_len must be a non-negative integer, not {item_len!r}")
+        lst = item_len if local_stride is None else local_stride
+        rst = item_len if remote_stride is None else remote_stride
+        for name, v in (("local_stride", lst), ("remote_stride", rst)):
+            if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < 1 << 64:
+                raise make_error(nixlInvalidParamError, call, f"{name} must be an integer in [0, 2**64), not {v!r}")
+        lbk, lbaddr, lbn = base_array(local_bases, call)
+        rbk, rbaddr, rbn = base_array(remote_bases, call)
+        lsk, lsaddr, lsn = index_array(local_slots, call)
+        rsk, rsaddr, rsn = index_array(remote_slots, call)
+        if lsn != rsn:
+            raise make_error(nixlMismatchError, call, f"{lsn} local slots but {rsn} remote slots")
+        if lbn != rbn:
+            raise make_error(nixlMismatchError, call, f"{lbn} local layers but {rbn} remote layers")
+        notif = _to_bytes(notif_msg)
+
+        def make(msg: bytes, _keep: Any = (lbk, rbk, lsk, rsk)) -> int:
+            opt, _okeep = self._opt(backends, msg if msg else None, call, timeout_ms=timeout_ms)
+            lc = _lib.nixl_indexed_t(lmem, lbn, lbaddr or None, lst, lsaddr or None)
+            rc = _lib.nixl_indexed_t(rmem, rbn, rbaddr or None, rst, rsaddr or None)
+            out = ctypes.c_void_p()
+            check(L.nixl_xfer_create_indexed(self._ptr(call), op, ctypes.byref(lc), ctypes.byref(rc), lsn, item_len,
+                                             remote_agent.encode(), opt, ctypes.byref(out)), call,
+                  f"{operation} of {lbn} layers x {lsn} slots with {remote_agent!r}")
             return out.value
 
         return nixl_xfer_handle(self, make(notif), remote_agent, notif, make, None, op == _lib.OP_WRITE)

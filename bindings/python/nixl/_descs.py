@@ -546,6 +546,23 @@ def to_dlist(obj: Any, mem_type: Any, reg: bool, call: str) -> _DList:
     raise _invalid(call, f"cannot make descriptors from {type(obj).__name__}")
 
 
+def base_array(bases: Any, call: str) -> tuple[Any, int, int]:
+    """(keep-alive object, address, count) of a uint64 C array of addresses (a list or an integer numpy array)."""
+    if _is_ndarray(bases):
+        import numpy as np
+        if bases.ndim != 1 or (bases.size and bases.dtype.kind not in "iu"):
+            raise _invalid(call, f"bases must be a 1-D integer array, not {bases.shape} {bases.dtype}")
+        if bases.size and bases.dtype.kind == "i" and int(bases.min()) < 0:
+            raise _invalid(call, "bases must be non-negative")
+        a = np.ascontiguousarray(bases, dtype=np.uint64)
+        return a, a.ctypes.data, int(a.size)
+    try:
+        a = array("Q", bases)
+    except (OverflowError, TypeError) as e:
+        raise _invalid(call, f"bases must be non-negative integers ({e})") from None
+    return a, a.buffer_info()[0], len(a)
+
+
 def index_array(idx: Any, call: str) -> tuple[Any, int, int]:
     """(keep-alive object, address, count) of a uint32 C array holding idx."""
     if _is_ndarray(idx):

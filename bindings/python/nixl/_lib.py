@@ -96,6 +96,11 @@ class nixl_dlist_t(Structure):
     _fields_ = [("mem_type", c_int), ("count", c_size_t), ("descs", c_void_p)]
 
 
+class nixl_indexed_t(Structure):
+    _fields_ = [("mem_type", c_int), ("layers", c_size_t), ("bases", c_void_p), ("stride", c_uint64),
+                ("slots", c_void_p)]
+
+
 class nixl_agent_config_t(Structure):
     _fields_ = [("field_mask", c_uint64), ("name", c_char_p), ("progress_thread", c_int), ("listen", c_int),
                 ("listen_port", c_uint16), ("thread_mode", c_int), ("progress_interval_us", c_uint32)]
@@ -197,6 +202,8 @@ _PROTOTYPES = {
     "nixl_prep_create": (_STATUS, [_P, c_char_p, POINTER(nixl_dlist_t), POINTER(nixl_opt_args_t), _PP]),
     "nixl_prep_release": (None, [_P]),
     "nixl_descs_from_rows": (_STATUS, [_P, _P, c_size_t, c_size_t, c_int, POINTER(c_size_t)]),
+    "nixl_xfer_create_indexed": (_STATUS, [_P, c_int, POINTER(nixl_indexed_t), POINTER(nixl_indexed_t), c_size_t,
+                                           c_uint64, c_char_p, POINTER(nixl_opt_args_t), _PP]),
     "nixl_xfer_make": (_STATUS, [_P, c_int, _P, _P, _P, _P, c_size_t, POINTER(nixl_opt_args_t), _PP]),
     "nixl_xfer_post": (_STATUS, [_P]),
     "nixl_xfer_status": (_STATUS, [_P]),
