@@ -59,15 +59,6 @@ static nixl_status_t cip_kt_reserve(cip_be_t *be, cip_group_t *g, size_t n)
     return NIXL_OK;
 }
 
-/* Kernel candidates are kept whole until we know there are enough of them. */
-static nixl_status_t cip_add_kernel(cip_be_t *be, cip_group_t *g, uint64_t dst, uint64_t src, uint64_t len)
-{
-    if (nixl_unlikely(!g->tab || g->nk == g->tab->cap) && cip_kt_reserve(be, g, g->nk + 1) != NIXL_OK)
-        return NIXL_ERR_NO_MEMORY;
-    g->tab->host[g->nk++] = (cip_piece_t){.src = src, .dst = dst, .len = len};
-    return NIXL_OK;
-}
-
 /* Too few small pieces for a launch: copy engines.  Enough: cut them at
  * CIP_KERNEL_PIECE_MAX so one warp never carries a long piece alone. */
 static nixl_status_t cip_group_finish_kernel(cip_be_t *be, cip_group_t *g)
@@ -215,13 +206,22 @@ static nixl_status_t cip_group_build(cip_be_t *be, cip_req_t *r, cip_group_t *g,
     }
     cip_rmd_t *last_rmd = NULL;
     const void *last_l = NULL, *last_r = NULL;
-    int single = r->ngroups == 1, mine = 0;
+    const int single = r->ngroups == 1, write = x->op == NIXL_OP_WRITE;
+    int mine = 0;
     cip_view_t view = {0};
-    int write = x->op == NIXL_OP_WRITE;
-    /* Kernel pieces usually are all of them: one allocation up front. */
-    if (single && g->cx->copy_fn && !r->host_local && cip_kt_reserve(be, g, x->count) != NIXL_OK)
+    /* What every piece's choice depends on, in locals: the loop's stores
+     * into the table (uint64_t fields) could otherwise alias them. */
+    const uint64_t ce_min = be->ce_min;
+    const int kernel_ctx = g->cx->copy_fn && !r->host_local;
+    if (r->peer->same_process || r->host_local)
+        g->ce_uva = 1;
+    /* Kernel pieces usually are all of them: one table up front. */
+    if (single && kernel_ctx && cip_kt_reserve(be, g, x->count) != NIXL_OK)
         return NIXL_ERR_NO_MEMORY;
-    for (size_t i = 0; i < x->count; i++) {
+    cip_piece_t *kt = g->tab ? g->tab->host : NULL;
+    size_t nk = g->nk, cap = g->tab ? g->tab->cap : 0;
+    nixl_status_t st = NIXL_OK;
+    for (size_t i = 0, n = x->count; i < n; i++) {
         const nixl_be_iov_t *v = &x->iov[i];
         if (nixl_unlikely(v->lmd != last_l || v->rmd != last_r)) {
             int dev;
@@ -233,26 +233,35 @@ static nixl_status_t cip_group_build(cip_be_t *be, cip_req_t *r, cip_group_t *g,
             continue;
         cip_rmd_t *rmd = v->rmd;
         if (nixl_unlikely(rmd != last_rmd)) {
-            nixl_status_t st = cip_rmd_view(be, rmd, g->cx, &view, r->cause, sizeof(r->cause));
+            st = cip_rmd_view(be, rmd, g->cx, &view, r->cause, sizeof(r->cause));
             if (st != NIXL_OK)
-                return st;
+                goto out;
             last_rmd = rmd;
         }
-        uint64_t remote = view.base + (v->raddr - rmd->alloc_base);
+        uint64_t remote = view.base + (v->raddr - rmd->alloc_base), len = v->len;
         uint64_t dst = write ? remote : v->laddr, src = write ? v->laddr : remote;
-        nixl_status_t st;
         /* Host memory: copy engines only, with the unified-address copy
-         * (pageable memory works; pinned memory runs at full speed). */
-        if (v->len >= be->ce_min || !view.kernel_ok || !g->cx->copy_fn || r->host_local)
-            st = cip_add_ce(g, dst, src, v->len);
-        else
-            st = cip_add_kernel(be, g, dst, src, v->len);
-        if (st != NIXL_OK)
-            return st;
-        if (r->peer->same_process || r->host_local)
-            g->ce_uva = 1;
+         * (pageable memory works; pinned memory runs at full speed).
+         * Kernel candidates are kept whole until finish knows there are
+         * enough of them. */
+        if (nixl_likely(len < ce_min && view.kernel_ok && kernel_ctx)) {
+            if (nixl_unlikely(nk == cap)) {
+                g->nk = nk;
+                if ((st = cip_kt_reserve(be, g, nk + 1)) != NIXL_OK)
+                    goto out;
+                kt = g->tab->host;
+                cap = g->tab->cap;
+            }
+            kt[nk++] = (cip_piece_t){.src = src, .dst = dst, .len = len};
+        } else if ((st = cip_add_ce(g, dst, src, len)) != NIXL_OK) {
+            goto out;
+        }
     }
-    nixl_status_t st = cip_group_finish_kernel(be, g);
+out:
+    g->nk = nk;
+    if (st != NIXL_OK)
+        return st;
+    st = cip_group_finish_kernel(be, g);
     if (st == NIXL_OK)
         st = cip_group_upload(be, g);
     return st;
