@@ -634,6 +634,109 @@ static void case_unaligned(conf_ctx_t *ctx)
     local_drop(ctx, &lb);
 }
 
+/* ---- indexed requests ---- */
+
+/* Both 1 MiB buffers as 4 layers of 256 KiB, slots of 1,000 bytes moving
+ * 600 (odd sizes, unaligned slots), 64 of 262 slots shuffled on each side:
+ * a WRITE lands exactly (the rest of the target unchanged) and its
+ * notification arrives after the bytes, a READ of other slots brings the
+ * target's bytes back; then each refusal (a slot past the target's end,
+ * a stride whose slot x stride overflows, layer counts that differ, no
+ * bytes) moves nothing. */
+enum { IX_LAYERS = 4, IX_LAYER = 1 << 18, IX_STRIDE = 1000, IX_ITEM = 600, IX_N = 64, IX_SLOTS = 262 };
+
+static void ix_slots(uint32_t *s, uint64_t seed)
+{
+    uint32_t all[IX_SLOTS];
+    for (uint32_t i = 0; i < IX_SLOTS; i++)
+        all[i] = i;
+    uint64_t st = seed;
+    for (uint32_t i = IX_SLOTS - 1; i > 0; i--) {
+        uint32_t j = (uint32_t)(conf_rand(&st) % (i + 1)), t = all[i];
+        all[i] = all[j];
+        all[j] = t;
+    }
+    memcpy(s, all, IX_N * sizeof(*s));
+}
+
+static void ix_pieces(piece_t *pc, const uint32_t *ls, const uint32_t *rs)
+{
+    for (size_t l = 0; l < IX_LAYERS; l++)
+        for (size_t t = 0; t < IX_N; t++)
+            pc[l * IX_N + t] = (piece_t){.loff = l * IX_LAYER + (size_t)ls[t] * IX_STRIDE,
+                                         .roff = l * IX_LAYER + (size_t)rs[t] * IX_STRIDE, .len = IX_ITEM};
+}
+
+static void case_indexed(conf_ctx_t *ctx)
+{
+    conf_target_start(ctx, IX_LAYERS * IX_LAYER, 91);
+    local_buf_t lb = local_make(ctx, IX_LAYERS * IX_LAYER, 92);
+    uint64_t lbase[IX_LAYERS], rbase[IX_LAYERS];
+    for (size_t l = 0; l < IX_LAYERS; l++) {
+        lbase[l] = (uint64_t)(uintptr_t)lb.p + l * IX_LAYER;
+        rbase[l] = ctx->tgt_addr + l * IX_LAYER;
+    }
+    uint32_t ls[IX_N], rs[IX_N];
+    ix_slots(ls, 93);
+    ix_slots(rs, 94);
+    nixl_indexed_t L = {conf_mem_type(), IX_LAYERS, lbase, IX_STRIDE, ls};
+    nixl_indexed_t R = {conf_mem_type(), IX_LAYERS, rbase, IX_STRIDE, rs};
+    static piece_t pc[IX_LAYERS * IX_N];
+    ix_pieces(pc, ls, rs);
+    nixl_opt_args_t opt = {.field_mask = NIXL_OPT_NOTIF, .notif = "indexed", .notif_len = 7};
+    nixl_xfer_t *x = NULL;
+    CHECK_OK(conf_xfer_create_indexed(ctx->agent, NIXL_OP_WRITE, &L, &R, IX_N, IX_ITEM, CONF_TARGET_NAME, &opt, &x));
+    xfer_run(x);
+    uint8_t *img = image_after_write(ctx, 91, &lb, pc, IX_LAYERS * IX_N);
+    expect_notif(ctx, "indexed", img);
+    conf_target_expect(ctx, 0, img, ctx->tgt_len);
+    nixl_xfer_info_t info;
+    CHECK_OK(nixl_xfer_info(x, &info));
+    CHECK_EQ_U64(info.descs_in, IX_LAYERS * IX_N);
+    CHECK_EQ_U64(info.bytes, (uint64_t)IX_LAYERS * IX_N * IX_ITEM);
+    conf_note("path %s, %llu pieces after merging", info.path, (unsigned long long)info.descs);
+    conf_xfer_release(x);
+
+    /* READ other slots back into a fresh local pattern. */
+    ix_slots(ls, 95);
+    ix_slots(rs, 96);
+    ix_pieces(pc, ls, rs);
+    local_fill(&lb, 97);
+    CHECK_OK(conf_xfer_create_indexed(ctx->agent, NIXL_OP_READ, &L, &R, IX_N, IX_ITEM, CONF_TARGET_NAME, NULL, &x));
+    xfer_run(x);
+    uint8_t *want = malloc(lb.len);
+    CHECK(want != NULL);
+    conf_pattern_fill(want, lb.len, 97, 0);
+    for (size_t i = 0; i < IX_LAYERS * IX_N; i++)
+        memcpy(want + pc[i].loff, img + pc[i].roff, pc[i].len);
+    CHECK_BYTES("local buffer after an indexed READ", local_bytes(&lb), want, lb.len);
+    conf_xfer_release(x);
+
+    /* Refusals: nothing made, nothing moved. */
+    x = NULL;
+    uint32_t keep = rs[IX_N - 1];
+    rs[IX_N - 1] = IX_LAYER / IX_STRIDE + 1; /* past the last layer's end */
+    CHECK_ST(conf_xfer_create_indexed(ctx->agent, NIXL_OP_WRITE, &L, &R, IX_N, IX_ITEM, CONF_TARGET_NAME, NULL, &x),
+             NIXL_ERR_NOT_REGISTERED);
+    rs[IX_N - 1] = keep;
+    nixl_indexed_t over = R;
+    over.stride = UINT64_MAX / 4;
+    CHECK_ST(conf_xfer_create_indexed(ctx->agent, NIXL_OP_WRITE, &L, &over, IX_N, IX_ITEM, CONF_TARGET_NAME, NULL, &x),
+             NIXL_ERR_INVALID_PARAM);
+    nixl_indexed_t fewer = R;
+    fewer.layers = IX_LAYERS - 1;
+    CHECK_ST(conf_xfer_create_indexed(ctx->agent, NIXL_OP_WRITE, &L, &fewer, IX_N, IX_ITEM, CONF_TARGET_NAME, NULL,
+                                      &x),
+             NIXL_ERR_LENGTH_MISMATCH);
+    CHECK_ST(conf_xfer_create_indexed(ctx->agent, NIXL_OP_WRITE, &L, &R, IX_N, 0, CONF_TARGET_NAME, NULL, &x),
+             NIXL_ERR_ZERO_LENGTH);
+    CHECK(x == NULL);
+    conf_target_expect(ctx, 0, img, ctx->tgt_len);
+    free(want);
+    free(img);
+    local_drop(ctx, &lb);
+}
+
 /* ---- refused requests ---- */
 
 static void case_length_mismatch(conf_ctx_t *ctx)
@@ -878,6 +981,9 @@ const conf_case_t conf_cases_xfer[] = {
     {"reload_stale", case_reload_stale, CONF_NEED_XFER, 0, "post after a reload of the peer -> STALE"},
     {"unaligned", case_unaligned, CONF_NEED_XFER, 0, "odd addresses and lengths land exactly, guards intact"},
     {"unaligned_shared", case_unaligned, CONF_NEED_XFER, 1, "unaligned on nixl_mem_alloc memory"},
+    {"indexed", case_indexed, CONF_NEED_XFER | CONF_NEED_NOTIF, 0,
+     "indexed WRITE and READ land exactly (layers x shuffled slots), refusals move nothing"},
+    {"indexed_shared", case_indexed, CONF_NEED_XFER | CONF_NEED_NOTIF, 1, "indexed on nixl_mem_alloc memory"},
     {"length_mismatch", case_length_mismatch, CONF_NEED_XFER, 0, "lists of different lengths -> LENGTH_MISMATCH"},
     {"not_registered", case_not_registered, CONF_NEED_XFER, 0,
      "descriptors outside or across registrations -> NOT_REGISTERED"},

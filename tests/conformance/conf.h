@@ -158,6 +158,9 @@ nixl_status_t conf_xfer_create(nixl_agent_t *agent, nixl_op_t op, const nixl_dli
 nixl_status_t conf_xfer_make(nixl_agent_t *agent, nixl_op_t op, const nixl_prep_t *local, const uint32_t *local_idx,
                              const nixl_prep_t *remote, const uint32_t *remote_idx, size_t count,
                              const nixl_opt_args_t *opt, nixl_xfer_t **xfer_out);
+nixl_status_t conf_xfer_create_indexed(nixl_agent_t *agent, nixl_op_t op, const nixl_indexed_t *local,
+                                       const nixl_indexed_t *remote, size_t nslots, uint64_t item_len,
+                                       const char *peer, const nixl_opt_args_t *opt, nixl_xfer_t **xfer_out);
 nixl_status_t conf_xfer_post(nixl_xfer_t *xfer);
 nixl_status_t conf_xfer_status(nixl_xfer_t *xfer);
 void conf_xfer_release(nixl_xfer_t *xfer);

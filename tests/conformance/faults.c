@@ -139,6 +139,16 @@ nixl_status_t conf_xfer_create(nixl_agent_t *agent, nixl_op_t op, const nixl_dli
     return st;
 }
 
+nixl_status_t conf_xfer_create_indexed(nixl_agent_t *agent, nixl_op_t op, const nixl_indexed_t *local,
+                                       const nixl_indexed_t *remote, size_t nslots, uint64_t item_len,
+                                       const char *peer, const nixl_opt_args_t *opt, nixl_xfer_t **xfer_out)
+{
+    nixl_status_t st = nixl_xfer_create_indexed(agent, op, local, remote, nslots, item_len, peer, opt, xfer_out);
+    if (st == NIXL_OK)
+        track(*xfer_out)->notif = opt_has_notif(opt);
+    return st;
+}
+
 nixl_status_t conf_xfer_make(nixl_agent_t *agent, nixl_op_t op, const nixl_prep_t *local, const uint32_t *local_idx,
                              const nixl_prep_t *remote, const uint32_t *remote_idx, size_t count,
                              const nixl_opt_args_t *opt, nixl_xfer_t **xfer_out)
