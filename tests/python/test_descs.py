@@ -239,3 +239,22 @@ def test_alloc_array_is_shared_memory_freed_with_its_views():
     assert ctypes.sizeof(buf) == 4096
     with pytest.raises(nixl.nixlInvalidParamError):
         nixl.alloc_buffer(0)
+
+
+def test_big_lists_reuse_words_only_of_dead_lists(agent):
+    """Lists from big numpy rows take their words from lists that died (no fresh pages per
+    request); a live list is never written by a newer one."""
+    import gc
+    n = 100_000  # 3.2 MB of words: pooled
+    rows = [np.column_stack([np.arange(n, dtype=np.int64) * 64 + k * 10**9 + 4096,
+                             np.full(n, 64, np.int64), np.zeros(n, np.int64)]) for k in range(3)]
+    a = agent.get_xfer_descs(rows[0], "DRAM")
+    b = agent.get_xfer_descs(rows[1], "DRAM")
+    assert a[n - 1] == (int(rows[0][-1, 0]), 64, 0) and b[n - 1] == (int(rows[1][-1, 0]), 64, 0)
+    addr_b = b._words.ctypes.data
+    del b
+    gc.collect()
+    c = agent.get_xfer_descs(rows[2], "DRAM")
+    assert c._words.ctypes.data == addr_b  # b's words, now c's
+    assert list(a[:3]) == [tuple(int(x) for x in r) for r in rows[0][:3]] and a[n - 1][0] == int(rows[0][-1, 0])
+    assert c[0] == (int(rows[2][0, 0]), 64, 0) and c[n - 1] == (int(rows[2][-1, 0]), 64, 0)

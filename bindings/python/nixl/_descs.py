@@ -30,6 +30,8 @@ is imported unless the caller passed one of their objects.
 from __future__ import annotations
 
 import ctypes
+import threading
+import weakref
 from array import array
 from typing import Any, Iterable, Optional
 
@@ -75,7 +77,7 @@ def _split_dev_word(w: int) -> tuple[int, int]:
 class _DList:
     """Descriptors of one memory type, stored as C nixl_desc_t words."""
 
-    __slots__ = ("_mem", "_words", "_keep")
+    __slots__ = ("_mem", "_words", "_keep", "__weakref__")
     _with_meta = False
 
     def __init__(self, type: Any = _lib.MEM_DRAM, descs: Any = None, init_size: int = 0):
@@ -91,6 +93,8 @@ class _DList:
         if descs is not None:
             if _is_ndarray(descs):
                 self._words = _rows_from_ndarray(descs, self.__class__.__name__)
+                if not isinstance(self._words, array) and self._words.nbytes >= _POOL_MIN:
+                    weakref.finalize(self, _pool_put, self._words)
             else:
                 self._add_rows(descs)
 
@@ -390,6 +394,36 @@ def expand_strided(a: Any) -> Any:
     return out
 
 
+# Words arrays of lists made from numpy rows are kept when their list dies and handed to the
+# next list of a size they fit: an SGLang request's two 7 MB lists would otherwise fault in
+# fresh pages every time.  The words never leave the list (the library copies what it reads).
+_POOL_MIN = 1 << 20
+_POOL_BYTES = 64 << 20
+_pool: list[Any] = []
+_pool_lock = threading.Lock()
+
+
+def _pool_get(words: int) -> Any:
+    """A uint64 array of `words` words, from the pool when one fits (not zeroed)."""
+    import numpy as np
+    if words * 8 >= _POOL_MIN:
+        with _pool_lock:
+            best = None
+            for i, a in enumerate(_pool):
+                if a.size >= words and a.size <= 2 * words and (best is None or a.size < _pool[best].size):
+                    best = i
+            if best is not None:
+                return _pool.pop(best)[:words]
+    return np.empty(words, dtype=np.uint64)
+
+
+def _pool_put(w: Any) -> None:
+    base = w.base if w.base is not None else w
+    with _pool_lock:
+        if sum(a.nbytes for a in _pool) + base.nbytes <= _POOL_BYTES and len(_pool) < 8:
+            _pool.append(base)
+
+
 def words_array(w: Any) -> array:
     """A copy of descriptor words as an array('Q') (from an array('Q') or a numpy array)."""
     if isinstance(w, array):
@@ -417,7 +451,7 @@ def _rows_from_ndarray(a: Any, call: str) -> Any:
         if a.dtype.kind == "i" and n and int(a.min()) < 0:
             raise _invalid(call, "descriptor fields must be non-negative")
         a = np.ascontiguousarray(a, dtype=np.uint64)
-    w = np.empty(4 * n, dtype=np.uint64)
+    w = _pool_get(4 * n)
     if n:
         bad = ctypes.c_size_t(0)
         st = _lib.lib.nixl_descs_from_rows(w.ctypes.data, a.ctypes.data, n, a.strides[0] // 8,
