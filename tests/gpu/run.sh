@@ -145,7 +145,7 @@ for name, label in (("bench-kv.json", "KV replay"), ("bench-kv-ce.json", "KV rep
         print("%-36s %8.3f ms/request (best %.3f), %d descs, floor %.3f ms, path %s" % (
             label, k["ms_per_request"], k["best_ms"], k["descs_after_merge"], k["floor_ms"], k["path"]))
 for k in rows("bench-kv.json"):
-    for e in ("sglang", "vllm"):
+    for e in ("sglang", "vllm", "indexed"):
         if e + "_lib_ms" in k:
             print("%-36s %8.3f ms/request: make %.3f, post %.3f, wait %.3f, release %.3f (floor %.3f ms)" % (
                 "whole request, " + e, k[e + "_lib_ms"], k[e + "_make_ms"], k[e + "_post_ms"], k[e + "_wait_ms"],

@@ -206,14 +206,21 @@ typedef struct {
     int layers;
     uint64_t tokens, tb, seed;
     uint8_t *const *lbuf;
+    const uint64_t *lbases; /* lbuf as addresses, for the indexed request */
     const uint64_t *rbuf;
     nixl_mem_t lmem, rmem;
     uint32_t ldev, rdev;
 } kv_e2e_ctx_t;
 
-/* One shape's requests: vllm 0 = SGLang's create, 1 = vLLM's make. */
-static void kv_e2e_shape(const kv_e2e_ctx_t *c, int vllm, uint64_t reqs, kv_phases_t *out)
+/* One shape's requests: 0 = SGLang's create from two lists, 1 = vLLM's make
+ * from lists prepared once, 2 = ours, the indexed request (layer bases and
+ * the two slot arrays, no lists). */
+enum { KV_SGLANG, KV_VLLM, KV_INDEXED, KV_SHAPES };
+static const char *const kv_shape_name[KV_SHAPES] = {"sglang", "vllm", "indexed"};
+
+static void kv_e2e_shape(const kv_e2e_ctx_t *c, int shape, uint64_t reqs, kv_phases_t *out)
 {
+    const int vllm = shape == KV_VLLM;
     const size_t T = c->tokens, n = (size_t)c->layers * T;
     nixl_desc_t *ld = malloc(n * sizeof(*ld)), *rd = malloc(n * sizeof(*rd));
     uint32_t *ls = malloc(T * sizeof(*ls)), *rs = malloc(T * sizeof(*rs));
@@ -236,10 +243,10 @@ static void kv_e2e_shape(const kv_e2e_ctx_t *c, int vllm, uint64_t reqs, kv_phas
         bench_check(nixl_prep_create(c->agent, c->peer, &rl, NULL, &rp), "nixl_prep_create(all slots, remote)");
     }
     for (uint64_t r = 0; r < reqs; r++) {
-        uint64_t lseed = c->seed ^ (0x1000 + 4 * r + 2 * (uint64_t)vllm), rseed = lseed ^ 1;
+        uint64_t lseed = c->seed ^ (0x1000 + 8 * r + 2 * (uint64_t)shape), rseed = lseed ^ 1;
         bench_layout_slots(BENCH_LAYOUT_SHUFFLED, lseed, ls, T);
         bench_layout_slots(BENCH_LAYOUT_SHUFFLED, rseed, rs, T);
-        for (int l = 0; l < c->layers; l++)
+        for (int l = 0; l < c->layers && shape != KV_INDEXED; l++)
             for (uint64_t t = 0; t < T; t++) {
                 size_t i = (size_t)l * T + t;
                 if (vllm) {
@@ -259,10 +266,16 @@ static void kv_e2e_shape(const kv_e2e_ctx_t *c, int vllm, uint64_t reqs, kv_phas
         nixl_opt_args_t opt = {.field_mask = NIXL_OPT_NOTIF, .notif = text, .notif_len = strlen(text)};
         nixl_xfer_t *x;
         uint64_t t0 = bench_now_ns();
-        if (vllm)
+        if (vllm) {
             bench_check(nixl_xfer_make(c->agent, NIXL_OP_WRITE, lp, li, rp, ri, n, check ? &opt : NULL, &x),
                         "nixl_xfer_make(e2e)");
-        else {
+        } else if (shape == KV_INDEXED) {
+            nixl_indexed_t il = {c->lmem, (size_t)c->layers, c->lbases, c->tb, ls};
+            nixl_indexed_t ir = {c->rmem, (size_t)c->layers, c->rbuf, c->tb, rs};
+            bench_check(nixl_xfer_create_indexed(c->agent, NIXL_OP_WRITE, &il, &ir, T, c->tb, c->peer,
+                                                 check ? &opt : NULL, &x),
+                        "nixl_xfer_create_indexed(e2e)");
+        } else {
             nixl_dlist_t ll = {c->lmem, n, ld}, rl = {c->rmem, n, rd};
             bench_check(nixl_xfer_create(c->agent, NIXL_OP_WRITE, &ll, &rl, c->peer, check ? &opt : NULL, &x),
                         "nixl_xfer_create(e2e)");
@@ -284,7 +297,7 @@ static void kv_e2e_shape(const kv_e2e_ctx_t *c, int vllm, uint64_t reqs, kv_phas
             unsigned long long s2;
             bench_inbox_wait(c->agent, answers, 3, c->o->timeout_ms, &m);
             if (sscanf(m.text, "kvok %llu", &s2) != 1 || s2 != c->seed)
-                bench_die("KV whole-request verification (%s) failed: target says \"%s\"", vllm ? "vllm" : "sglang",
+                bench_die("KV whole-request verification (%s) failed: target says \"%s\"", kv_shape_name[shape],
                           m.text);
         }
     }
@@ -426,13 +439,16 @@ int bench_kv_run(const bench_opts_t *o, const char *ip, uint16_t port)
     qsort(ns, iters, sizeof(*ns), cmp_u64);
     double mean_ms = (double)total / (double)iters / 1e6, best_ms = (double)ns[0] / 1e6,
            median_ms = (double)ns[iters / 2] / 1e6;
-    kv_phases_t e2e[2] = {{0}};
+    kv_phases_t e2e[KV_SHAPES] = {{0}};
     if (o->kv_e2e) {
-        kv_e2e_ctx_t c = {agent, peer, o, L, T, TB, seed, lbuf, rbuf, ll.mem_type, rl.mem_type,
+        uint64_t lbases[BENCH_KV_LAYERS];
+        for (int l = 0; l < L; l++)
+            lbases[l] = (uint64_t)(uintptr_t)lbuf[l];
+        kv_e2e_ctx_t c = {agent, peer, o, L, T, TB, seed, lbuf, lbases, rbuf, ll.mem_type, rl.mem_type,
                           o->init_mem == BENCH_MEM_VRAM ? (uint32_t)o->init_dev : 0,
                           o->tgt_mem == BENCH_MEM_VRAM ? (uint32_t)o->tgt_dev : 0};
-        kv_e2e_shape(&c, 0, iters, &e2e[0]);
-        kv_e2e_shape(&c, 1, iters, &e2e[1]);
+        for (int k = 0; k < KV_SHAPES; k++)
+            kv_e2e_shape(&c, k, iters, &e2e[k]);
     }
     uint64_t bytes = (uint64_t)n * TB;
     double floor_ms = 0;
@@ -459,12 +475,13 @@ int bench_kv_run(const bench_opts_t *o, const char *ip, uint16_t port)
             printf("# whole requests, fresh slots each, median of %" PRIu64 ", the last of each verified:\n", iters);
             printf("%-8s %9s %9s %9s %9s %9s %9s\n", "engine", "make ms", "post ms", "wait ms", "rel ms", "lib ms",
                    "floor ms");
-            for (int k = 0; k < 2; k++)
-                printf("%-8s %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f\n", k ? "vllm" : "sglang", e2e[k].make_ms,
+            for (int k = 0; k < KV_SHAPES; k++)
+                printf("%-8s %9.3f %9.3f %9.3f %9.3f %9.3f %9.3f\n", kv_shape_name[k], e2e[k].make_ms,
                        e2e[k].post_ms, e2e[k].wait_ms, e2e[k].release_ms, e2e[k].lib_ms, floor_ms);
             printf("# make: sglang nixl_xfer_create of two %zu-descriptor lists, vllm nixl_xfer_make from lists of "
-                   "every slot prepared once\n",
-                   n);
+                   "every slot prepared once, indexed nixl_xfer_create_indexed of %d bases and two %" PRIu64
+                   "-slot arrays\n",
+                   n, L, T);
         }
         fflush(stdout);
     }
@@ -481,13 +498,12 @@ int bench_kv_run(const bench_opts_t *o, const char *ip, uint16_t port)
                 o->backend, L, T, TB, n, info.descs, bytes, iters, mean_ms, best_ms, median_ms,
                 (double)post_ns / 1e3 / (double)iters, (double)(t1 - t0) / 1e6, (double)(t2 - t1) / 1e6, floor_ms,
                 info.path, bench_mem_name(o->init_mem), o->init_dev, bench_mem_name(o->tgt_mem), o->tgt_dev);
-        for (int k = 0; o->kv_e2e && k < 2; k++)
+        for (int k = 0; o->kv_e2e && k < KV_SHAPES; k++)
             fprintf(f,
                     ",\"%s_make_ms\":%.6g,\"%s_post_ms\":%.6g,\"%s_wait_ms\":%.6g,\"%s_release_ms\":%.6g"
                     ",\"%s_lib_ms\":%.6g",
-                    k ? "vllm" : "sglang", e2e[k].make_ms, k ? "vllm" : "sglang", e2e[k].post_ms,
-                    k ? "vllm" : "sglang", e2e[k].wait_ms, k ? "vllm" : "sglang", e2e[k].release_ms,
-                    k ? "vllm" : "sglang", e2e[k].lib_ms);
+                    kv_shape_name[k], e2e[k].make_ms, kv_shape_name[k], e2e[k].post_ms, kv_shape_name[k],
+                    e2e[k].wait_ms, kv_shape_name[k], e2e[k].release_ms, kv_shape_name[k], e2e[k].lib_ms);
         fprintf(f, "}\n");
         fclose(f);
     }
