@@ -25,10 +25,14 @@
 #include <string.h>
 
 #include "nixl/backend_util.h"
+#include "util/crc32c.h"
 #include "util/log.h"
 
 enum {
     MD_HEADER_LEN = 16,
+    /* Version 3: a u32 CRC-32C of every byte before it ends the blob. */
+    MD_CRC_LEN = 4,
+    MD_CRC_SINCE = 3,
     MD_SECTION_HEADER_LEN = 8,
     MD_SECTION_AGENT = 1,
     MD_SECTION_BACKEND = 2,
@@ -302,9 +306,22 @@ static nixl_status_t scan_header(const uint8_t *b, size_t len, md_scan_t *scan)
     total = nixl_get_u32(b + 8);
     if (total != len)
         MD_REJECT("header says %" PRIu32 " bytes but the blob has %zu", total, len);
+    size_t end = len;
+    if (version >= MD_CRC_SINCE) {
+        /* Checked before anything else is read: a blob damaged on its way
+         * is refused as that, not as whatever its damage looks like. */
+        if (len < MD_HEADER_LEN + MD_CRC_LEN)
+            MD_REJECT("%zu bytes, too short for a version-%u blob and its checksum", len, version);
+        end = len - MD_CRC_LEN;
+        uint32_t want = nixl_get_u32(b + end), got = nixl_crc32c(b, end);
+        if (got != want)
+            MD_REJECT("checksum 0x%08" PRIx32 " does not match the blob's 0x%08" PRIx32
+                      " (damaged in transit or storage)",
+                      got, want);
+    }
     scan->num_sections = nixl_get_u32(b + 12);
     scan->sections.p = b + MD_HEADER_LEN;
-    scan->sections.left = len - MD_HEADER_LEN;
+    scan->sections.left = end - MD_HEADER_LEN;
     return NIXL_OK;
 }
 
@@ -596,7 +613,7 @@ static nixl_status_t encode_check(const nixl_md_t *md, size_t *size_out, uint32_
     if (md->conn_omitted && !md->partial)
         MD_INVALID("agent %s: connection info can be left out of a partial blob only", md->name);
 
-    total = MD_HEADER_LEN + MD_SECTION_HEADER_LEN + 1 + name_len + 1 + host_len + MD_AGENT_V2_TAIL;
+    total = MD_HEADER_LEN + MD_SECTION_HEADER_LEN + 1 + name_len + 1 + host_len + MD_AGENT_V2_TAIL + MD_CRC_LEN;
     if (md->partial)
         total += MD_SECTION_HEADER_LEN + MD_PARTIAL_LEN;
     for (uint32_t b = 0; b < md->num_backends; b++) {
@@ -766,6 +783,7 @@ nixl_status_t nixl_md_encode(const nixl_md_t *md, void **blob_out, size_t *len_o
         }
         p = encode_backend(p, be, sorted);
     }
+    p = st_u32(p, nixl_crc32c(blob, (size_t)(p - blob)));
     assert((size_t)(p - blob) == size);
     free(scratch);
     *blob_out = blob;

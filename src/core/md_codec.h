@@ -24,8 +24,9 @@
 #include "util/host.h"
 
 #define NIXL_MD_MAGIC 0x444d584eu /* "NXMD" little-endian */
-#define NIXL_MD_VERSION 2     /* written */
-#define NIXL_MD_VERSION_MIN 1 /* oldest read: version 1 lacks uid, start time, namespaces (read as 0) */
+#define NIXL_MD_VERSION 3     /* written: version 2's layout and a CRC-32C of the blob at its end */
+#define NIXL_MD_VERSION_MIN 1 /* oldest read: version 1 lacks uid, start time, namespaces (read as 0);
+                                 versions 1 and 2 carry no checksum */
 #define NIXL_MD_MAX_BACKENDS 64
 #define NIXL_MD_MAX_REGIONS (1u << 22)
 #define NIXL_MD_BACKEND_NAME_MAX 31

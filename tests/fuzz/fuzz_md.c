@@ -4,9 +4,9 @@
  * successful decode promises: the result holds md_codec.h's guarantees, the
  * encoder accepts it, the re-encoded blob decodes to the same metadata and
  * re-encodes to the same bytes, and the canonical blob is never longer than
- * the input (only skipped sections may be dropped), except that a version-1
- * input comes out in the current version, whose agent section is
- * MD_V1_GROWTH bytes longer.  replay.c runs the same
+ * the input (only skipped sections may be dropped), except that an older
+ * input comes out in the current version: MD_V3_GROWTH bytes of checksum
+ * longer, and from version 1 an agent section MD_V1_GROWTH bytes longer.  replay.c runs the same
  * function over the committed corpus in every build.
  */
 #include <stdio.h>
@@ -19,8 +19,10 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-/* uid u32, start time u64, two namespace inodes u64: what version 2 added. */
+/* uid u32, start time u64, two namespace inodes u64: what version 2 added;
+ * the CRC-32C trailer: what version 3 added. */
 #define MD_V1_GROWTH 28
+#define MD_V3_GROWTH 4
 
 static void fail(const char *what, const char *detail)
 {
@@ -55,7 +57,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         fail("decoded metadata breaks a guarantee", why);
     if (nixl_md_encode(first, &blob1, &len1) != NIXL_OK)
         fail("the encoder refused decoded metadata", NULL);
-    if (len1 > size + (first->version == 1 ? MD_V1_GROWTH : 0))
+    if (len1 > size + (first->version == 1 ? MD_V1_GROWTH : 0) + (first->version < 3 ? MD_V3_GROWTH : 0))
         fail("the canonical encoding is longer than the input", NULL);
     if (nixl_md_decode(blob1, len1, &second) != NIXL_OK)
         fail("the decoder refused the encoder's output", NULL);

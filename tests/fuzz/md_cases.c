@@ -101,9 +101,32 @@ void mb_bytes(mb_t *b, const void *src, size_t n)
         memcpy(p, src, n);
 }
 
+/* The catalog's blobs are version 2 (no checksum), so that each damaged
+ * one reaches the check it was made for; the version-3 cases below add
+ * the checksum to the reference blob (mb_seal_v3). */
 void mb_header(mb_t *b, uint32_t num_sections)
 {
-    mb_header_v(b, num_sections, NIXL_MD_VERSION);
+    mb_header_v(b, num_sections, MB_CATALOG_VERSION);
+}
+
+/* CRC-32C bit by bit: written from the polynomial, independently of
+ * src/util/crc32c.c. */
+uint32_t mb_crc32c(const uint8_t *p, size_t n)
+{
+    uint32_t c = 0xffffffffu;
+    for (size_t i = 0; i < n; i++) {
+        c ^= p[i];
+        for (int k = 0; k < 8; k++)
+            c = (c >> 1) ^ (0x82F63B78u & (0u - (c & 1u)));
+    }
+    return ~c;
+}
+
+void mb_seal_v3(mb_t *b)
+{
+    mb_set_u16(b, 4, 3);
+    mb_set_u32(b, 8, (uint32_t)b->len + 4);
+    mb_u32(b, mb_crc32c(b->p, b->len));
 }
 
 void mb_header_v(mb_t *b, uint32_t num_sections, uint16_t version)
@@ -135,7 +158,7 @@ void mb_sec_end(mb_t *b, size_t len_at)
 
 void mb_agent(mb_t *b, const char *name, const char *hostname)
 {
-    mb_agent_v(b, name, hostname, NIXL_MD_VERSION);
+    mb_agent_v(b, name, hostname, MB_CATALOG_VERSION);
 }
 
 /* The identity fields of a version-2 agent section in the catalog: uid,
@@ -934,12 +957,47 @@ static void add_partial_shapes(catalog_t *c)
     add(c, "bad-partial-only", bad, &b);
 }
 
+/* Version 3: the reference blob with its checksum loads; damaged anywhere
+ * (a sample of single-bit flips here, every bit in test_md_codec), with its
+ * checksum gone, zeroed, or no room for it, it is refused. */
+static void add_v3_shapes(catalog_t *c, const std_blob_t *s)
+{
+    const nixl_status_t bad = NIXL_ERR_BAD_METADATA;
+    mb_t b = {0};
+    char name[48];
+
+    mb_bytes(&b, s->b.p, s->b.len);
+    mb_seal_v3(&b);
+    add_bytes(c, "ok-v3-reference", NIXL_OK, 1, b.p, b.len);
+    for (size_t off = 6; off < b.len; off += 7) {
+        b.p[off] ^= (uint8_t)(1u << (off % 8));
+        snprintf(name, sizeof(name), "bad-v3-flip-%zu", off);
+        add_bytes(c, name, bad, 1, b.p, b.len);
+        b.p[off] ^= (uint8_t)(1u << (off % 8));
+    }
+    mb_set_u32(&b, b.len - 4, 0);
+    add_bytes(c, "bad-v3-crc-zero", bad, 1, b.p, b.len);
+    /* The version-2 reference relabelled 3, its last 4 bytes taken for a checksum. */
+    add_patch(c, s, "bad-v3-no-checksum", bad, 4, 2, 3);
+    mb_free(&b);
+    mb_header_v(&b, 0, 3);
+    mb_done(&b);
+    add(c, "bad-v3-no-room-for-checksum", bad, &b);
+    /* The same damage with the checksum made to match: caught by what it damaged. */
+    mb_bytes(&b, s->b.p, s->b.len);
+    mb_set_u8(&b, s->agent_name, ' ');
+    mb_seal_v3(&b);
+    add_bytes(c, "bad-v3-sealed-name-char-space", bad, 1, b.p, b.len);
+    mb_free(&b);
+}
+
 size_t md_cases_build(md_case_t **cases_out)
 {
     catalog_t c = {0};
     std_blob_t s;
 
     std_build(&s);
+    add_v3_shapes(&c, &s);
     add_std_patches(&c, &s);
     add_truncations(&c, &s);
     add_short_payloads(&c, &s, s.agent_len_at, "agent");

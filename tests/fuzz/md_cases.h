@@ -30,6 +30,12 @@ void mb_set_u8(mb_t *b, size_t off, uint8_t v);
 void mb_set_u16(mb_t *b, size_t off, uint16_t v);
 void mb_set_u32(mb_t *b, size_t off, uint32_t v);
 void mb_set_u64(mb_t *b, size_t off, uint64_t v);
+/* The format version of the catalog's blobs (md_cases.c says why). */
+#define MB_CATALOG_VERSION 2
+/* CRC-32C, and a finished version-2 blob made version 3: version field,
+ * total length and the checksum appended. */
+uint32_t mb_crc32c(const uint8_t *p, size_t n);
+void mb_seal_v3(mb_t *b);
 /* Header with a placeholder total length; mb_done writes the real one. */
 void mb_header(mb_t *b, uint32_t num_sections);
 /* A header of the given format version (mb_header: the current one). */
