@@ -8,6 +8,7 @@
  * nixl_notifs_get hands them out.  The callbacks run without the lock, so a
  * callback may call back into the agent.
  */
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -105,6 +106,32 @@ static nixl_status_t on_invalidate(void *arg, const char *name)
 
 /* ---- create / destroy ---- */
 
+/* The listener is unauthenticated (docs/trust.md): on an address other
+ * hosts can reach, say so once per process, with the fix. */
+static int addr_is_loopback(const char *addr)
+{
+    struct in_addr v4;
+    struct in6_addr v6;
+    if (!addr || strcmp(addr, "localhost") == 0)
+        return addr != NULL;
+    if (inet_pton(AF_INET, addr, &v4) == 1)
+        return (ntohl(v4.s_addr) >> 24) == 127;
+    if (inet_pton(AF_INET6, addr, &v6) == 1)
+        return IN6_IS_ADDR_LOOPBACK(&v6) || (IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127);
+    return 0;
+}
+
+static void listener_warn_exposed(const nixl_agent_t *a, const char *addr)
+{
+    static atomic_int warned;
+    if (addr_is_loopback(addr) || atomic_exchange(&warned, 1))
+        return;
+    NIXL_WARN("agent %s: the metadata listener on %s:%u is not authenticated: whoever reaches the port can load "
+              "metadata under any agent name or invalidate a peer. Set NIXL_LISTEN_ADDR=127.0.0.1 when the peers "
+              "are on this host, or keep the port reachable only from the cluster (docs/trust.md)",
+              a->name, addr ? addr : "?", (unsigned)nixl_md_listener_port(a->listener));
+}
+
 NIXL_API nixl_status_t nixl_agent_create(const nixl_agent_config_t *cfg, nixl_agent_t **agent_out)
 {
     if (!cfg || !agent_out)
@@ -169,11 +196,13 @@ NIXL_API nixl_status_t nixl_agent_create(const nixl_agent_config_t *cfg, nixl_ag
     if (listen) {
         nixl_md_handlers_t h = {a, on_load, on_fetch, on_invalidate};
         uint16_t port = (cfg->field_mask & NIXL_AGENT_CONFIG_LISTEN_PORT) ? cfg->listen_port : 0;
-        st = nixl_md_listener_start(nixl_cfg_get("NIXL_LISTEN_ADDR"), port, &h, &a->listener);
+        const char *laddr = nixl_cfg_get("NIXL_LISTEN_ADDR");
+        st = nixl_md_listener_start(laddr, port, &h, &a->listener);
         if (st != NIXL_OK) {
             NIXL_ERROR("agent %s: metadata listener on port %u: %s", a->name, port, nixl_strerror(st));
             goto err_stats;
         }
+        listener_warn_exposed(a, laddr);
     }
     if (progress) {
         a->progress_running = 1;

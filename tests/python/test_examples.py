@@ -54,3 +54,22 @@ def test_kv_e2e_tool_moves_and_verifies_every_slot():
     assert any(line.startswith("sglang ") for line in r.stdout.splitlines()), r.stdout
     assert any(line.startswith("vllm ") for line in r.stdout.splitlines()), r.stdout
     assert any(line.startswith("indexed ") for line in r.stdout.splitlines()), r.stdout
+
+
+def test_listener_on_a_reachable_address_warns_once():
+    """An agent whose unauthenticated listener binds an address other hosts reach says so once per
+    process, naming the risk and the fix (docs/trust.md); on loopback it says nothing."""
+    code = ("from nixl._api import nixl_agent, nixl_agent_config\n"
+            "a = nixl_agent('w1', nixl_agent_config(enable_listen_thread=True, backends=[]))\n"
+            "b = nixl_agent('w2', nixl_agent_config(enable_listen_thread=True, backends=[]))\n"
+            "a.close(); b.close()\n")
+    base = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(SRC, "bindings", "python"),
+                                                       os.environ.get("PYTHONPATH", "")]))
+    for addr, want in (("0.0.0.0", 1), ("127.0.0.1", 0)):
+        env = dict(base, NIXL_LISTEN_ADDR=addr)
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stdout + r.stderr
+        lines = [l for l in r.stderr.splitlines() if "is not authenticated" in l]
+        assert len(lines) == want, (addr, r.stderr)
+        if want:
+            assert "NIXL_LISTEN_ADDR=127.0.0.1" in lines[0] and f"{addr}:" in lines[0], lines[0]
