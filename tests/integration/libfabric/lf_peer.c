@@ -32,6 +32,7 @@
  * The test scripts run the two in separate network namespaces.
  */
 #include <errno.h>
+#include <sys/types.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -383,12 +384,17 @@ typedef struct stream_stats {
 static int stream_verdict(FILE *log, uint64_t seed, unsigned timeout_ms)
 {
     uint64_t deadline = now_ms() + timeout_ms;
-    char line[256];
+    /* Lines of any length: the target's log also holds the library's
+     * warnings (a fixed buffer once read the first part of a long one as a
+     * line still being written, and waited on it for ever). */
+    static char *line;
+    static size_t cap;
     unsigned long long s;
     for (;;) {
-        while (fgets(line, sizeof(line), log)) {
-            if (!strchr(line, '\n')) { /* the target is still writing it */
-                fseek(log, -(long)strlen(line), SEEK_CUR);
+        ssize_t n;
+        while ((n = getline(&line, &cap, log)) > 0) {
+            if (line[n - 1] != '\n') { /* the target is still writing it */
+                fseek(log, -(long)n, SEEK_CUR);
                 break;
             }
             if (sscanf(line, "verified %llu", &s) == 1 && s == seed)
