@@ -178,26 +178,37 @@ static nixl_status_t prep_resolve_remote(nixl_prep_t *p, const nixl_peer_backend
     return NIXL_OK;
 }
 
+/* The backends that may carry a request to inc with remote memory rmem,
+ * in the order the two-step form tries them; their count. */
+static int backend_order(nixl_agent_t *a, nixl_peer_inc_t *inc, const nixl_opt_args_t *opt, nixl_mem_t rmem,
+                         const nixl_peer_backend_t **out)
+{
+    int n = 0;
+    for (int rank = 0; rank <= 3; rank++)
+        for (int b = 0; b < a->num_backends; b++) {
+            const nixl_peer_backend_t *c = &inc->bk[b];
+            if (c->backend && nixl_peer_backend_rank(c->backend, inc) == rank && nixl_opt_allows(opt, c->backend) &&
+                (be_mem_types(c->backend) & NIXL_MEM_BIT(rmem)))
+                out[n++] = c;
+        }
+    return n;
+}
+
 static nixl_status_t prep_choose_remote(nixl_prep_t *p, const nixl_dlist_t *dl, const nixl_opt_args_t *opt)
 {
     nixl_agent_t *a = p->agent;
-    nixl_peer_inc_t *inc = p->inc;
     nixl_status_t last_err = NIXL_ERR_NO_PATH;
     size_t bad = 0;
-    for (int rank = 0; rank <= 3; rank++) {
-        for (int b = 0; b < a->num_backends; b++) {
-            const nixl_peer_backend_t *bk = &inc->bk[b];
-            if (!bk->backend || nixl_peer_backend_rank(bk->backend, inc) != rank || !nixl_opt_allows(opt, bk->backend) ||
-                !(be_mem_types(bk->backend) & NIXL_MEM_BIT(p->mem)))
-                continue;
-            nixl_status_t st = prep_resolve_remote(p, bk, dl->descs, &bad);
-            if (st == NIXL_OK) {
-                p->backend = bk->backend;
-                prep_runs_find(p);
-                return NIXL_OK;
-            }
-            last_err = st;
+    const nixl_peer_backend_t *order[NIXL_AGENT_MAX_BACKENDS];
+    int nb = backend_order(a, p->inc, opt, p->mem, order);
+    for (int k = 0; k < nb; k++) {
+        nixl_status_t st = prep_resolve_remote(p, order[k], dl->descs, &bad);
+        if (st == NIXL_OK) {
+            p->backend = order[k]->backend;
+            prep_runs_find(p);
+            return NIXL_OK;
         }
+        last_err = st;
     }
     if (last_err == NIXL_ERR_NO_PATH)
         NIXL_ERROR("agent %s: no backend of this agent reaches peer %s with memory type %d", a->name, p->peer->name,
@@ -289,6 +300,27 @@ static void iov_put(nixl_agent_t *a, nixl_be_iov_t *v, size_t cap)
     slot->cap = bytes;
 }
 
+/* The peer a request names, with a current generation: the agent itself
+ * (loopback: its own registrations are the remote side), or a loaded peer.
+ * NULL (logged) with *st the reason. */
+static nixl_peer_t *peer_resolve_locked(nixl_agent_t *a, const char *name, nixl_status_t *st)
+{
+    if (strcmp(name, a->name) == 0)
+        return nixl_peer_self(a, st);
+    nixl_peer_t *peer = nixl_peer_find(a, name);
+    if (!peer) {
+        NIXL_ERROR("agent %s: unknown peer '%s' (load its metadata first)", a->name, name);
+        *st = NIXL_ERR_UNKNOWN_PEER;
+        return NULL;
+    }
+    if (!peer->cur) {
+        NIXL_ERROR("agent %s: peer '%s' was invalidated", a->name, name);
+        *st = NIXL_ERR_PEER_INVALIDATED;
+        return NULL;
+    }
+    return peer;
+}
+
 static nixl_status_t prep_create_locked(nixl_agent_t *a, const char *peer, const nixl_dlist_t *dl,
                                         const nixl_opt_args_t *opt, struct nixl_buf *borrow, nixl_prep_t **out)
 {
@@ -309,31 +341,13 @@ static nixl_status_t prep_create_locked(nixl_agent_t *a, const char *peer, const
         st = prep_resolve_local(p, dl->descs);
         if (st != NIXL_OK)
             goto err;
-    } else if (strcmp(peer, a->name) == 0) {
-        /* Loopback: this agent's own registrations are the remote side. */
-        p->remote = 1;
-        p->peer = nixl_peer_self(a, &st);
-        if (!p->peer)
-            goto err;
-        p->reg_epoch = a->reg_epoch;
-        p->inc = p->peer->cur;
-        p->inc->refs++;
-        st = prep_choose_remote(p, dl, opt);
-        if (st != NIXL_OK)
-            goto err;
     } else {
         p->remote = 1;
-        p->peer = nixl_peer_find(a, peer);
-        if (!p->peer) {
-            NIXL_ERROR("agent %s: unknown peer '%s' (load its metadata first)", a->name, peer);
-            st = NIXL_ERR_UNKNOWN_PEER;
+        p->peer = peer_resolve_locked(a, peer, &st);
+        if (!p->peer)
             goto err;
-        }
-        if (!p->peer->cur) {
-            NIXL_ERROR("agent %s: peer '%s' was invalidated", a->name, peer);
-            st = NIXL_ERR_PEER_INVALIDATED;
-            goto err;
-        }
+        if (p->peer == a->self_peer)
+            p->reg_epoch = a->reg_epoch;
         p->inc = p->peer->cur;
         p->inc->refs++;
         st = prep_choose_remote(p, dl, opt);
@@ -757,22 +771,6 @@ static inline __attribute__((always_inline)) int piece_add(piece_acc_t *p, uint6
     return PIECE_OK;
 }
 
-/* The backends that may carry a request to inc with remote memory rmem,
- * in the order the two-step form tries them; their count. */
-static int backend_order(nixl_agent_t *a, nixl_peer_inc_t *inc, const nixl_opt_args_t *opt, nixl_mem_t rmem,
-                         const nixl_peer_backend_t **out)
-{
-    int n = 0;
-    for (int rank = 0; rank <= 3; rank++)
-        for (int b = 0; b < a->num_backends; b++) {
-            const nixl_peer_backend_t *c = &inc->bk[b];
-            if (c->backend && nixl_peer_backend_rank(c->backend, inc) == rank && nixl_opt_allows(opt, c->backend) &&
-                (be_mem_types(c->backend) & NIXL_MEM_BIT(rmem)))
-                out[n++] = c;
-        }
-    return n;
-}
-
 /* A request from pieces already in x->iov (n of them, from `pairs` pairs): the rest of making it. */
 static nixl_status_t xfer_from_pieces(nixl_agent_t *a, nixl_xfer_t *x, const piece_acc_t *p, size_t pairs,
                                       nixl_op_t op, nixl_peer_t *peer, nixl_peer_inc_t *inc, nixl_mem_t lmem,
@@ -861,10 +859,10 @@ static fused_t xfer_create_fused(nixl_agent_t *a, nixl_op_t op, const nixl_dlist
 
 /* ---- indexed requests ---- */
 
-/* The span a side's slots reach from a base (max slot x stride + item),
- * or NIXL_ERR_INVALID_PARAM (logged) when it overflows. */
-static nixl_status_t indexed_span(nixl_agent_t *a, const char *side, const nixl_indexed_t *s, size_t nslots,
-                                  uint64_t item, uint64_t *span_out)
+/* NIXL_ERR_INVALID_PARAM (logged) when the span a side's slots reach from
+ * a base (max slot x stride + item) overflows, from any base. */
+static nixl_status_t indexed_span_check(nixl_agent_t *a, const char *side, const nixl_indexed_t *s, size_t nslots,
+                                        uint64_t item)
 {
     uint32_t max = 0;
     for (size_t t = 0; t < nslots; t++)
@@ -881,7 +879,6 @@ static nixl_status_t indexed_span(nixl_agent_t *a, const char *side, const nixl_
                        a->name, side, l, (unsigned long long)s->bases[l], max, (unsigned long long)s->stride);
             return NIXL_ERR_INVALID_PARAM;
         }
-    *span_out = span;
     return NIXL_OK;
 }
 
@@ -923,25 +920,11 @@ static nixl_status_t xfer_create_indexed_locked(nixl_agent_t *a, nixl_op_t op, c
                                                 const char *peer_name, const nixl_opt_args_t *opt, nixl_xfer_t **out)
 {
     nixl_status_t st;
-    nixl_peer_t *peer;
-    if (strcmp(peer_name, a->name) == 0) {
-        peer = nixl_peer_self(a, &st);
-        if (!peer)
-            return st;
-    } else {
-        peer = nixl_peer_find(a, peer_name);
-        if (!peer) {
-            NIXL_ERROR("agent %s: unknown peer '%s' (load its metadata first)", a->name, peer_name);
-            return NIXL_ERR_UNKNOWN_PEER;
-        }
-        if (!peer->cur) {
-            NIXL_ERROR("agent %s: peer '%s' was invalidated", a->name, peer_name);
-            return NIXL_ERR_PEER_INVALIDATED;
-        }
-    }
-    uint64_t lspan, rspan;
-    if ((st = indexed_span(a, "local", L, nslots, item, &lspan)) != NIXL_OK ||
-        (st = indexed_span(a, "remote", R, nslots, item, &rspan)) != NIXL_OK)
+    nixl_peer_t *peer = peer_resolve_locked(a, peer_name, &st);
+    if (!peer)
+        return st;
+    if ((st = indexed_span_check(a, "local", L, nslots, item)) != NIXL_OK ||
+        (st = indexed_span_check(a, "remote", R, nslots, item)) != NIXL_OK)
         return st;
     const void *notif;
     size_t notif_len;
