@@ -202,97 +202,87 @@ def run(args, np, nixl_agent, conn) -> int:
         conn.recv()
         return bad
 
-    # ---- SGLang: two lists per request ----
-    ph = {k: [] for k in ("build", "descs", "init", "post", "wait", "release", "copy_floor")}
-    for r in range(args.reqs + 1):
-        s, d = slots_for(np, rng, T, args.run), slots_for(np, rng, T, args.run)
-        t0 = time.perf_counter()
-        src, dst = rows(np, cache.ptrs, s, item, 0), rows(np, dptrs, d, item, 0)
-        t1 = time.perf_counter()
-        sd, dd = agent.get_xfer_descs(src, mem), agent.get_xfer_descs(dst, mem)
-        t2 = time.perf_counter()
-        h = agent.initialize_xfer("WRITE", sd, dd, peer)
-        t3 = time.perf_counter()
-        agent.transfer(h)
-        t4 = time.perf_counter()
-        wait(h)
-        t5 = time.perf_counter()
-        agent.release_xfer_handle(h)
-        t6 = time.perf_counter()
-        src.copy()
-        t7 = time.perf_counter()
-        if r == 0:
-            continue  # first request: imports and warm-up
-        for k, v in zip(ph, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5, t7 - t6)):
-            ph[k].append(v * 1e3)
-    bad = verify(s, d, "sglang")
-    results["sglang"] = {k: median(v) for k, v in ph.items()}
+    class Laps:
+        """Named intervals of one request: lap(name) ends the one begun by the previous lap."""
 
-    # ---- vLLM: lists prepared once, index arrays per request ----
+        def __init__(self):
+            self.times, self.t = {}, time.perf_counter()
+
+        def __call__(self, name):
+            t = time.perf_counter()
+            self.times[name] = (t - self.t) * 1e3
+            self.t = t
+
+    def post_wait_release(h, lap):
+        agent.transfer(h)
+        lap("post")
+        wait(h)
+        lap("wait")
+        agent.release_xfer_handle(h)
+        lap("release")
+
+    def shape(name, one):
+        """reqs + 1 requests of one engine's shape (the first: imports and warm-up), fresh slots
+        each; the medians of their phases; the last one's bytes checked by decode."""
+        ph = {}
+        for r in range(args.reqs + 1):
+            s, d = slots_for(np, rng, T, args.run), slots_for(np, rng, T, args.run)
+            lap = Laps()
+            one(s, d, lap)
+            for k, v in lap.times.items():
+                if r:
+                    ph.setdefault(k, []).append(v)
+        results[name] = {k: median(v) for k, v in ph.items()}
+        return verify(s, d, name)
+
+    def sglang(s, d, lap):  # two lists per request
+        src, dst = rows(np, cache.ptrs, s, item, 0), rows(np, dptrs, d, item, 0)
+        lap("build")
+        sd, dd = agent.get_xfer_descs(src, mem), agent.get_xfer_descs(dst, mem)
+        lap("descs")
+        h = agent.initialize_xfer("WRITE", sd, dd, peer)
+        lap("init")
+        post_wait_release(h, lap)
+        src.copy()
+        lap("copy_floor")
+
+    # vLLM: lists prepared once, index arrays per request
     all_slots = np.arange(T)
     t0 = time.perf_counter()
     lside = agent.prep_xfer_dlist("", rows(np, cache.ptrs, all_slots, item, 0), mem)
     rside = agent.prep_xfer_dlist(peer, rows(np, dptrs, all_slots, item, 0), mem)
     prep_ms = (time.perf_counter() - t0) * 1e3
     layer_base = (np.arange(L, dtype=np.int64) * T)[:, None]
-    ph = {k: [] for k in ("build", "make", "post", "wait", "release")}
-    for r in range(args.reqs + 1):
-        s, d = slots_for(np, rng, T, args.run), slots_for(np, rng, T, args.run)
-        t0 = time.perf_counter()
+
+    def vllm(s, d, lap):
         li, ri = (layer_base + s[None, :]).reshape(-1), (layer_base + d[None, :]).reshape(-1)
-        t1 = time.perf_counter()
+        lap("build")
         h = agent.make_prepped_xfer("WRITE", lside, li, rside, ri)
-        t2 = time.perf_counter()
-        agent.transfer(h)
-        t3 = time.perf_counter()
-        wait(h)
-        t4 = time.perf_counter()
-        agent.release_xfer_handle(h)
-        t5 = time.perf_counter()
-        if r == 0:
-            continue
-        for k, v in zip(ph, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4)):
-            ph[k].append(v * 1e3)
-    bad += verify(s, d, "vllm")
-    results["vllm"] = {k: median(v) for k, v in ph.items()}
-    results["vllm"]["prep_once"] = prep_ms
+        lap("make")
+        post_wait_release(h, lap)
+
+    def indexed(s, d, lap):  # ours: no rows at all
+        h = agent.make_indexed_xfer("WRITE", peer, cache.ptrs, s, dptrs, d, item, mem)
+        lap("make")
+        post_wait_release(h, lap)
+
+    bad = shape("sglang", sglang) + shape("vllm", vllm) + shape("indexed", indexed)
     agent.release_dlist_handle(lside)
     agent.release_dlist_handle(rside)
+    results["vllm"]["prep_once"] = prep_ms
 
-    # ---- ours: the indexed request, no rows ----
-    ph = {k: [] for k in ("build", "make", "post", "wait", "release")}
-    for r in range(args.reqs + 1):
-        s, d = slots_for(np, rng, T, args.run), slots_for(np, rng, T, args.run)
-        t0 = time.perf_counter()
-        h = agent.make_indexed_xfer("WRITE", peer, cache.ptrs, s, dptrs, d, item, mem)
-        t1 = time.perf_counter()
-        agent.transfer(h)
-        t2 = time.perf_counter()
-        wait(h)
-        t3 = time.perf_counter()
-        agent.release_xfer_handle(h)
-        t4 = time.perf_counter()
-        if r == 0:
-            continue
-        for k, v in zip(ph, (0.0, t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
-            ph[k].append(v * 1e3)
-    bad += verify(s, d, "indexed")
-    results["indexed"] = {k: median(v) for k, v in ph.items()}
-
-    sg, vl, ix = results["sglang"], results["vllm"], results["indexed"]
-    sg["library"] = sg["descs"] + sg["init"] + sg["post"] + sg["wait"] + sg["release"]
-    vl["library"] = vl["make"] + vl["post"] + vl["wait"] + vl["release"]
-    ix["library"] = ix["make"] + ix["post"] + ix["wait"] + ix["release"]
+    # The library's time: every phase but the engine's own array building and the floor.
+    for res in results.values():
+        res["library"] = sum(v for k, v in res.items() if k not in ("build", "copy_floor", "prep_once"))
+    sg, vl = results["sglang"], results["vllm"]
     print(f"# kv_e2e: {mem}, {L} layers x {T} slots x {item} B = {n} descriptors per request "
           f"(runs of {args.run}), median of {args.reqs} requests, ms")
-    print(f"{'engine':8} {'build':>7} {'descs':>7} {'init':>7} {'post':>7} {'wait':>7} {'release':>7} "
-          f"{'library':>8} {'lib-wait':>8}")
-    print(f"{'sglang':8} {sg['build']:7.2f} {sg['descs']:7.2f} {sg['init']:7.2f} {sg['post']:7.2f} "
-          f"{sg['wait']:7.2f} {sg['release']:7.2f} {sg['library']:8.2f} {sg['library'] - sg['wait']:8.2f}")
-    print(f"{'vllm':8} {vl['build']:7.2f} {'-':>7} {vl['make']:7.2f} {vl['post']:7.2f} "
-          f"{vl['wait']:7.2f} {vl['release']:7.2f} {vl['library']:8.2f} {vl['library'] - vl['wait']:8.2f}")
-    print(f"{'indexed':8} {'-':>7} {'-':>7} {ix['make']:7.2f} {ix['post']:7.2f} "
-          f"{ix['wait']:7.2f} {ix['release']:7.2f} {ix['library']:8.2f} {ix['library'] - ix['wait']:8.2f}")
+    cols = ("build", "descs", "init", "post", "wait", "release", "library")
+    print(f"{'engine':8} " + " ".join(f"{c:>7}" for c in cols) + f" {'lib-wait':>8}")
+    for name, res in results.items():
+        res = dict(res, init=res.get("init", res.get("make")))  # make_* calls are the init column
+        print(f"{name:8} " + " ".join(f"{res[c]:7.2f}" if c in res and res[c] is not None else f"{'-':>7}"
+                                      for c in cols) + f" {res['library'] - res['wait']:8.2f}")
     print(f"# floors: arr.copy() of one {n} x 3 array {sg['copy_floor']:.3f} ms (descs = 2 arrays: "
           f"{sg['descs'] / (2 * sg['copy_floor']):.1f} x); the copy (wait) {sg['wait']:.3f} ms; "
           f"vllm prep_xfer_dlist once {vl['prep_once']:.1f} ms")
