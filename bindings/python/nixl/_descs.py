@@ -580,41 +580,44 @@ def to_dlist(obj: Any, mem_type: Any, reg: bool, call: str) -> _DList:
     raise _invalid(call, f"cannot make descriptors from {type(obj).__name__}")
 
 
+def _int_vector(o: Any, code: str, what: str, call: str) -> tuple[Any, Any]:
+    """(numpy array, None) for a numpy argument after checking it is 1-D integers, else
+    (None, array(code) of the values), the kind of C array base_array and index_array hand over."""
+    if _is_ndarray(o):
+        if o.ndim != 1 or (o.size and o.dtype.kind not in "iu"):
+            raise _invalid(call, f"{what} must be a 1-D integer array, not {o.shape} {o.dtype}")
+        return o, None
+    try:
+        return None, array(code, o)
+    except (OverflowError, TypeError) as e:
+        raise _invalid(call, f"{what} must be non-negative integers ({e})") from None
+
+
 def base_array(bases: Any, call: str) -> tuple[Any, int, int]:
     """(keep-alive object, address, count) of a uint64 C array of addresses (a list or an integer numpy array)."""
-    if _is_ndarray(bases):
+    nd, a = _int_vector(bases, "Q", "bases", call)
+    if nd is not None:
         import numpy as np
-        if bases.ndim != 1 or (bases.size and bases.dtype.kind not in "iu"):
-            raise _invalid(call, f"bases must be a 1-D integer array, not {bases.shape} {bases.dtype}")
-        if bases.size and bases.dtype.kind == "i" and int(bases.min()) < 0:
+        if nd.size and nd.dtype.kind == "i" and int(nd.min()) < 0:
             raise _invalid(call, "bases must be non-negative")
-        a = np.ascontiguousarray(bases, dtype=np.uint64)
+        a = np.ascontiguousarray(nd, dtype=np.uint64)
         return a, a.ctypes.data, int(a.size)
-    try:
-        a = array("Q", bases)
-    except (OverflowError, TypeError) as e:
-        raise _invalid(call, f"bases must be non-negative integers ({e})") from None
     return a, a.buffer_info()[0], len(a)
 
 
 def index_array(idx: Any, call: str) -> tuple[Any, int, int]:
     """(keep-alive object, address, count) of a uint32 C array holding idx."""
-    if _is_ndarray(idx):
+    nd, a = _int_vector(idx, "I", "indices", call)
+    if nd is not None:
         import numpy as np
-        if idx.ndim != 1 or (idx.size and idx.dtype.kind not in "iu"):
-            raise _invalid(call, f"indices must be a 1-D integer array, not {idx.shape} {idx.dtype}")
         # One reduction, no temporary: a negative index or one of 2**32 or more sets a high bit.
-        if idx.size and idx.dtype.itemsize > 4 and int(np.bitwise_or.reduce(idx, axis=None)) >> 32:
+        if nd.size and nd.dtype.itemsize > 4 and int(np.bitwise_or.reduce(nd, axis=None)) >> 32:
             raise _invalid(call, "indices must be in [0, 2**32)")
-        if idx.size and idx.dtype.kind == "i" and idx.dtype.itemsize <= 4 and int(idx.min()) < 0:
+        if nd.size and nd.dtype.kind == "i" and nd.dtype.itemsize <= 4 and int(nd.min()) < 0:
             raise _invalid(call, "indices must be in [0, 2**32)")
-        if idx.dtype.itemsize == 4 and idx.flags.c_contiguous:
-            a = idx.view(np.uint32)  # int32 / uint32: checked above, read as they are
+        if nd.dtype.itemsize == 4 and nd.flags.c_contiguous:
+            a = nd.view(np.uint32)  # int32 / uint32: checked above, read as they are
         else:
-            a = np.ascontiguousarray(idx, dtype=np.uint32)
+            a = np.ascontiguousarray(nd, dtype=np.uint32)
         return a, a.ctypes.data, int(a.size)
-    try:
-        a = array("I", idx)
-    except (OverflowError, TypeError) as e:
-        raise _invalid(call, f"indices must be non-negative integers ({e})") from None
     return a, a.buffer_info()[0], len(a)
