@@ -99,6 +99,49 @@ NIXL_CUDA_IPC_MAP=0 timeout 180 "$NB" --backend cuda_ipc --kv-replay --initiator
     --target-mem vram --target-dev $kv_t --iters 3 --warmup 1 --json "$R/bench-kv-staged.json" >"$R/bench-kv-staged.log" 2>&1
 cat "$R/bench-kv-staged.log"
 
+# libfabric's shm provider with GPU memory: only when nixl was built with
+# the libfabric backend and the libfabric it loads (NIXL_LIBFABRIC_LIB, or
+# the system's libfabric.so.1) has CUDA support; Debian's and Ubuntu's have
+# none.  A probe row says which.
+say "== libfabric shm, VRAM (${NIXL_LIBFABRIC_LIB:-libfabric.so.1})"
+lf_row() { # NAME ARGS...: one nixlbench run over provider=shm, rc kept in NAME.rc
+    n=$1
+    shift
+    NIXL_LIBFABRIC_PROVIDER=shm NIXL_LIBFABRIC_INTRANODE=provider timeout 180 "$NB" --backend libfabric "$@" \
+        --json "$R/$n.json" >"$R/$n.log" 2>&1
+    echo $? >"$R/$n.rc"
+}
+$MESON compile -C "$B" nixl-info >>"$R/build.log" 2>&1
+if ! "$B/tools/nixl-info" 2>/dev/null | grep -q '^backend libfabric'; then
+    say "SKIP libfabric rows: this build has no libfabric backend (no libfabric headers; PKG_CONFIG_PATH)"
+else
+    lf_row lf-probe --initiator-mem vram --target-mem vram --block 4M --batch 1 --iters 5
+    if grep -q -E 'cannot register CUDA memory|no CUDA HMEM support' "$R/lf-probe.log"; then
+        say "SKIP libfabric rows: this libfabric has no CUDA support (FI_HMEM_CUDA); set NIXL_LIBFABRIC_LIB to one built with it"
+        rm -f "$R/lf-probe.json"
+    else
+        [ "$(cat "$R/lf-probe.rc")" = 0 ] || status=1
+        lf_row lf-256m --initiator-mem vram --target-mem vram --block 256M --batch 1 --iters 10 --warmup 2
+        lf_row lf-256m-read --op read --initiator-mem vram --target-mem vram --block 256M --batch 1 --iters 10 --warmup 2
+        lf_row lf-dram-vram --initiator-mem dram --target-mem vram --block 64M --batch 1 --iters 10
+        lf_row lf-vram-dram --initiator-mem vram --target-mem dram --block 64M --batch 1 --iters 10
+        lf_row lf-kv --kv-replay --initiator-mem vram --target-mem vram --iters 3 --warmup 1
+        for n in lf-256m lf-256m-read lf-dram-vram lf-vram-dram lf-kv; do
+            [ "$(cat "$R/$n.rc")" = 0 ] || { status=1; say "$n failed:"; tail -3 "$R/$n.log" | tee -a "$R/summary.txt"; }
+        done
+        for p in 1 2; do
+            NIXL_LIBFABRIC_PROVIDER=shm timeout 200 "$B/tests/conformance/conformance" --backend libfabric --procs $p \
+                --mem vram >"$R/conformance-lf-$p.log" 2>&1 || status=1
+            tail -1 "$R/conformance-lf-$p.log" | tee -a "$R/summary.txt"
+            grep -E '^FAIL' "$R/conformance-lf-$p.log" | head -10
+        done
+        # The path must be true: by CUDA IPC unless this libfabric said its
+        # shm completes IPC copies early (then staged, a counted fallback).
+        if grep -q 'completes a CUDA IPC copy before' "$R/lf-probe.log"; then lf_want=sar; else lf_want=ipc; fi
+        echo "$lf_want" >"$R/lf-want.txt"
+    fi
+fi
+
 say "== summary"
 python3 - "$R" "$ngpu" >"$R/table.txt" <<'PY' || status=1
 import json, os, re, sys
@@ -150,6 +193,36 @@ for k in rows("bench-kv.json"):
             print("%-36s %8.3f ms/request: make %.3f, post %.3f, wait %.3f, release %.3f (floor %.3f ms)" % (
                 "whole request, " + e, k[e + "_lib_ms"], k[e + "_make_ms"], k[e + "_post_ms"], k[e + "_wait_ms"],
                 k[e + "_release_ms"], k["floor_ms"]))
+# libfabric over shm (when run): each row's path against what it must be.
+lf_rows = [(n, x) for n in ("lf-256m", "lf-256m-read", "lf-dram-vram", "lf-vram-dram") for x in rows(n + ".json")]
+lf_kv = rows("lf-kv.json")
+if lf_rows or lf_kv:
+    want = open(os.path.join(r, "lf-want.txt")).read().strip()
+    for p in (1, 2):
+        try:
+            last = open(os.path.join(r, "conformance-lf-%d.log" % p)).read().strip().splitlines()[-1]
+            print("%-44s %s" % ("conformance libfabric shm vram procs %d" % p, last.replace("summary: ", "")))
+        except (OSError, IndexError):
+            pass
+    for n, x in lf_rows:
+        # Our GPU memory goes by IPC (or staged); host memory of ours always
+        # through shm's bounce buffers (FI_HMEM turns its CMA off).
+        exp = "libfabric.shm.%s.%s" % (want if x["initiator_mem"] == "vram" else "sar", x["op"])
+        true = x["path"] == exp
+        bad += not true
+        print("%-36s %10.1f %10.1f %7.3f  %s%s" % ("libfabric %s %d B %s->%s" % (x["op"], x["block_size"],
+              x["initiator_mem"], x["target_mem"]), x["gbps"], x["limit_gbps"], x["ratio"], x["path"],
+              "" if true else "  (WRONG: want %s)" % exp))
+    for k in lf_kv:
+        print("%-36s %8.3f ms/request (best %.3f), post %.0f us, path %s" % (
+            "KV replay, libfabric shm", k["ms_per_request"], k["best_ms"], k["post_us"], k["path"]))
+    big = [x for n, x in lf_rows if n == "lf-256m"]
+    if big:
+        print("goal (issue 19) libfabric 256M ratio >= 0.5: %s (%.3f)" % ("met" if big[0]["ratio"] >= 0.5 else
+              "missed", big[0]["ratio"]))
+    if lf_kv:
+        print("goal (issue 19) libfabric KV replay < 533 ms: %s (%.1f ms)" % (
+            "met" if lf_kv[0]["ms_per_request"] < 533 else "missed", lf_kv[0]["ms_per_request"]))
 kv = rows("bench-kv.json")
 if kv:
     ok = kv[0]["ms_per_request"] <= 5.0
@@ -160,7 +233,8 @@ PY
 tee -a "$R/summary.txt" <"$R/table.txt"
 if [ -n "${OUT:-}" ]; then
     for f in summary.txt testlog.txt conformance-cross.log bench-256m.json bench-small.json bench-kv.json \
-        bench-kv-ce.json bench-staged-256m.json bench-kv-staged.json bench-host-write.json bench-host-read.json; do
+        bench-kv-ce.json bench-staged-256m.json bench-kv-staged.json bench-host-write.json bench-host-read.json \
+        lf-256m.json lf-kv.json; do
         [ -f "$R/$f" ] && cp "$R/$f" "$OUT/"
     done
 fi

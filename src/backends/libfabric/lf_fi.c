@@ -11,9 +11,11 @@
  * process: its providers keep global state and exit handlers.
  *
  * What: the backend calls five functions of the library (fi_getinfo,
- * fi_freeinfo, fi_dupinfo, fi_fabric, fi_strerror); everything else in
+ * fi_freeinfo, fi_dupinfo, fi_fabric, fi_strerror), and two more where the
+ * library has them (fi_getparams, fi_freeparams: which variables this
+ * libfabric defines, lf_rail.c); everything else in
  * <rdma/fi_*.h> is static inline, through the ops tables of the objects
- * those return.  This file defines functions of the same five names, hidden
+ * those return.  This file defines functions of the same names, hidden
  * (never exported from libnixl), that forward to the library's.  So the
  * call sites, and the headers' inlines (fi_allocinfo calls fi_dupinfo),
  * read as plain libfabric code.  An executable that links libfabric itself
@@ -69,6 +71,12 @@
 #ifndef LF_FI_V_fi_strerror
 #define LF_FI_V_fi_strerror NULL
 #endif
+#ifndef LF_FI_V_fi_getparams
+#define LF_FI_V_fi_getparams NULL
+#endif
+#ifndef LF_FI_V_fi_freeparams
+#define LF_FI_V_fi_freeparams NULL
+#endif
 
 static struct {
     int (*getinfo)(uint32_t, const char *, const char *, uint64_t, const struct fi_info *, struct fi_info **);
@@ -76,6 +84,8 @@ static struct {
     struct fi_info *(*dupinfo)(const struct fi_info *);
     int (*fabric)(struct fi_fabric_attr *, struct fid_fabric **, void *);
     const char *(*strerror)(int);
+    int (*getparams)(struct fi_param **, int *); /* optional: NULL when absent */
+    void (*freeparams)(struct fi_param *);
 } lf_fi;
 
 enum { LF_FI_UNTRIED = 0, LF_FI_LOADED, LF_FI_FAILED };
@@ -103,6 +113,19 @@ static void *lf_fi_sym(void *h, const char *lib, const char *name, const char *v
     return p;
 }
 
+/* lf_fi_sym for an optional function: NULL, and no error kept, if absent. */
+static void *dlvsym_or_sym(void *h, const char *name, const char *version)
+{
+#ifdef LF_FI_VERSIONED
+    void *p = version ? dlvsym(h, name, version) : dlsym(h, name);
+#else
+    (void)version;
+    void *p = dlsym(h, name);
+#endif
+    dlerror();
+    return p;
+}
+
 static int lf_fi_open(const char *lib)
 {
     void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
@@ -125,6 +148,13 @@ static int lf_fi_open(const char *lib)
     LF_FI_RESOLVE_(fabric, fi_fabric);
     LF_FI_RESOLVE_(strerror, fi_strerror);
 #undef LF_FI_RESOLVE_
+    /* Optional, both or neither. */
+    void *gp = dlvsym_or_sym(h, "fi_getparams", LF_FI_V_fi_getparams);
+    void *fp = dlvsym_or_sym(h, "fi_freeparams", LF_FI_V_fi_freeparams);
+    if (gp && fp) {
+        memcpy(&lf_fi.getparams, &gp, sizeof(gp));
+        memcpy(&lf_fi.freeparams, &fp, sizeof(fp));
+    }
     return 0;
 
 err_close:
@@ -198,4 +228,17 @@ __attribute__((visibility("hidden"))) int fi_fabric(struct fi_fabric_attr *attr,
 __attribute__((visibility("hidden"))) const char *fi_strerror(int errnum)
 {
     return lf_fi_ready() ? lf_fi.strerror(errnum) : "libfabric not loaded";
+}
+
+__attribute__((visibility("hidden"))) int fi_getparams(struct fi_param **params, int *count)
+{
+    if (!lf_fi_ready() || !lf_fi.getparams)
+        return -FI_ENOSYS;
+    return lf_fi.getparams(params, count);
+}
+
+__attribute__((visibility("hidden"))) void fi_freeparams(struct fi_param *params)
+{
+    if (lf_fi_ready() && lf_fi.freeparams)
+        lf_fi.freeparams(params);
 }

@@ -302,7 +302,8 @@ typedef struct lf_req {
     uint64_t fence_id;
     uint32_t rails_used;  /* our rails that carried writes of this post */
     uint32_t pairs_used[LF_MAX_RAILS]; /* by our rail: the peer's rails its writes went to */
-    void *cuda_ctx;       /* local VRAM: posted only from ops, with this context bound */
+    void *cuda_ctx;       /* local VRAM: posted with this context bound (any thread) */
+    const char *cause;    /* hdr.fallback: why the provider stages the bytes (counted at post) */
     struct lf_req *anext, *aprev;
     int on_list;
 } lf_req_t;
@@ -324,6 +325,7 @@ typedef struct lf_reg {
     uint64_t addr, len;
     uint32_t rails; /* 0: VRAM without CUDA HMEM, registered nowhere (no_hmem) */
     int no_hmem;
+    int cuda_ipc;   /* VRAM with a legacy CUDA IPC handle (not cuMemCreate memory) */
     void *cuda_ctx; /* VRAM: the context the core recorded */
     struct fid_mr *mr[LF_MAX_RAILS];
     void *desc[LF_MAX_RAILS];
@@ -364,6 +366,13 @@ typedef struct lf_be {
      * Without it VRAM registrations succeed but reach nothing. */
     int hmem;
     int cuda_driver; /* this process has a CUDA driver: FI_HMEM is worth asking for */
+    /* Provider shm with FI_HMEM: which protocol it picks is known from
+     * what we pass (lf_xfer.c, lf_shm_path), and named in the path. */
+    int shm_hmem;
+    int shm_cuda_ipc;   /* libfabric's CUDA IPC is on: one GPU, or peer access between all */
+    int shm_ipc_landed; /* shm completes a CUDA IPC copy once it landed (lf_shm_ipc_lands) */
+    uint32_t prov_version; /* fabric_attr->prov_version (shm: major*100+minor, revision*10) */
+    char path_ipc_write[64], path_ipc_read[64], path_sar_write[64], path_sar_read[64];
     /* Locality of the rails; NULL when every region goes on every rail
      * (rails=all, or no rail has a PCI address). */
     lf_topo_t *topo;
@@ -399,6 +408,9 @@ typedef struct lf_be {
 } lf_be_t;
 
 /* lf_rail.c */
+/* 1 when the libfabric whose variables are params (fi_getparams)
+ * completes shm's CUDA IPC copies only once they landed. */
+int lf_shm_ipc_lands(const struct fi_param *params, int n);
 /* Choose the provider and its domains, open one endpoint per domain. */
 nixl_status_t lf_rails_open(lf_be_t *be);
 void lf_rails_close(lf_be_t *be);
@@ -505,9 +517,12 @@ nixl_status_t lf_xfer_post(void *be, nixl_be_req_t *req, const void *notif, size
 nixl_status_t lf_xfer_status(void *be, nixl_be_req_t *req);
 void lf_xfer_release(void *be, nixl_be_req_t *req);
 void lf_xfer_cancel(void *be, nixl_be_req_t *req);
-/* Post what the windows allow for every active request.  in_op: called
- * from an op, where requests of local VRAM are posted with their context
- * bound; the progress thread (in_op 0) leaves those to the ops. */
+/* Over shm with FI_HMEM: the request's path (and fallback, cause) from the
+ * protocol shm picks; all_ipc: every local region has a legacy IPC handle. */
+void lf_shm_path(const lf_be_t *be, lf_req_t *r, const nixl_be_xfer_t *x, int all_ipc);
+/* Post what the windows allow for every active request, those of local
+ * VRAM with their context bound.  in_op: called from an op (which posts
+ * even when the bind failed; the progress thread, in_op 0, does not). */
 void lf_reqs_pump(lf_be_t *be, int in_op);
 void lf_req_data_done(lf_be_t *be, lf_slot_t *s, int err);
 /* A request's notification was sent (err 0) or failed. */

@@ -16,8 +16,14 @@
  * remote one (lf_xfer.c).
  *
  * VRAM: with FI_HMEM (CUDA) it is registered with fi_mr_regattr, iface
- * CUDA and the region's device ordinal, while the core holds the memory's
- * context current (the context rule).  Without HMEM the registration still
+ * CUDA, the region's device ordinal and FI_HMEM_DEVICE_ONLY, while the core
+ * holds the memory's context current (the context rule).  The flag is true
+ * of every VRAM region (the core classifies managed memory as host memory,
+ * src/cuda/cuda.c) and it is what the shm provider (libfabric 1.20 to 2.6
+ * read) asks before it moves device memory by CUDA IPC, one copy by the
+ * peer; without it shm stages every byte through host bounce buffers (SAR).
+ * shm before 2.6.1 does not get the flag: its IPC completes before the
+ * data landed (lf_rail.c, lf_shm_path).  Without HMEM the registration still
  * succeeds (the same buffer goes to cuda_ipc, and failing here would fail
  * nixl_mem_register for every VRAM buffer) but on no rail: its key says so
  * and any request touching it, ours or a peer's, is NIXL_ERR_NO_PATH.
@@ -81,7 +87,9 @@ static int lf_mr_reg_one(lf_be_t *be, lf_rail_t *r, const nixl_be_region_t *regi
         };
         attr.device.cuda = region->cuda.device;
         *what = "fi_mr_regattr (FI_HMEM_CUDA)";
-        return fi_mr_regattr(r->domain, &attr, 0, mr);
+        /* shm before 2.6.1 is given no IPC (it completes too early). */
+        uint64_t flags = be->shm_hmem && !be->shm_ipc_landed ? 0 : FI_HMEM_DEVICE_ONLY;
+        return fi_mr_regattr(r->domain, &attr, flags, mr);
     }
     *what = "fi_mr_reg";
     return fi_mr_reg(r->domain, addr, region->len, access, 0, r->next_key, 0, mr, NULL);
@@ -117,8 +125,10 @@ nixl_status_t lf_reg(void *bev, const nixl_be_region_t *region, void **md_out)
     g->addr = region->addr;
     g->len = region->len;
     int vram = region->mem_type == NIXL_MEM_VRAM;
-    if (vram)
+    if (vram) {
         g->cuda_ctx = region->cuda.ctx;
+        g->cuda_ipc = (region->cuda.flags & NIXL_CUDA_MEM_LEGACY_IPC) != 0;
+    }
     nixl_status_t st = NIXL_OK;
     pthread_mutex_lock(&be->lock);
     if (vram && !be->hmem) {

@@ -428,6 +428,29 @@ static void lf_shm_sweep(lf_be_t *be)
         LF_INFO(be, "libfabric: removed %u shm region(s) left by processes that no longer exist", removed);
 }
 
+/* Up to 2.6.0, shm's CUDA IPC copy is a cudaMemcpy, which returns before
+ * a device-to-device copy is done: the initiator's completion (and so a
+ * READ, and a WRITE's notification) came before the bytes landed
+ * (measured on an H200: 256 MiB "written" at 17 TB/s, READs verified
+ * wrong; libfabric issue 11231).  The fix (the v2.6.x branch after 2.6.0,
+ * and 2.7) copies on a stream and completes at its event, and defines
+ * the variable FI_HMEM_CUDA_ENABLE_ASYNC_COPY (on unless set false) that
+ * turns it off again.  Its version still says 2.6.0, so the variable is
+ * what tells: in params, as fi_getparams lists them. */
+int lf_shm_ipc_lands(const struct fi_param *params, int n)
+{
+    for (int i = 0; params && i < n; i++) {
+        if (!params[i].name || strcmp(params[i].name, "FI_HMEM_CUDA_ENABLE_ASYNC_COPY") != 0)
+            continue;
+        const char *v = params[i].value;
+        if (!v)
+            return 1;
+        return !(strcmp(v, "0") == 0 || strcasecmp(v, "false") == 0 || strcasecmp(v, "no") == 0 ||
+                 strcasecmp(v, "off") == 0);
+    }
+    return 0;
+}
+
 static void lf_set_modes(lf_be_t *be, const struct fi_info *info, int dc)
 {
     int mr_mode = info->domain_attr->mr_mode;
@@ -441,6 +464,10 @@ static void lf_set_modes(lf_be_t *be, const struct fi_info *info, int dc)
     shortname[n] = 0;
     snprintf(be->path_write, sizeof(be->path_write), "libfabric.%s.write", shortname);
     snprintf(be->path_read, sizeof(be->path_read), "libfabric.%s.read", shortname);
+    snprintf(be->path_ipc_write, sizeof(be->path_ipc_write), "libfabric.%s.ipc.write", shortname);
+    snprintf(be->path_ipc_read, sizeof(be->path_ipc_read), "libfabric.%s.ipc.read", shortname);
+    snprintf(be->path_sar_write, sizeof(be->path_sar_write), "libfabric.%s.sar.write", shortname);
+    snprintf(be->path_sar_read, sizeof(be->path_sar_read), "libfabric.%s.sar.read", shortname);
     be->addr_format = info->addr_format;
     be->virt_addr = (mr_mode & FI_MR_VIRT_ADDR) != 0;
     be->prov_key = (mr_mode & FI_MR_PROV_KEY) != 0;
@@ -522,6 +549,16 @@ nixl_status_t lf_rails_open(lf_be_t *be)
     }
     lf_set_modes(be, pick[0], dc);
     be->hmem = hmem;
+    be->shm_hmem = hmem && strcmp(be->prov_name, "shm") == 0;
+    be->prov_version = pick[0]->fabric_attr->prov_version;
+    if (be->shm_hmem) {
+        struct fi_param *params = NULL;
+        int nparams = 0;
+        if (fi_getparams(&params, &nparams) == 0) {
+            be->shm_ipc_landed = lf_shm_ipc_lands(params, nparams);
+            fi_freeparams(params);
+        }
+    }
     if (be->cuda_driver && !hmem)
         LF_INFO(be, "libfabric: provider %s has no CUDA HMEM support (FI_HMEM): VRAM registered with it reaches no "
                     "peer (cross-host GPU memory needs EFA or verbs with HMEM)",

@@ -16,7 +16,8 @@
  * rest is posted by progress as completions free slots, so post never
  * waits and -FI_EAGAIN only defers to the next progress.  Runs of
  * operations on one rail go out with FI_MORE but the last.  Requests of
- * local VRAM are posted only from ops, with their context bound.
+ * local VRAM are posted with their context bound, by ops and the progress
+ * thread alike.
  *
  * Once every operation completed the request syncs: a WRITE is done only
  * when its data landed, by a FENCE per rail pair the target answers (providers
@@ -291,8 +292,11 @@ static void lf_req_pump(lf_be_t *be, lf_req_t *r)
 }
 
 /* The context rule: a post of local VRAM runs with the memory's context
- * current, bound (and restored) with the ABI's helper.  Posts of VRAM
- * happen inside ops only: the progress thread leaves them to the next op. */
+ * current, bound (and restored) with the ABI's helper, on whichever
+ * thread posts: an op's or the progress thread.  (The progress thread once
+ * left VRAM posts to the next op, so a request larger than the transmit
+ * window stalled until the application polled it: a target waiting for
+ * the notification before the initiator polled never got it.) */
 static const nixl_host_cuda_t *lf_cuda(const lf_be_t *be)
 {
     const nixl_host_services_t *h = be->host;
@@ -307,11 +311,14 @@ void lf_reqs_pump(lf_be_t *be, int in_op)
         if (r->state == LF_REQ_RUN) {
             if (!r->cuda_ctx) {
                 lf_req_pump(be, r);
-            } else if (in_op) {
+            } else {
                 nixl_be_ctx_scope_t scope;
                 const nixl_host_cuda_t *cuda = lf_cuda(be);
                 nixl_status_t st = nixl_be_ctx_enter(cuda, r->cuda_ctx, &scope);
-                lf_req_pump(be, r);
+                /* An op posts even if the bind failed (the provider says
+                 * what it thinks); the progress thread leaves it to one. */
+                if (st == NIXL_OK || in_op)
+                    lf_req_pump(be, r);
                 if (st == NIXL_OK)
                     nixl_be_ctx_leave(cuda, &scope);
             }
@@ -420,6 +427,33 @@ static nixl_status_t lf_piece_rails_cached(lf_be_t *be, lf_rail_cache_t *rc, con
     return NIXL_OK;
 }
 
+/* The path of a request over shm with FI_HMEM, from what shm decides by
+ * (smr_select_proto, libfabric 1.20 to 2.6): a piece from our VRAM goes by
+ * CUDA IPC (the peer opens our memory and copies once, whatever its side
+ * is) when its registration says FI_HMEM_DEVICE_ONLY (VRAM, when shm's
+ * IPC completes after the data landed: lf_mem.c), it is one iov (every
+ * post), libfabric's CUDA IPC is on and the memory has a legacy IPC
+ * handle; otherwise through shm's bounce buffers in host memory (SAR, two
+ * copies).  FI_HMEM also turns shm's cross-memory attach off, so host
+ * memory of ours goes through the bounce buffers too: the provider's host
+ * path, named so, not a fallback.  GPU memory staged is the field
+ * report's fallback: counted, refusable. */
+void lf_shm_path(const lf_be_t *be, lf_req_t *r, const nixl_be_xfer_t *x, int all_ipc)
+{
+    int wr = x->op == NIXL_OP_WRITE;
+    if (x->local_mem == NIXL_MEM_VRAM && be->shm_ipc_landed && be->shm_cuda_ipc && all_ipc) {
+        r->hdr.path = wr ? be->path_ipc_write : be->path_ipc_read;
+        return;
+    }
+    r->hdr.path = wr ? be->path_sar_write : be->path_sar_read;
+    if (x->local_mem != NIXL_MEM_VRAM)
+        return;
+    r->hdr.fallback = 1;
+    r->cause = !be->shm_ipc_landed ? "this libfabric's shm completes CUDA IPC copies before they land"
+               : !be->shm_cuda_ipc ? "libfabric's CUDA IPC is off (GPUs without peer access between all of them)"
+                                   : "GPU memory without a legacy CUDA IPC handle (cuMemCreate, expandable segments)";
+}
+
 nixl_status_t lf_xfer_prepare(void *bev, const nixl_be_xfer_t *x, nixl_be_req_t **req_out)
 {
     lf_be_t *be = bev;
@@ -436,11 +470,15 @@ nixl_status_t lf_xfer_prepare(void *bev, const nixl_be_xfer_t *x, nixl_be_req_t 
     uint64_t maxm = be->max_msg;
     size_t nops = 0;
     lf_rail_cache_t rc = {0};
+    int all_ipc = 1;
     for (size_t i = 0; i < x->count; i++) {
         uint64_t len = x->iov[i].len;
+        const lf_reg_t *prev = rc.lg;
         nixl_status_t st = lf_piece_rails_cached(be, &rc, &x->iov[i], i);
         if (st != NIXL_OK)
             return st;
+        if (rc.lg != prev)
+            all_ipc &= rc.lg->cuda_ipc;
         unsigned nr = rc.n;
         if (nr > 1 && len >= be->stripe_min) {
             uint64_t part = lf_stripe_part(len, nr);
@@ -501,6 +539,8 @@ nixl_status_t lf_xfer_prepare(void *bev, const nixl_be_xfer_t *x, nixl_be_req_t 
     r->state = LF_REQ_IDLE;
     r->hdr.path = x->op == NIXL_OP_WRITE ? be->path_write : be->path_read;
     r->hdr.fallback = 0;
+    if (be->shm_hmem)
+        lf_shm_path(be, r, x, all_ipc);
     *req_out = &r->hdr;
     return NIXL_OK;
 }
@@ -566,6 +606,8 @@ nixl_status_t lf_xfer_post(void *bev, nixl_be_req_t *req, const void *notif, siz
     r->notif_wait = 0;
     r->fence_wait = 0;
     r->tag = r->conn->next_tag++;
+    if (r->hdr.fallback)
+        be->host->fallback(be->host->ctx, r->hdr.path, r->cause);
     lf_req_list_add(be, r);
     lf_req_pump(be, r);
     lf_progress_op_locked(be);

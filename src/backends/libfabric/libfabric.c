@@ -199,6 +199,8 @@ static uint64_t lf_random_inst(void)
     return v;
 }
 
+static int lf_cuda_ipc_rule(const lf_be_t *be);
+
 static nixl_status_t lf_create(const nixl_host_services_t *host, const nixl_param_t *params, size_t num_params,
                                void **be_out)
 {
@@ -238,6 +240,20 @@ static nixl_status_t lf_create(const nixl_host_services_t *host, const nixl_para
     st = lf_intranode_check(be);
     if (st != NIXL_OK)
         goto err_rails;
+    if (be->shm_hmem) {
+        be->shm_cuda_ipc = lf_cuda_ipc_rule(be);
+        unsigned pv = be->prov_version >> 16, rev = (be->prov_version & 0xffffu) / 10;
+        if (!be->shm_ipc_landed)
+            LF_WARN(be, "libfabric: the shm provider of libfabric %u.%u.%u completes a CUDA IPC copy before its bytes "
+                        "land (a cudaMemcpy, asynchronous between devices; fixed where FI_HMEM_CUDA_ENABLE_ASYNC_COPY "
+                        "exists and is on): GPU memory is staged through host buffers instead, path "
+                        "libfabric.shm.sar, a counted fallback",
+                    pv / 100, pv % 100, rev);
+        else if (!be->shm_cuda_ipc)
+            LF_WARN(be, "libfabric: provider shm has no CUDA IPC here (several GPUs without peer access between all "
+                        "of them): GPU memory is staged through host buffers, path libfabric.shm.sar, a counted "
+                        "fallback");
+    }
     st = lf_rails_locality(be);
     if (st != NIXL_OK)
         goto err_rails;
@@ -404,6 +420,37 @@ static int lf_cuda_ordinal(const lf_be_t *be, const char *bus_id)
     (void)bus_id;
 #endif
     return -1;
+}
+
+/* libfabric's own rule for CUDA IPC (src/hmem_cuda.c, 1.19 to 2.6): on
+ * when this process sees one GPU, or every pair of its GPUs has peer
+ * access; otherwise shm moves GPU memory through host bounce buffers. */
+static int lf_cuda_ipc_rule(const lf_be_t *be)
+{
+#ifdef NIXL_HAVE_CUDA_H
+    const nixl_host_services_t *h = be->host;
+    size_t need = offsetof(nixl_host_services_t, cuda) + sizeof(h->cuda);
+    if (h->struct_size < need || !h->cuda || !h->cuda->api)
+        return 0;
+    const nixl_cuda_api_t *cu = h->cuda->api();
+    if (!cu || cu->device_count < 1)
+        return 0;
+    for (int i = 0; i < cu->device_count; i++) {
+        for (int j = 0; j < cu->device_count; j++) {
+            CUdevice a, b;
+            int ok = 0;
+            if (i == j)
+                continue;
+            if (cu->cuDeviceGet(&a, i) != CUDA_SUCCESS || cu->cuDeviceGet(&b, j) != CUDA_SUCCESS ||
+                cu->cuDeviceCanAccessPeer(&ok, a, b) != CUDA_SUCCESS || !ok)
+                return 0;
+        }
+    }
+    return 1;
+#else
+    (void)be;
+    return 0;
+#endif
 }
 
 static void lf_describe_text(lf_be_t *be, lf_topo_t *t, lf_text_t *out)

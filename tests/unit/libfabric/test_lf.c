@@ -648,6 +648,73 @@ static void case_xfer_shm(void)
     run_xfer("shm", "", "auto");
 }
 
+/* shm_paths: over shm with FI_HMEM (a CUDA libfabric; forced here) each
+ * request is named by the protocol shm picks: our GPU memory with a legacy
+ * IPC handle by CUDA IPC, other GPU memory staged (a counted fallback with
+ * its cause), host memory through shm's bounce buffers (not a fallback).
+ * tests/gpu/run.sh checks the same names against real transfers. */
+static void case_shm_paths(void)
+{
+    side_t s;
+    side_create_or_skip(&s, "paths", "provider", "shm", NULL);
+    CHECK(strcmp(s.be->path_write, "libfabric.shm.write") == 0);
+    s.be->shm_hmem = 1;
+    static const struct {
+        nixl_op_t op;
+        nixl_mem_t mem;
+        int landed, rule, ipc;
+        const char *path;
+        int fallback;
+        const char *cause;
+    } want[] = {
+        {NIXL_OP_WRITE, NIXL_MEM_VRAM, 1, 1, 1, "libfabric.shm.ipc.write", 0, NULL},
+        {NIXL_OP_READ, NIXL_MEM_VRAM, 1, 1, 1, "libfabric.shm.ipc.read", 0, NULL},
+        {NIXL_OP_WRITE, NIXL_MEM_VRAM, 0, 1, 1, "libfabric.shm.sar.write", 1, "before they land"},
+        {NIXL_OP_WRITE, NIXL_MEM_VRAM, 1, 1, 0, "libfabric.shm.sar.write", 1, "legacy CUDA IPC"},
+        {NIXL_OP_READ, NIXL_MEM_VRAM, 1, 0, 1, "libfabric.shm.sar.read", 1, "IPC is off"},
+        {NIXL_OP_WRITE, NIXL_MEM_DRAM, 1, 1, 1, "libfabric.shm.sar.write", 0, NULL},
+        {NIXL_OP_READ, NIXL_MEM_DRAM, 0, 0, 0, "libfabric.shm.sar.read", 0, NULL},
+    };
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+        s.be->shm_ipc_landed = want[i].landed;
+        s.be->shm_cuda_ipc = want[i].rule;
+        nixl_be_xfer_t x = {.op = want[i].op, .local_mem = want[i].mem, .remote_mem = NIXL_MEM_VRAM};
+        lf_req_t r;
+        memset(&r, 0, sizeof(r));
+        r.hdr.path = s.be->path_write;
+        lf_shm_path(s.be, &r, &x, want[i].ipc);
+        if (strcmp(r.hdr.path, want[i].path) != 0 || (int)r.hdr.fallback != want[i].fallback ||
+            (want[i].cause && !(r.cause && strstr(r.cause, want[i].cause)))) {
+            fprintf(stderr, "row %zu: path %s fallback %u cause %s, want %s fallback %d\n", i, r.hdr.path,
+                    (unsigned)r.hdr.fallback, r.cause ? r.cause : "-", want[i].path, want[i].fallback);
+            exit(1);
+        }
+    }
+    s.be->shm_hmem = 0;
+    /* Which libfabric completes IPC copies once they landed: the one that
+     * defines FI_HMEM_CUDA_ENABLE_ASYNC_COPY, unless it is set false. */
+    struct fi_param ps[] = {{"FI_HMEM", FI_PARAM_STRING, "", NULL},
+                            {"FI_HMEM_CUDA_ENABLE_ASYNC_COPY", FI_PARAM_BOOL, "", NULL}};
+    CHECK(!lf_shm_ipc_lands(ps, 1) && !lf_shm_ipc_lands(NULL, 0) && lf_shm_ipc_lands(ps, 2));
+    static const char *on[] = {"1", "yes", "TRUE", "on"}, *off[] = {"0", "no", "False", "OFF"};
+    for (size_t i = 0; i < 4; i++) {
+        ps[1].value = on[i];
+        CHECK(lf_shm_ipc_lands(ps, 2));
+        ps[1].value = off[i];
+        CHECK(!lf_shm_ipc_lands(ps, 2));
+    }
+    /* This host's libfabric (1.17) has no such variable. */
+    struct fi_param *mine = NULL;
+    int nmine = 0;
+    if (fi_getparams(&mine, &nmine) == 0) {
+        CHECK(nmine > 0);
+        printf("this libfabric: %d variables, IPC copies %s\n", nmine,
+               lf_shm_ipc_lands(mine, nmine) ? "tracked" : "not tracked");
+        fi_freeparams(mine);
+    }
+    side_destroy(&s);
+}
+
 /* Two rails (lo and another interface): big pieces are striped, each rail
  * fenced, the notification waits for every write of both. */
 static void case_rails(void)
@@ -1634,6 +1701,7 @@ static const struct {
     {"describe", case_describe},     {"vram_no_hmem", case_vram_no_hmem}, {"intranode", case_intranode},
     {"params", case_params},         {"conn_corrupt", case_conn_corrupt}, {"rkey_corrupt", case_rkey_corrupt},
     {"xfer_tcp", case_xfer_tcp},     {"xfer_shm", case_xfer_shm},         {"rails", case_rails},
+    {"shm_paths", case_shm_paths},
     {"xfer_tcp_count", case_xfer_tcp_count}, {"xfer_tcp_delivery", case_xfer_tcp_delivery},
     {"counting", case_counting},     {"cancel", case_cancel},             {"cancel_count", case_cancel_count},
     {"silent_peer", case_silent_peer},
