@@ -1,12 +1,14 @@
 /*
  * socket.c - metadata over TCP (see socket.h for the wire format).
  *
- * The listener is one thread serving one connection at a time: the traffic
- * is a handful of small exchanges at start-up, so serialising them keeps the
- * handlers simple (they never run concurrently).  Every peer is untrusted:
- * each connection gets a fixed deadline and every frame is validated before
- * a handler sees it.  All sockets are non-blocking and every wait is a
- * poll() that also watches the stop pipe, so stopping is bounded.
+ * The listener is one thread serving every connection at once (an epoll
+ * loop, below): a silent or slow peer holds a slot, not the listener.  Its
+ * handlers still run one at a time, so they never run concurrently.  Every
+ * peer is untrusted: each connection gets a fixed deadline, connections are
+ * capped in all and per source address, payload memory grows only with the
+ * bytes that arrived, and every frame is validated before a handler sees
+ * it.  All sockets are non-blocking and the stop pipe is in the loop, so
+ * stopping is bounded.
  * The client calls open one connection per request with one deadline
  * covering connect, send and reply.
  */
@@ -23,6 +25,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdatomic.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -45,7 +49,9 @@ enum {
 #define SOCK_SERVE_DEADLINE_MS 1000
 /* Pause after accept() fails for lack of resources, so the loop does not spin. */
 #define SOCK_ACCEPT_BACKOFF_MS 100
-#define SOCK_BACKLOG 64
+/* As many as the listener holds: a burst of connects must not overflow the
+ * accept queue while the thread is busy (SYNs dropped wait 1 s to retry). */
+#define SOCK_BACKLOG 1024
 /* "[v6 address]:port" */
 #define SOCK_PEER_STR_LEN (INET6_ADDRSTRLEN + 8)
 
@@ -57,13 +63,22 @@ typedef struct frame_hdr {
     uint32_t len;
 } frame_hdr_t;
 
+struct sconn;
+
 struct nixl_md_listener {
     int fd;
-    int stop_rd; /* stays readable once stop wrote to it: wakes every poll */
+    int stop_rd; /* stays readable once stop wrote to it: wakes the loop */
     int stop_wr;
+    int epfd;
     uint16_t port;
     nixl_md_handlers_t handlers;
     pthread_t thread;
+    /* The listener thread's own (connections, oldest first). */
+    struct sconn *head, *tail;
+    uint64_t last_warn_ns, unsaid, backoff_until_ns;
+    /* Read by nixl_md_listener_stats from any thread. */
+    _Atomic size_t nconns, peak_conns, payload_bytes, peak_payload_bytes;
+    _Atomic uint64_t accepted, evicted, expired;
 };
 
 /* ------------------------------------------------------------------------
@@ -345,29 +360,95 @@ static void sock_addr_str(const struct sockaddr_storage *ss, char *out, size_t c
 }
 
 /* ------------------------------------------------------------------------
- * Listener
+ * Listener: one thread, every connection at once
+ *
+ * An epoll loop over the listening socket, the stop pipe and every
+ * accepted connection, each a small state machine (header, payload,
+ * reply).  A connection that sends nothing, or a header claiming 64 MiB
+ * and then nothing, costs one slot until its deadline and no one else's
+ * time.  Handlers still run one at a time, on this thread.  Bounds:
+ * SOCK_MAX_CONNS connections in all and SOCK_MAX_PER_SOURCE from one
+ * address (a new connection over either evicts the oldest one of that
+ * address, else the oldest of all: a legitimate request is served in
+ * milliseconds, so the oldest is the one stalling); payload buffers grow
+ * only as bytes arrive, and all of them together stay under
+ * SOCK_PAYLOAD_BUDGET.
  * ------------------------------------------------------------------------ */
 
-/* Logs why a read or write on a served connection ended early. */
-static void serve_io_fail(const char *peer, const char *what, io_result_t r, const sock_io_t *io)
+#define SOCK_MAX_CONNS 1024
+#define SOCK_MAX_PER_SOURCE 128
+#define SOCK_PAYLOAD_BUDGET (256u << 20)
+#define SOCK_PAYLOAD_STEP (64u << 10)
+/* Warnings about many connections at once: at most one a second. */
+#define SOCK_WARN_INTERVAL_NS 1000000000ull
+
+typedef enum { CONN_HDR, CONN_PAYLOAD, CONN_REPLY } conn_state_t;
+
+typedef struct sconn {
+    int fd;
+    conn_state_t state;
+    uint64_t deadline_ns;
+    struct sockaddr_storage src; /* the port is ignored when comparing sources */
+    char peer[SOCK_PEER_STR_LEN];
+    uint8_t hdr[SOCK_HDR_LEN];
+    size_t hdr_got;
+    frame_hdr_t req;
+    uint8_t *payload;
+    size_t cap, got;
+    uint8_t rep[SOCK_HDR_LEN];
+    void *blob;
+    size_t out_len, out_off; /* reply: header then blob */
+    struct sconn *prev, *next;  /* accept order, oldest first */
+} sconn_t;
+
+static int src_same(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
 {
-    switch (r) {
-    case IO_STOPPED:
-        NIXL_DEBUG("md listener: stopping; dropped the connection from %s while %s", peer, what);
-        break;
-    case IO_TIMEOUT:
-        NIXL_WARN("md listener: %s did not complete within %d ms while %s; connection closed", peer,
-                  SOCK_SERVE_DEADLINE_MS, what);
-        break;
-    case IO_EOF:
-        NIXL_WARN("md listener: %s closed the connection while %s (truncated frame)", peer, what);
-        break;
-    case IO_SYSERR:
-        NIXL_WARN("md listener: %s: error while %s: %s", peer, what, strerror(io->sys_err));
-        break;
-    case IO_OK:
-        break;
+    if (a->ss_family != b->ss_family)
+        return 0;
+    if (a->ss_family == AF_INET)
+        return ((const struct sockaddr_in *)a)->sin_addr.s_addr == ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+    if (a->ss_family == AF_INET6)
+        return memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr, &((const struct sockaddr_in6 *)b)->sin6_addr,
+                      sizeof(struct in6_addr)) == 0;
+    return 0;
+}
+
+static void conn_close(nixl_md_listener_t *l, sconn_t *c)
+{
+    epoll_ctl(l->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+    close(c->fd);
+    l->payload_bytes -= c->cap;
+    free(c->payload);
+    free(c->blob);
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        l->head = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    else
+        l->tail = c->prev;
+    l->nconns--;
+    free(c);
+}
+
+/* A warning that many connections may trigger at once: the first, then
+ * one a second with how many were left unsaid. */
+static void listener_warn_limited(nixl_md_listener_t *l, const char *fmt, const char *peer, const char *what)
+{
+    uint64_t now = nixl_now_ns();
+    if (now - l->last_warn_ns < SOCK_WARN_INTERVAL_NS && l->last_warn_ns) {
+        l->unsaid++;
+        return;
     }
+    char line[256];
+    snprintf(line, sizeof(line), fmt, peer, what);
+    if (l->unsaid)
+        NIXL_WARN("md listener: %s (and %llu similar since the last such line)", line, (unsigned long long)l->unsaid);
+    else
+        NIXL_WARN("md listener: %s", line);
+    l->unsaid = 0;
+    l->last_warn_ns = now;
 }
 
 /* Runs the handler for a validated request; *blob_out is set for FETCH. */
@@ -416,80 +497,159 @@ static nixl_status_t serve_dispatch(nixl_md_listener_t *l, const char *peer, con
     }
 }
 
-static void listener_serve(nixl_md_listener_t *l, int fd, const char *peer)
+/* Writes what the socket takes of the reply; 1 when it is all out. */
+static int conn_write(sconn_t *c)
 {
-    sock_io_t io = {.fd = fd, .stop_fd = l->stop_rd,
-                    .deadline_ns = nixl_now_ns() + (uint64_t)SOCK_SERVE_DEADLINE_MS * 1000000u};
-    uint8_t raw[SOCK_HDR_LEN];
-    frame_hdr_t req;
-    char why[128];
-    size_t got = 0;
-    uint8_t *payload = NULL;
-    void *blob = NULL;
-    size_t blob_len = 0;
-
-    io_result_t r = io_read_full(&io, raw, sizeof(raw), &got);
-    if (r == IO_EOF && got == 0) {
-        /* Port probes and health checks do this; not worth a warning. */
-        NIXL_INFO("md listener: %s closed the connection without sending a request", peer);
-        return;
-    }
-    if (r != IO_OK) {
-        serve_io_fail(peer, "reading the request header", r, &io);
-        return;
-    }
-    hdr_decode(raw, &req);
-    if (request_check(&req, why, sizeof(why))) {
-        NIXL_WARN("md listener: bad request from %s: %s; connection closed", peer, why);
-        return;
-    }
-
-    if (req.len > 0) {
-        /* One spare byte so an INVALIDATE name becomes a C string. */
-        payload = malloc((size_t)req.len + 1);
-        if (!payload) {
-            NIXL_ERROR("md listener: no memory for a %u-byte request from %s", (unsigned)req.len, peer);
-            return;
+    while (c->out_off < c->out_len) {
+        struct iovec iov[2];
+        int n = 0;
+        if (c->out_off < SOCK_HDR_LEN)
+            iov[n++] = (struct iovec){c->rep + c->out_off, SOCK_HDR_LEN - c->out_off};
+        size_t boff = c->out_off > SOCK_HDR_LEN ? c->out_off - SOCK_HDR_LEN : 0;
+        if (c->blob && c->out_len > SOCK_HDR_LEN + boff)
+            iov[n++] = (struct iovec){(uint8_t *)c->blob + boff, c->out_len - SOCK_HDR_LEN - boff};
+        struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+        ssize_t k = sendmsg(c->fd, &msg, MSG_NOSIGNAL);
+        if (k < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                return 0;
+            NIXL_WARN("md listener: %s: error while writing the reply: %s", c->peer, strerror(errno));
+            return -1;
         }
-        r = io_read_full(&io, payload, req.len, &got);
-        if (r != IO_OK) {
-            if (r == IO_EOF)
-                NIXL_WARN("md listener: bad request from %s: truncated payload (%zu of %u bytes); "
-                          "connection closed",
-                          peer, got, (unsigned)req.len);
-            else
-                serve_io_fail(peer, "reading the request payload", r, &io);
-            goto out_free_payload;
-        }
-        payload[req.len] = 0;
-        if (req.type == SOCK_TYPE_INVALIDATE && name_check(payload, req.len, why, sizeof(why))) {
-            NIXL_WARN("md listener: bad request from %s: %s; connection closed", peer, why);
-            goto out_free_payload;
-        }
+        c->out_off += (size_t)k;
     }
-
-    /* The deadline bounds what the peer controls, not our handler's time. */
-    uint64_t t_handler = nixl_now_ns();
-    nixl_status_t st = serve_dispatch(l, peer, &req, payload, &blob, &blob_len);
-    io.deadline_ns += nixl_now_ns() - t_handler;
-
-    frame_hdr_t rep = {.magic = SOCK_MAGIC, .version = SOCK_VERSION, .type = SOCK_TYPE_REPLY,
-                       .status = (int32_t)st, .len = blob ? (uint32_t)blob_len : 0};
-    r = io_write_frame(&io, &rep, blob);
-    if (r != IO_OK)
-        serve_io_fail(peer, "writing the reply", r, &io);
-    else
-        shutdown(fd, SHUT_WR); /* tell the peer the reply is complete before close */
-    free(blob);
-out_free_payload:
-    free(payload);
+    shutdown(c->fd, SHUT_WR); /* tell the peer the reply is complete before close */
+    return 1;
 }
 
-/* Waits for the stop pipe up to ms; returns 1 when stop was requested. */
-static int listener_sleep(nixl_md_listener_t *l, int ms)
+/* The request is complete: run its handler, start the reply.  0: keep
+ * the connection for the rest of the reply; else close it. */
+static int conn_answer(nixl_md_listener_t *l, sconn_t *c)
 {
-    struct pollfd p = {.fd = l->stop_rd, .events = POLLIN};
-    return poll(&p, 1, ms) > 0;
+    void *blob = NULL;
+    size_t blob_len = 0;
+    nixl_status_t st = serve_dispatch(l, c->peer, &c->req, c->payload, &blob, &blob_len);
+    l->payload_bytes -= c->cap;
+    free(c->payload);
+    c->payload = NULL;
+    c->cap = c->got = 0;
+    frame_hdr_t rep = {.magic = SOCK_MAGIC, .version = SOCK_VERSION, .type = SOCK_TYPE_REPLY,
+                       .status = (int32_t)st, .len = blob ? (uint32_t)blob_len : 0};
+    hdr_encode(&rep, c->rep);
+    c->blob = blob;
+    c->out_len = SOCK_HDR_LEN + (blob ? blob_len : 0);
+    c->out_off = 0;
+    c->state = CONN_REPLY;
+    /* The deadline bounds what the peer controls, not our handler's time. */
+    c->deadline_ns = nixl_now_ns() + (uint64_t)SOCK_SERVE_DEADLINE_MS * 1000000u;
+    int w = conn_write(c);
+    if (w != 0)
+        return 1;
+    struct epoll_event ev = {.events = EPOLLOUT, .data.ptr = c};
+    return epoll_ctl(l->epfd, EPOLL_CTL_MOD, c->fd, &ev) != 0;
+}
+
+/* The header is in: check it, then wait for the payload or answer. */
+static int conn_header_done(nixl_md_listener_t *l, sconn_t *c)
+{
+    char why[128];
+    hdr_decode(c->hdr, &c->req);
+    if (request_check(&c->req, why, sizeof(why))) {
+        NIXL_WARN("md listener: bad request from %s: %s; connection closed", c->peer, why);
+        return 1;
+    }
+    if (c->req.len == 0)
+        return conn_answer(l, c);
+    c->state = CONN_PAYLOAD;
+    return 0;
+}
+
+/* The payload buffer grows with the bytes that came, never to the length
+ * a header claims before they come. */
+static int conn_grow(nixl_md_listener_t *l, sconn_t *c)
+{
+    size_t want = (size_t)c->req.len + 1; /* one spare byte: an INVALIDATE name becomes a C string */
+    size_t next = c->cap ? c->cap * 2 : SOCK_PAYLOAD_STEP;
+    if (next > want)
+        next = want;
+    if (l->payload_bytes - c->cap + next > SOCK_PAYLOAD_BUDGET) {
+        listener_warn_limited(l, "%s: %s; connection closed", c->peer,
+                              "the listener's payload budget is taken by other connections");
+        return -1;
+    }
+    uint8_t *p = realloc(c->payload, next);
+    if (!p) {
+        NIXL_ERROR("md listener: no memory for a %zu-byte request buffer from %s", next, c->peer);
+        return -1;
+    }
+    l->payload_bytes += next - c->cap;
+    if (l->payload_bytes > l->peak_payload_bytes)
+        l->peak_payload_bytes = l->payload_bytes;
+    c->payload = p;
+    c->cap = next;
+    return 0;
+}
+
+/* Readable: take what arrived.  0: keep the connection; else close it. */
+static int conn_read(nixl_md_listener_t *l, sconn_t *c)
+{
+    char why[128];
+    for (;;) {
+        uint8_t *dst;
+        size_t room;
+        if (c->state == CONN_HDR) {
+            dst = c->hdr + c->hdr_got;
+            room = SOCK_HDR_LEN - c->hdr_got;
+        } else if (c->state == CONN_PAYLOAD) {
+            if (c->got == c->cap && conn_grow(l, c) != 0)
+                return 1;
+            dst = c->payload + c->got;
+            room = (c->cap < (size_t)c->req.len ? c->cap : (size_t)c->req.len) - c->got;
+        } else {
+            return 0; /* replying: nothing more is read */
+        }
+        ssize_t n = recv(c->fd, dst, room, 0);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                return 0;
+            NIXL_WARN("md listener: %s: error while reading the request: %s", c->peer, strerror(errno));
+            return 1;
+        }
+        if (n == 0) {
+            if (c->state == CONN_HDR && c->hdr_got == 0)
+                /* Port probes and health checks do this; not worth a warning. */
+                NIXL_INFO("md listener: %s closed the connection without sending a request", c->peer);
+            else if (c->state == CONN_HDR)
+                NIXL_WARN("md listener: %s closed the connection while reading the request header (truncated "
+                          "frame)",
+                          c->peer);
+            else
+                NIXL_WARN("md listener: bad request from %s: truncated payload (%zu of %u bytes); connection closed",
+                          c->peer, c->got, (unsigned)c->req.len);
+            return 1;
+        }
+        if (c->state == CONN_HDR) {
+            c->hdr_got += (size_t)n;
+            if (c->hdr_got == SOCK_HDR_LEN && conn_header_done(l, c) != 0)
+                return 1;
+            if (c->state == CONN_REPLY)
+                return 0;
+            continue;
+        }
+        c->got += (size_t)n;
+        if (c->got < c->req.len)
+            continue;
+        c->payload[c->req.len] = 0;
+        if (c->req.type == SOCK_TYPE_INVALIDATE && name_check(c->payload, c->req.len, why, sizeof(why))) {
+            NIXL_WARN("md listener: bad request from %s: %s; connection closed", c->peer, why);
+            return 1;
+        }
+        return conn_answer(l, c);
+    }
 }
 
 /* Errors that concern one connection that already went away (Linux also
@@ -497,10 +657,6 @@ static int listener_sleep(nixl_md_listener_t *l, int ms)
 static int accept_error_is_transient(int err)
 {
     switch (err) {
-    case EAGAIN:
-#if EWOULDBLOCK != EAGAIN
-    case EWOULDBLOCK:
-#endif
     case EINTR:
     case ECONNABORTED:
     case EPROTO:
@@ -516,43 +672,154 @@ static int accept_error_is_transient(int err)
     }
 }
 
-static void *listener_main(void *arg)
+/* Room for one more connection from src: evict the oldest of that source
+ * when it holds its share, else the oldest of all when the listener is
+ * full. */
+static void listener_make_room(nixl_md_listener_t *l, const struct sockaddr_storage *src)
 {
-    nixl_md_listener_t *l = arg;
-
-    for (;;) {
-        struct pollfd p[2] = {{.fd = l->fd, .events = POLLIN}, {.fd = l->stop_rd, .events = POLLIN}};
-        int n = poll(p, 2, -1);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            NIXL_ERROR("md listener: poll failed: %s; listener thread exits", strerror(errno));
-            break;
+    sconn_t *oldest_src = NULL;
+    unsigned from_src = 0;
+    for (sconn_t *c = l->head; c; c = c->next) {
+        if (src_same(&c->src, src)) {
+            if (!oldest_src)
+                oldest_src = c;
+            from_src++;
         }
-        if (p[1].revents)
-            break;
-        if (!p[0].revents)
-            continue;
+    }
+    sconn_t *victim = NULL;
+    const char *why = NULL;
+    if (from_src >= SOCK_MAX_PER_SOURCE) {
+        victim = oldest_src;
+        why = "its address holds the most connections one address may have open";
+    } else if (l->nconns >= SOCK_MAX_CONNS) {
+        victim = l->head;
+        why = "the listener holds the most connections it serves at once";
+    }
+    if (!victim)
+        return;
+    l->evicted++;
+    listener_warn_limited(l, "%s: closed unanswered for a newer connection: %s", victim->peer, why);
+    conn_close(l, victim);
+}
 
+static void listener_accept(nixl_md_listener_t *l)
+{
+    for (;;) {
         struct sockaddr_storage ss;
         socklen_t slen = sizeof(ss);
         int fd = accept4(l->fd, (struct sockaddr *)&ss, &slen, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             int err = errno;
+            if (err == EAGAIN || err == EWOULDBLOCK)
+                return;
             if (accept_error_is_transient(err))
                 continue;
             /* Out of descriptors or memory (or worse): back off instead of spinning. */
             NIXL_WARN("md listener: accept failed: %s; retrying in %d ms", strerror(err), SOCK_ACCEPT_BACKOFF_MS);
-            if (listener_sleep(l, SOCK_ACCEPT_BACKOFF_MS))
-                break;
+            l->backoff_until_ns = nixl_now_ns() + (uint64_t)SOCK_ACCEPT_BACKOFF_MS * 1000000u;
+            struct epoll_event ev = {.events = 0, .data.ptr = NULL};
+            epoll_ctl(l->epfd, EPOLL_CTL_MOD, l->fd, &ev);
+            return;
+        }
+        listener_make_room(l, &ss);
+        sconn_t *c = calloc(1, sizeof(*c));
+        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
+        if (!c || epoll_ctl(l->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
+            NIXL_ERROR("md listener: cannot take a connection: %s", c ? strerror(errno) : "out of memory");
+            free(c);
+            close(fd);
             continue;
         }
-        char peer[SOCK_PEER_STR_LEN];
-        sock_addr_str(&ss, peer, sizeof(peer));
+        c->fd = fd;
+        c->src = ss;
+        sock_addr_str(&ss, c->peer, sizeof(c->peer));
         sock_set_nodelay(fd);
-        listener_serve(l, fd, peer);
-        close(fd);
+        c->deadline_ns = nixl_now_ns() + (uint64_t)SOCK_SERVE_DEADLINE_MS * 1000000u;
+        c->prev = l->tail;
+        if (l->tail)
+            l->tail->next = c;
+        else
+            l->head = c;
+        l->tail = c;
+        l->nconns++;
+        if (l->nconns > l->peak_conns)
+            l->peak_conns = l->nconns;
+        l->accepted++;
     }
+}
+
+/* Closes the connections past their deadline; returns the time to the
+ * next deadline in ms (-1: none). */
+static int listener_expire(nixl_md_listener_t *l)
+{
+    uint64_t now = nixl_now_ns(), next = UINT64_MAX;
+    sconn_t *c = l->head;
+    while (c) {
+        sconn_t *n = c->next;
+        if (c->deadline_ns <= now) {
+            const char *what = c->state == CONN_HDR       ? "reading the request header"
+                               : c->state == CONN_PAYLOAD ? "reading the request payload"
+                                                          : "writing the reply";
+            l->expired++;
+            char fmt[96];
+            snprintf(fmt, sizeof(fmt), "%%s did not complete within %d ms while %%s; connection closed",
+                     SOCK_SERVE_DEADLINE_MS);
+            listener_warn_limited(l, fmt, c->peer, what);
+            conn_close(l, c);
+        } else if (c->deadline_ns < next) {
+            next = c->deadline_ns;
+        }
+        c = n;
+    }
+    if (l->backoff_until_ns) {
+        if (l->backoff_until_ns <= now) {
+            l->backoff_until_ns = 0;
+            struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
+            epoll_ctl(l->epfd, EPOLL_CTL_MOD, l->fd, &ev);
+        } else if (l->backoff_until_ns < next) {
+            next = l->backoff_until_ns;
+        }
+    }
+    if (next == UINT64_MAX)
+        return -1;
+    uint64_t ms = (next - now + 999999) / 1000000;
+    return ms > INT32_MAX ? INT32_MAX : (int)ms;
+}
+
+static void *listener_main(void *arg)
+{
+    nixl_md_listener_t *l = arg;
+    struct epoll_event evs[64];
+    for (;;) {
+        int timeout = listener_expire(l);
+        int n = epoll_wait(l->epfd, evs, 64, timeout);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            NIXL_ERROR("md listener: epoll_wait failed: %s; listener thread exits", strerror(errno));
+            break;
+        }
+        int stop = 0, accept_ready = 0;
+        for (int i = 0; i < n; i++) {
+            sconn_t *c = evs[i].data.ptr;
+            if (c == NULL) {
+                accept_ready = 1;
+            } else if (c == (sconn_t *)&l->stop_rd) {
+                stop = 1;
+            } else {
+                /* POLLERR/POLLHUP included: the next read or write reports it. */
+                int done = c->state == CONN_REPLY ? conn_write(c) != 0 : conn_read(l, c) != 0;
+                if (done)
+                    conn_close(l, c);
+            }
+        }
+        if (stop)
+            break;
+        if (accept_ready)
+            listener_accept(l);
+    }
+    while (l->head)
+        conn_close(l, l->head);
     return NULL;
 }
 
@@ -627,6 +894,14 @@ nixl_status_t nixl_md_listener_start(const char *addr, uint16_t port, const nixl
     }
     l->stop_rd = pfd[0];
     l->stop_wr = pfd[1];
+    l->epfd = epoll_create1(EPOLL_CLOEXEC);
+    struct epoll_event lev = {.events = EPOLLIN, .data.ptr = NULL};
+    struct epoll_event sev = {.events = EPOLLIN, .data.ptr = &l->stop_rd};
+    if (l->epfd < 0 || epoll_ctl(l->epfd, EPOLL_CTL_ADD, l->fd, &lev) != 0 ||
+        epoll_ctl(l->epfd, EPOLL_CTL_ADD, l->stop_rd, &sev) != 0) {
+        NIXL_ERROR("md listener: epoll setup failed: %s", strerror(errno));
+        goto err_close_pipe;
+    }
 
     int rc = listener_spawn(l);
     if (rc != 0) {
@@ -638,6 +913,8 @@ nixl_status_t nixl_md_listener_start(const char *addr, uint16_t port, const nixl
     return NIXL_OK;
 
 err_close_pipe:
+    if (l->epfd >= 0)
+        close(l->epfd);
     close(l->stop_rd);
     close(l->stop_wr);
 err_close_fd:
@@ -650,6 +927,20 @@ err_free:
 uint16_t nixl_md_listener_port(const nixl_md_listener_t *listener)
 {
     return listener ? listener->port : 0;
+}
+
+void nixl_md_listener_stats(const nixl_md_listener_t *l, nixl_md_listener_stats_t *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (!l)
+        return;
+    out->conns = l->nconns;
+    out->peak_conns = l->peak_conns;
+    out->payload_bytes = l->payload_bytes;
+    out->peak_payload_bytes = l->peak_payload_bytes;
+    out->accepted = l->accepted;
+    out->evicted = l->evicted;
+    out->expired = l->expired;
 }
 
 void nixl_md_listener_stop(nixl_md_listener_t *listener)
@@ -665,6 +956,7 @@ void nixl_md_listener_stop(nixl_md_listener_t *listener)
         /* Cannot happen on an empty pipe; joining would hang, so say why. */
         NIXL_ERROR("md listener: cannot signal stop: %s", strerror(errno));
     pthread_join(listener->thread, NULL);
+    close(listener->epfd);
     close(listener->stop_rd);
     close(listener->stop_wr);
     close(listener->fd);

@@ -25,7 +25,7 @@
 
 typedef struct nixl_md_listener nixl_md_listener_t;
 
-/* Called on the listener thread. */
+/* Called on the listener thread, one at a time. */
 typedef struct nixl_md_handlers {
     void *arg;
     /* A peer sent its blob. */
@@ -40,6 +40,14 @@ typedef struct nixl_md_handlers {
 nixl_status_t nixl_md_listener_start(const char *addr, uint16_t port, const nixl_md_handlers_t *handlers,
                                      nixl_md_listener_t **listener_out);
 uint16_t nixl_md_listener_port(const nixl_md_listener_t *listener);
+/* What the listener holds and did (counters since start), for tests and
+ * diagnostics; safe from any thread. */
+typedef struct nixl_md_listener_stats {
+    size_t conns, peak_conns;                /* connections open now, and at most */
+    size_t payload_bytes, peak_payload_bytes; /* request buffers held now, and at most */
+    uint64_t accepted, evicted, expired;     /* evicted: closed for a newer one (caps) */
+} nixl_md_listener_stats_t;
+void nixl_md_listener_stats(const nixl_md_listener_t *listener, nixl_md_listener_stats_t *out);
 /* Stop the thread (bounded time: in-flight connections are cut), free. */
 void nixl_md_listener_stop(nixl_md_listener_t *listener);
 
