@@ -14,6 +14,8 @@
 #include <sys/stat.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+/* A harness may define it: run once after the last input (final checks). */
+void fuzz_replay_done(void) __attribute__((weak));
 
 static int run_file(const char *path)
 {
@@ -100,6 +102,8 @@ int main(int argc, char **argv)
             return 1;
         total += ran;
     }
+    if (fuzz_replay_done)
+        fuzz_replay_done();
     printf("replay: ran %ld inputs\n", total);
     /* An empty corpus would make this test pass while testing nothing. */
     return total > 0 ? 0 : 1;
