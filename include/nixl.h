@@ -78,6 +78,7 @@ extern "C" {
     X(NIXL_ERR_PEER_GONE, -45, "peer process vanished")                                           \
     X(NIXL_ERR_SELF, -46, "an agent cannot load its own metadata")                                \
     X(NIXL_ERR_NAME_TAKEN, -47, "agent name already in use")                                      \
+    X(NIXL_ERR_NOT_AUTHENTICATED, -48, "metadata not authenticated: no MAC, a wrong one, or a replay")   \
     X(NIXL_ERR_IN_FLIGHT, -60, "request still in flight")                                         \
     X(NIXL_ERR_CANCELED, -61, "request canceled")                                                 \
     X(NIXL_ERR_NO_PATH, -62, "no backend can reach that peer with that memory")                  \

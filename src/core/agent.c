@@ -124,11 +124,12 @@ static int addr_is_loopback(const char *addr)
 static void listener_warn_exposed(const nixl_agent_t *a, const char *addr)
 {
     static atomic_int warned;
-    if (addr_is_loopback(addr) || atomic_exchange(&warned, 1))
+    if (a->md_key || addr_is_loopback(addr) || atomic_exchange(&warned, 1))
         return;
     NIXL_WARN("agent %s: the metadata listener on %s:%u is not authenticated: whoever reaches the port can load "
-              "metadata under any agent name or invalidate a peer. Set NIXL_LISTEN_ADDR=127.0.0.1 when the peers "
-              "are on this host, or keep the port reachable only from the cluster (docs/trust.md)",
+              "metadata under any agent name or invalidate a peer. Set NIXL_MD_SECRET_FILE to a secret the "
+              "deployment's agents share, or NIXL_LISTEN_ADDR=127.0.0.1 when the peers are on this host, or keep "
+              "the port reachable only from the cluster (docs/trust.md)",
               a->name, addr ? addr : "?", (unsigned)nixl_md_listener_port(a->listener));
 }
 
@@ -193,8 +194,18 @@ NIXL_API nixl_status_t nixl_agent_create(const nixl_agent_config_t *cfg, nixl_ag
     if (a->progress_interval_us == 0)
         a->progress_interval_us = 1;
 
+    const char *secret = nixl_cfg_get("NIXL_MD_SECRET_FILE");
+    if (secret && *secret) {
+        st = nixl_md_key_load(secret, &a->md_key);
+        if (st != NIXL_OK) {
+            NIXL_ERROR("agent %s: NIXL_MD_SECRET_FILE=%s cannot be used (%s): the agent is not created rather than "
+                       "run unauthenticated",
+                       a->name, secret, nixl_strerror(st));
+            goto err_stats;
+        }
+    }
     if (listen) {
-        nixl_md_handlers_t h = {a, on_load, on_fetch, on_invalidate};
+        nixl_md_handlers_t h = {a, on_load, on_fetch, on_invalidate, a->md_key};
         uint16_t port = (cfg->field_mask & NIXL_AGENT_CONFIG_LISTEN_PORT) ? cfg->listen_port : 0;
         const char *laddr = nixl_cfg_get("NIXL_LISTEN_ADDR");
         st = nixl_md_listener_start(laddr, port, &h, &a->listener);
@@ -220,6 +231,7 @@ err_listener:
     if (a->listener)
         nixl_md_listener_stop(a->listener);
 err_stats:
+    nixl_md_key_free(a->md_key);
     nixl_stats_destroy(a->stats);
 err_free:
     pthread_mutex_destroy(&a->inbox.lock);
@@ -254,6 +266,7 @@ NIXL_API void nixl_agent_destroy(nixl_agent_t *a)
         free(it);
     }
     nixl_agent_unlock(a);
+    nixl_md_key_free(a->md_key);
     nixl_stats_destroy(a->stats);
     pthread_mutex_destroy(&a->inbox.lock);
     pthread_mutex_destroy(&a->lock);

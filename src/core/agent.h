@@ -261,6 +261,8 @@ struct nixl_agent {
     nixl_stats_t *stats;
 
     struct nixl_md_listener *listener;
+    /* NIXL_MD_SECRET_FILE's key: listener frames are authenticated (NULL: not). */
+    struct nixl_md_key *md_key;
     struct nixl_md_etcd *etcd; /* etcd channel (md_etcd.c); NULL until first used */
     pthread_t progress_thread;
     atomic_int progress_running;

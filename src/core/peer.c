@@ -799,7 +799,7 @@ NIXL_API nixl_status_t nixl_md_send_local(nixl_agent_t *agent, const char *ip, u
     nixl_status_t st = nixl_md_get_local(agent, &blob, &len);
     if (st != NIXL_OK)
         return st;
-    st = nixl_md_sock_send(ip, port, blob, len, md_timeout_ms());
+    st = nixl_md_sock_send_k(agent->md_key, ip, port, blob, len, md_timeout_ms());
     free(blob);
     return st;
 }
@@ -819,7 +819,7 @@ NIXL_API nixl_status_t nixl_md_send_local_partial(nixl_agent_t *agent, const nix
     nixl_agent_unlock(agent);
     if (st != NIXL_OK)
         return st;
-    st = nixl_md_sock_send(ip, port, blob, len, md_timeout_ms());
+    st = nixl_md_sock_send_k(agent->md_key, ip, port, blob, len, md_timeout_ms());
     free(blob);
     if (st != NIXL_OK)
         NIXL_ERROR("agent %s: partial metadata (%zu bytes) to %s:%u: %s (a status of the peer's load: its log "
@@ -835,7 +835,7 @@ NIXL_API nixl_status_t nixl_md_fetch_remote(nixl_agent_t *agent, const char *ip,
         return NIXL_ERR_NULL;
     void *blob = NULL;
     size_t len = 0;
-    nixl_status_t st = nixl_md_sock_fetch(ip, port, md_timeout_ms(), &blob, &len);
+    nixl_status_t st = nixl_md_sock_fetch_k(agent->md_key, ip, port, md_timeout_ms(), &blob, &len);
     if (st != NIXL_OK)
         return st;
     st = nixl_md_load_remote(agent, blob, len, name_out);
@@ -847,5 +847,5 @@ NIXL_API nixl_status_t nixl_md_invalidate_local(nixl_agent_t *agent, const char 
 {
     if (!agent || !ip)
         return NIXL_ERR_NULL;
-    return nixl_md_sock_invalidate(ip, port, agent->name, md_timeout_ms());
+    return nixl_md_sock_invalidate_k(agent->md_key, ip, port, agent->name, md_timeout_ms());
 }

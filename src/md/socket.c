@@ -27,16 +27,29 @@
 #include <string.h>
 #include <stdatomic.h>
 #include <sys/epoll.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "md/auth.h"
 #include "util/log.h"
 #include "util/time.h"
 
 #define SOCK_MAGIC 0x4b53584eu /* "NXSK" little-endian */
 #define SOCK_VERSION 1
+/* Version 2: the frame is authenticated (socket.h, "Authentication"). */
+#define SOCK_VERSION_MAC 2
 #define SOCK_HDR_LEN 16
+/* A request of version 2 ends with u64 time (ns since the epoch), a nonce
+ * and the MAC; a reply of version 2 with the MAC. */
+#define SOCK_REQ_TRAILER (8 + NIXL_MD_NONCE_LEN + NIXL_MD_MAC_LEN)
+#define SOCK_REP_TRAILER NIXL_MD_MAC_LEN
+/* A request's time may differ from ours by this much (clock skew). */
+#define SOCK_MAC_WINDOW_NS (30ull * 1000000000ull)
+/* Nonces remembered within the window; more authenticated requests than
+ * this in one window are refused until older ones age out. */
+#define SOCK_REPLAY_SLOTS 65536
 
 enum {
     SOCK_TYPE_SEND = 1,
@@ -76,9 +89,16 @@ struct nixl_md_listener {
     /* The listener thread's own (connections, oldest first). */
     struct sconn *head, *tail;
     uint64_t last_warn_ns, unsaid, backoff_until_ns;
+    /* Nonces of authenticated requests seen within the window (open
+     * addressing; rebuilt without the old ones when half full). */
+    struct replay_slot {
+        uint64_t t_ns; /* 0: empty */
+        uint8_t nonce[NIXL_MD_NONCE_LEN];
+    } * replay;
+    size_t replay_used;
     /* Read by nixl_md_listener_stats from any thread. */
     _Atomic size_t nconns, peak_conns, payload_bytes, peak_payload_bytes;
-    _Atomic uint64_t accepted, evicted, expired;
+    _Atomic uint64_t accepted, evicted, expired, auth_refused;
 };
 
 /* ------------------------------------------------------------------------
@@ -116,7 +136,7 @@ static const char *hdr_check_common(const frame_hdr_t *h, char *why, size_t why_
         snprintf(why, why_cap, "bad magic 0x%08x", (unsigned)h->magic);
         return why;
     }
-    if (h->version != SOCK_VERSION) {
+    if (h->version != SOCK_VERSION && h->version != SOCK_VERSION_MAC) {
         snprintf(why, why_cap, "unsupported version %u", (unsigned)h->version);
         return why;
     }
@@ -306,15 +326,6 @@ static io_result_t io_write_all(sock_io_t *io, struct iovec *iov, int cnt)
     return IO_OK;
 }
 
-static io_result_t io_write_frame(sock_io_t *io, const frame_hdr_t *h, const void *payload)
-{
-    uint8_t raw[SOCK_HDR_LEN];
-    hdr_encode(h, raw);
-    struct iovec iov[2] = {{.iov_base = raw, .iov_len = sizeof(raw)},
-                           {.iov_base = (void *)payload, .iov_len = payload ? h->len : 0}};
-    return io_write_all(io, iov, 2);
-}
-
 static void sock_set_nodelay(int fd)
 {
     int one = 1;
@@ -397,7 +408,11 @@ typedef struct sconn {
     size_t cap, got;
     uint8_t rep[SOCK_HDR_LEN];
     void *blob;
-    size_t out_len, out_off; /* reply: header then blob */
+    size_t blob_len;
+    uint8_t rep_mac[SOCK_REP_TRAILER];
+    size_t rep_mac_len;
+    size_t out_len, out_off; /* reply: header, blob, MAC */
+    uint8_t nonce[NIXL_MD_NONCE_LEN]; /* the request's, which the reply's MAC covers */
     struct sconn *prev, *next;  /* accept order, oldest first */
 } sconn_t;
 
@@ -501,13 +516,18 @@ static nixl_status_t serve_dispatch(nixl_md_listener_t *l, const char *peer, con
 static int conn_write(sconn_t *c)
 {
     while (c->out_off < c->out_len) {
-        struct iovec iov[2];
+        const struct iovec seg[3] = {{c->rep, SOCK_HDR_LEN}, {c->blob, c->blob_len}, {c->rep_mac, c->rep_mac_len}};
+        struct iovec iov[3];
         int n = 0;
-        if (c->out_off < SOCK_HDR_LEN)
-            iov[n++] = (struct iovec){c->rep + c->out_off, SOCK_HDR_LEN - c->out_off};
-        size_t boff = c->out_off > SOCK_HDR_LEN ? c->out_off - SOCK_HDR_LEN : 0;
-        if (c->blob && c->out_len > SOCK_HDR_LEN + boff)
-            iov[n++] = (struct iovec){(uint8_t *)c->blob + boff, c->out_len - SOCK_HDR_LEN - boff};
+        size_t skip = c->out_off;
+        for (int i = 0; i < 3; i++) {
+            if (skip >= seg[i].iov_len) {
+                skip -= seg[i].iov_len;
+                continue;
+            }
+            iov[n++] = (struct iovec){(uint8_t *)seg[i].iov_base + skip, seg[i].iov_len - skip};
+            skip = 0;
+        }
         struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)n};
         ssize_t k = sendmsg(c->fd, &msg, MSG_NOSIGNAL);
         if (k < 0) {
@@ -524,22 +544,35 @@ static int conn_write(sconn_t *c)
     return 1;
 }
 
-/* The request is complete: run its handler, start the reply.  0: keep
- * the connection for the rest of the reply; else close it. */
-static int conn_answer(nixl_md_listener_t *l, sconn_t *c)
+/* What a version-2 frame's MAC covers, after its label. */
+static const char sock_label_req[] = "nixl-md-socket-request-2";
+static const char sock_label_rep[] = "nixl-md-socket-reply-2";
+
+/* Starts the reply (status st, blob when a FETCH succeeded); authenticated
+ * when mac (the request was).  0: keep the connection for the rest of the
+ * reply; else close it. */
+static int conn_reply(nixl_md_listener_t *l, sconn_t *c, nixl_status_t st, void *blob, size_t blob_len, int mac)
 {
-    void *blob = NULL;
-    size_t blob_len = 0;
-    nixl_status_t st = serve_dispatch(l, c->peer, &c->req, c->payload, &blob, &blob_len);
     l->payload_bytes -= c->cap;
     free(c->payload);
     c->payload = NULL;
     c->cap = c->got = 0;
-    frame_hdr_t rep = {.magic = SOCK_MAGIC, .version = SOCK_VERSION, .type = SOCK_TYPE_REPLY,
-                       .status = (int32_t)st, .len = blob ? (uint32_t)blob_len : 0};
+    frame_hdr_t rep = {.magic = SOCK_MAGIC, .version = mac ? SOCK_VERSION_MAC : SOCK_VERSION,
+                       .type = SOCK_TYPE_REPLY, .status = (int32_t)st, .len = blob ? (uint32_t)blob_len : 0};
     hdr_encode(&rep, c->rep);
     c->blob = blob;
-    c->out_len = SOCK_HDR_LEN + (blob ? blob_len : 0);
+    c->blob_len = blob ? blob_len : 0;
+    c->rep_mac_len = 0;
+    if (mac) {
+        const struct iovec parts[] = {{(void *)sock_label_rep, sizeof(sock_label_rep)},
+                                      {c->nonce, NIXL_MD_NONCE_LEN},
+                                      {c->rep, SOCK_HDR_LEN},
+                                      {blob, c->blob_len}};
+        if (nixl_md_mac(l->handlers.key, parts, 4, c->rep_mac) != NIXL_OK)
+            return 1;
+        c->rep_mac_len = SOCK_REP_TRAILER;
+    }
+    c->out_len = SOCK_HDR_LEN + c->blob_len + c->rep_mac_len;
     c->out_off = 0;
     c->state = CONN_REPLY;
     /* The deadline bounds what the peer controls, not our handler's time. */
@@ -551,6 +584,115 @@ static int conn_answer(nixl_md_listener_t *l, sconn_t *c)
     return epoll_ctl(l->epfd, EPOLL_CTL_MOD, c->fd, &ev) != 0;
 }
 
+/* Refused as unauthenticated: an unauthenticated reply saying so (a
+ * client can act on the status; it proves nothing, and grants nothing). */
+static int conn_refuse_auth(nixl_md_listener_t *l, sconn_t *c, const char *why)
+{
+    l->auth_refused++;
+    listener_warn_limited(l, "%s: request refused, not authenticated: %s", c->peer, why);
+    return conn_reply(l, c, NIXL_ERR_NOT_AUTHENTICATED, NULL, 0, 0);
+}
+
+/* Remembers a nonce; 0 when it was new, 1 when seen (a replay), -1 when
+ * too many are remembered.  Nonces older than the window are forgotten. */
+static int replay_check(nixl_md_listener_t *l, const uint8_t *nonce, uint64_t now)
+{
+    if (!l->replay) {
+        l->replay = calloc(SOCK_REPLAY_SLOTS, sizeof(*l->replay));
+        if (!l->replay)
+            return -1;
+    }
+    if (l->replay_used >= SOCK_REPLAY_SLOTS / 2) {
+        /* Keep the young ones only: rebuild in place through a copy. */
+        struct replay_slot *old = l->replay;
+        l->replay = calloc(SOCK_REPLAY_SLOTS, sizeof(*l->replay));
+        if (!l->replay) {
+            l->replay = old;
+            return -1;
+        }
+        l->replay_used = 0;
+        for (size_t i = 0; i < SOCK_REPLAY_SLOTS; i++)
+            if (old[i].t_ns && now - old[i].t_ns <= 2 * SOCK_MAC_WINDOW_NS)
+                (void)replay_check(l, old[i].nonce, old[i].t_ns);
+        free(old);
+        if (l->replay_used >= SOCK_REPLAY_SLOTS / 2)
+            return -1;
+    }
+    uint64_t h;
+    memcpy(&h, nonce, sizeof(h));
+    for (size_t i = (size_t)(h % SOCK_REPLAY_SLOTS);; i = (i + 1) % SOCK_REPLAY_SLOTS) {
+        struct replay_slot *e = &l->replay[i];
+        if (!e->t_ns) {
+            e->t_ns = now ? now : 1;
+            memcpy(e->nonce, nonce, NIXL_MD_NONCE_LEN);
+            l->replay_used++;
+            return 0;
+        }
+        if (memcmp(e->nonce, nonce, NIXL_MD_NONCE_LEN) == 0)
+            return 1;
+    }
+}
+
+/* A version-2 request is in: its MAC, its time, its nonce.  NULL when it
+ * is authentic; else why not. */
+static const char *conn_verify(nixl_md_listener_t *l, sconn_t *c)
+{
+    const uint8_t *t = c->payload + c->req.len;
+    uint64_t ts = nixl_get_u64(t);
+    memcpy(c->nonce, t + 8, NIXL_MD_NONCE_LEN);
+    uint8_t want[NIXL_MD_MAC_LEN];
+    const struct iovec parts[] = {{(void *)sock_label_req, sizeof(sock_label_req)},
+                                  {c->hdr, SOCK_HDR_LEN},
+                                  {(void *)t, 8 + NIXL_MD_NONCE_LEN},
+                                  {c->payload, c->req.len}};
+    if (nixl_md_mac(l->handlers.key, parts, 4, want) != NIXL_OK)
+        return "the MAC could not be computed here";
+    if (!nixl_md_mac_equal(want, t + 8 + NIXL_MD_NONCE_LEN))
+        return "wrong MAC (another secret, or the frame was changed)";
+    uint64_t now = nixl_realtime_ns();
+    if ((ts > now ? ts - now : now - ts) > SOCK_MAC_WINDOW_NS)
+        return "its time is more than 30 s from ours (a replay, or clocks apart)";
+    int r = replay_check(l, c->nonce, now);
+    if (r > 0)
+        return "a replay (its nonce was seen)";
+    if (r < 0)
+        return "too many authenticated requests within the window to remember";
+    return NULL;
+}
+
+/* The request is complete: authenticate it, run its handler, start the
+ * reply.  0: keep the connection for the rest of the reply; else close. */
+static int conn_answer(nixl_md_listener_t *l, sconn_t *c)
+{
+    int mac = c->req.version == SOCK_VERSION_MAC;
+    if (l->handlers.key && !mac)
+        return conn_refuse_auth(l, c, "no MAC (this listener has a secret: NIXL_MD_SECRET_FILE)");
+    if (!l->handlers.key && mac)
+        return conn_refuse_auth(l, c, "a MAC, but this listener has no secret to check it with");
+    if (mac) {
+        const char *why = conn_verify(l, c);
+        if (why)
+            return conn_refuse_auth(l, c, why);
+    }
+    if (c->payload)
+        c->payload[c->req.len] = 0; /* an INVALIDATE name becomes a C string (the trailer was read) */
+    char nwhy[128];
+    if (c->req.type == SOCK_TYPE_INVALIDATE && name_check(c->payload, c->req.len, nwhy, sizeof(nwhy))) {
+        NIXL_WARN("md listener: bad request from %s: %s; connection closed", c->peer, nwhy);
+        return 1;
+    }
+    void *blob = NULL;
+    size_t blob_len = 0;
+    nixl_status_t st = serve_dispatch(l, c->peer, &c->req, c->payload, &blob, &blob_len);
+    return conn_reply(l, c, st, blob, blob_len, mac);
+}
+
+/* What follows a request's header: its payload, and a version-2 trailer. */
+static size_t conn_body_len(const sconn_t *c)
+{
+    return (size_t)c->req.len + (c->req.version == SOCK_VERSION_MAC ? SOCK_REQ_TRAILER : 0);
+}
+
 /* The header is in: check it, then wait for the payload or answer. */
 static int conn_header_done(nixl_md_listener_t *l, sconn_t *c)
 {
@@ -560,7 +702,7 @@ static int conn_header_done(nixl_md_listener_t *l, sconn_t *c)
         NIXL_WARN("md listener: bad request from %s: %s; connection closed", c->peer, why);
         return 1;
     }
-    if (c->req.len == 0)
+    if (conn_body_len(c) == 0)
         return conn_answer(l, c);
     c->state = CONN_PAYLOAD;
     return 0;
@@ -570,7 +712,7 @@ static int conn_header_done(nixl_md_listener_t *l, sconn_t *c)
  * a header claims before they come. */
 static int conn_grow(nixl_md_listener_t *l, sconn_t *c)
 {
-    size_t want = (size_t)c->req.len + 1; /* one spare byte: an INVALIDATE name becomes a C string */
+    size_t want = conn_body_len(c) + 1; /* one spare byte: an INVALIDATE name becomes a C string */
     size_t next = c->cap ? c->cap * 2 : SOCK_PAYLOAD_STEP;
     if (next > want)
         next = want;
@@ -595,7 +737,6 @@ static int conn_grow(nixl_md_listener_t *l, sconn_t *c)
 /* Readable: take what arrived.  0: keep the connection; else close it. */
 static int conn_read(nixl_md_listener_t *l, sconn_t *c)
 {
-    char why[128];
     for (;;) {
         uint8_t *dst;
         size_t room;
@@ -606,7 +747,8 @@ static int conn_read(nixl_md_listener_t *l, sconn_t *c)
             if (c->got == c->cap && conn_grow(l, c) != 0)
                 return 1;
             dst = c->payload + c->got;
-            room = (c->cap < (size_t)c->req.len ? c->cap : (size_t)c->req.len) - c->got;
+            size_t body = conn_body_len(c);
+            room = (c->cap < body ? c->cap : body) - c->got;
         } else {
             return 0; /* replying: nothing more is read */
         }
@@ -628,8 +770,8 @@ static int conn_read(nixl_md_listener_t *l, sconn_t *c)
                           "frame)",
                           c->peer);
             else
-                NIXL_WARN("md listener: bad request from %s: truncated payload (%zu of %u bytes); connection closed",
-                          c->peer, c->got, (unsigned)c->req.len);
+                NIXL_WARN("md listener: bad request from %s: truncated payload (%zu of %zu bytes); connection closed",
+                          c->peer, c->got, conn_body_len(c));
             return 1;
         }
         if (c->state == CONN_HDR) {
@@ -641,13 +783,8 @@ static int conn_read(nixl_md_listener_t *l, sconn_t *c)
             continue;
         }
         c->got += (size_t)n;
-        if (c->got < c->req.len)
+        if (c->got < conn_body_len(c))
             continue;
-        c->payload[c->req.len] = 0;
-        if (c->req.type == SOCK_TYPE_INVALIDATE && name_check(c->payload, c->req.len, why, sizeof(why))) {
-            NIXL_WARN("md listener: bad request from %s: %s; connection closed", c->peer, why);
-            return 1;
-        }
         return conn_answer(l, c);
     }
 }
@@ -941,6 +1078,7 @@ void nixl_md_listener_stats(const nixl_md_listener_t *l, nixl_md_listener_stats_
     out->accepted = l->accepted;
     out->evicted = l->evicted;
     out->expired = l->expired;
+    out->auth_refused = l->auth_refused;
 }
 
 void nixl_md_listener_stop(nixl_md_listener_t *listener)
@@ -960,6 +1098,7 @@ void nixl_md_listener_stop(nixl_md_listener_t *listener)
     close(listener->stop_rd);
     close(listener->stop_wr);
     close(listener->fd);
+    free(listener->replay);
     free(listener);
 }
 
@@ -1054,7 +1193,8 @@ err_refused:
 
 /* Reads and validates the reply; *blob_out is set only for a FETCH that succeeded. */
 static nixl_status_t client_read_reply(sock_io_t *io, const char *peer, uint16_t type, int timeout_ms,
-                                       void **blob_out, size_t *len_out)
+                                       const nixl_md_key_t *key, const uint8_t *nonce, void **blob_out,
+                                       size_t *len_out)
 {
     uint8_t raw[SOCK_HDR_LEN];
     frame_hdr_t rep;
@@ -1098,6 +1238,38 @@ static nixl_status_t client_read_reply(sock_io_t *io, const char *peer, uint16_t
         NIXL_WARN("md %s %s: malformed reply: %s", sock_op_peer(type), peer, bad);
         return NIXL_ERR_BAD_METADATA;
     }
+    int mac = rep.version == SOCK_VERSION_MAC;
+    if (mac && !key) {
+        NIXL_WARN("md %s %s: an authenticated reply to an unauthenticated request", sock_op_peer(type), peer);
+        return NIXL_ERR_BAD_METADATA;
+    }
+    if (key && !mac) {
+        /* Only a refusal may come unauthenticated: it grants nothing. */
+        if (rep.status == NIXL_OK) {
+            NIXL_WARN("md %s %s: reply without a MAC (the peer has no secret, or someone else answered); refused",
+                      sock_op_peer(type), peer);
+            return NIXL_ERR_NOT_AUTHENTICATED;
+        }
+        if (rep.status == NIXL_ERR_NOT_AUTHENTICATED)
+            NIXL_WARN("md %s %s: the peer refused our request as not authenticated (another secret, a clock more "
+                      "than 30 s apart, or it has none)",
+                      sock_op_peer(type), peer);
+        return (nixl_status_t)rep.status;
+    }
+    uint8_t rep_mac[SOCK_REP_TRAILER];
+    if (mac && !want_blob) {
+        r = io_read_full(io, rep_mac, sizeof(rep_mac), &got);
+        if (r != IO_OK)
+            return r == IO_EOF ? NIXL_ERR_BAD_METADATA : client_io_fail(peer, type, "reading the MAC", r, io, timeout_ms);
+        uint8_t want[NIXL_MD_MAC_LEN];
+        const struct iovec parts[] = {{(void *)sock_label_rep, sizeof(sock_label_rep)},
+                                      {(void *)nonce, NIXL_MD_NONCE_LEN},
+                                      {raw, SOCK_HDR_LEN}};
+        if (nixl_md_mac(key, parts, 3, want) != NIXL_OK || !nixl_md_mac_equal(want, rep_mac)) {
+            NIXL_WARN("md %s %s: the reply's MAC is wrong; refused", sock_op_peer(type), peer);
+            return NIXL_ERR_NOT_AUTHENTICATED;
+        }
+    }
     if (!want_blob)
         return (nixl_status_t)rep.status;
 
@@ -1107,6 +1279,8 @@ static nixl_status_t client_read_reply(sock_io_t *io, const char *peer, uint16_t
         return NIXL_ERR_NO_MEMORY;
     }
     r = io_read_full(io, blob, rep.len, &got);
+    if (r == IO_OK && mac)
+        r = io_read_full(io, rep_mac, sizeof(rep_mac), &got);
     if (r != IO_OK) {
         nixl_status_t st;
         if (r == IO_EOF) {
@@ -1118,14 +1292,27 @@ static nixl_status_t client_read_reply(sock_io_t *io, const char *peer, uint16_t
         free(blob);
         return st;
     }
+    if (mac) {
+        uint8_t want[NIXL_MD_MAC_LEN];
+        const struct iovec parts[] = {{(void *)sock_label_rep, sizeof(sock_label_rep)},
+                                      {(void *)nonce, NIXL_MD_NONCE_LEN},
+                                      {raw, SOCK_HDR_LEN},
+                                      {blob, rep.len}};
+        if (nixl_md_mac(key, parts, 4, want) != NIXL_OK || !nixl_md_mac_equal(want, rep_mac)) {
+            NIXL_WARN("md fetch from %s: the reply's MAC is wrong; the blob is refused", peer);
+            free(blob);
+            return NIXL_ERR_NOT_AUTHENTICATED;
+        }
+    }
     *blob_out = blob;
     *len_out = rep.len;
     return NIXL_OK;
 }
 
 /* One request, one reply; returns the peer's status or a local error. */
-static nixl_status_t sock_transact(const char *ip, uint16_t port, uint16_t type, const void *payload,
-                                   size_t len, int timeout_ms, void **blob_out, size_t *len_out)
+static nixl_status_t sock_transact(const nixl_md_key_t *key, const char *ip, uint16_t port, uint16_t type,
+                                   const void *payload, size_t len, int timeout_ms, void **blob_out,
+                                   size_t *len_out)
 {
     struct sockaddr_storage ss;
     socklen_t slen;
@@ -1160,27 +1347,65 @@ static nixl_status_t sock_transact(const char *ip, uint16_t port, uint16_t type,
     if (st != NIXL_OK)
         return st;
 
-    frame_hdr_t req = {.magic = SOCK_MAGIC, .version = SOCK_VERSION, .type = type, .status = 0,
-                       .len = (uint32_t)len};
-    io_result_t r = io_write_frame(&io, &req, payload);
+    frame_hdr_t req = {.magic = SOCK_MAGIC, .version = key ? SOCK_VERSION_MAC : SOCK_VERSION, .type = type,
+                       .status = 0, .len = (uint32_t)len};
+    uint8_t raw[SOCK_HDR_LEN], trailer[SOCK_REQ_TRAILER];
+    hdr_encode(&req, raw);
+    struct iovec iov[3] = {{raw, sizeof(raw)}, {(void *)payload, payload ? len : 0}, {trailer, 0}};
+    if (key) {
+        nixl_put_u64(trailer, nixl_realtime_ns());
+        if (getrandom(trailer + 8, NIXL_MD_NONCE_LEN, 0) != NIXL_MD_NONCE_LEN) {
+            NIXL_ERROR("md %s %s: no random bytes for a nonce: %s", sock_op_peer(type), peer, strerror(errno));
+            close(io.fd);
+            return NIXL_ERR_IO;
+        }
+        const struct iovec parts[] = {{(void *)sock_label_req, sizeof(sock_label_req)},
+                                      {raw, SOCK_HDR_LEN},
+                                      {trailer, 8 + NIXL_MD_NONCE_LEN},
+                                      {(void *)payload, payload ? len : 0}};
+        st = nixl_md_mac(key, parts, 4, trailer + 8 + NIXL_MD_NONCE_LEN);
+        if (st != NIXL_OK) {
+            close(io.fd);
+            return st;
+        }
+        iov[2].iov_len = SOCK_REQ_TRAILER;
+    }
+    io_result_t r = io_write_all(&io, iov, 3);
     if (r != IO_OK)
         st = client_io_fail(peer, type, "sending the request", r, &io, timeout_ms);
     else
-        st = client_read_reply(&io, peer, type, timeout_ms, blob_out, len_out);
+        st = client_read_reply(&io, peer, type, timeout_ms, key, trailer + 8, blob_out, len_out);
     close(io.fd);
     return st;
 }
 
-nixl_status_t nixl_md_sock_send(const char *ip, uint16_t port, const void *blob, size_t len, int timeout_ms)
+nixl_status_t nixl_md_sock_send_k(const nixl_md_key_t *key, const char *ip, uint16_t port, const void *blob,
+                                  size_t len, int timeout_ms)
 {
     if (!blob || len == 0) {
         NIXL_WARN("md send: %s blob", blob ? "empty" : "NULL");
         return blob ? NIXL_ERR_ZERO_LENGTH : NIXL_ERR_NULL;
     }
-    return sock_transact(ip, port, SOCK_TYPE_SEND, blob, len, timeout_ms, NULL, NULL);
+    return sock_transact(key, ip, port, SOCK_TYPE_SEND, blob, len, timeout_ms, NULL, NULL);
+}
+
+nixl_status_t nixl_md_sock_send(const char *ip, uint16_t port, const void *blob, size_t len, int timeout_ms)
+{
+    return nixl_md_sock_send_k(NULL, ip, port, blob, len, timeout_ms);
 }
 
 nixl_status_t nixl_md_sock_fetch(const char *ip, uint16_t port, int timeout_ms, void **blob_out, size_t *len_out)
+{
+    return nixl_md_sock_fetch_k(NULL, ip, port, timeout_ms, blob_out, len_out);
+}
+
+nixl_status_t nixl_md_sock_invalidate(const char *ip, uint16_t port, const char *name, int timeout_ms)
+{
+    return nixl_md_sock_invalidate_k(NULL, ip, port, name, timeout_ms);
+}
+
+nixl_status_t nixl_md_sock_fetch_k(const nixl_md_key_t *key, const char *ip, uint16_t port, int timeout_ms,
+                                   void **blob_out, size_t *len_out)
 {
     if (!blob_out || !len_out) {
         NIXL_WARN("md fetch: NULL output pointer");
@@ -1188,7 +1413,7 @@ nixl_status_t nixl_md_sock_fetch(const char *ip, uint16_t port, int timeout_ms, 
     }
     void *blob = NULL;
     size_t len = 0;
-    nixl_status_t st = sock_transact(ip, port, SOCK_TYPE_FETCH, NULL, 0, timeout_ms, &blob, &len);
+    nixl_status_t st = sock_transact(key, ip, port, SOCK_TYPE_FETCH, NULL, 0, timeout_ms, &blob, &len);
     if (st == NIXL_OK) {
         *blob_out = blob;
         *len_out = len;
@@ -1196,7 +1421,8 @@ nixl_status_t nixl_md_sock_fetch(const char *ip, uint16_t port, int timeout_ms, 
     return st;
 }
 
-nixl_status_t nixl_md_sock_invalidate(const char *ip, uint16_t port, const char *name, int timeout_ms)
+nixl_status_t nixl_md_sock_invalidate_k(const nixl_md_key_t *key, const char *ip, uint16_t port, const char *name,
+                                        int timeout_ms)
 {
     char why[128];
 
@@ -1213,5 +1439,5 @@ nixl_status_t nixl_md_sock_invalidate(const char *ip, uint16_t port, const char 
         NIXL_WARN("md invalidate: %s", why);
         return NIXL_ERR_INVALID_PARAM;
     }
-    return sock_transact(ip, port, SOCK_TYPE_INVALIDATE, name, len, timeout_ms, NULL, NULL);
+    return sock_transact(key, ip, port, SOCK_TYPE_INVALIDATE, name, len, timeout_ms, NULL, NULL);
 }

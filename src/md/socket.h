@@ -9,8 +9,23 @@
  * request and one reply per connection.  Magic 0x4b53584e, version 1;
  * types SEND=1 (payload: blob), FETCH=2 (no payload), INVALIDATE=3 (payload:
  * 1..63 printable bytes, no NUL), REPLY=4 (status; payload only for a
- * successful FETCH).  The listener has no authentication: bind it
- * (NIXL_LISTEN_ADDR) where only trusted peers reach it.
+ * successful FETCH).
+ *
+ * Authentication (version 2): with a shared secret (auth.h) a request is
+ * the header (version 2), the payload, then u64 time (ns since the epoch),
+ * a 16-byte random nonce and HMAC-SHA256 over "nixl-md-socket-request-2"
+ * (with its NUL), the header, time, nonce and payload.  Its reply is the
+ * header (version 2), the payload, then HMAC-SHA256 over
+ * "nixl-md-socket-reply-2" (with its NUL), the request's nonce, the reply
+ * header and payload.  A listener with a secret answers any other request
+ * (version 1, a wrong MAC, a time more than 30 s from its own, a nonce it
+ * saw) with a version-1 reply of status NIXL_ERR_NOT_AUTHENTICATED and runs
+ * no handler; so does a listener without one a version-2 request.  A
+ * client with a secret accepts only a version-2 reply whose MAC verifies,
+ * or a version-1 reply with an error status and no payload (a refusal,
+ * which grants nothing).  Without a secret the listener has no
+ * authentication: bind it (NIXL_LISTEN_ADDR) where only trusted peers
+ * reach it.
  * nixl_md_listener_stop must not be called from inside a handler.
  */
 #ifndef NIXL_MD_SOCKET_H
@@ -19,6 +34,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "md/auth.h"
 #include "nixl.h"
 
 #define NIXL_MD_SOCK_MAX_FRAME (64u << 20)
@@ -34,6 +50,9 @@ typedef struct nixl_md_handlers {
     nixl_status_t (*on_fetch)(void *arg, void **blob_out, size_t *len_out);
     /* A peer asks us to forget it. */
     nixl_status_t (*on_invalidate)(void *arg, const char *name);
+    /* Non-NULL: only authenticated requests are served (kept by the
+     * caller until nixl_md_listener_stop). */
+    const nixl_md_key_t *key;
 } nixl_md_handlers_t;
 
 /* Bind addr:port (port 0 = any) and serve on a thread. */
@@ -46,6 +65,7 @@ typedef struct nixl_md_listener_stats {
     size_t conns, peak_conns;                /* connections open now, and at most */
     size_t payload_bytes, peak_payload_bytes; /* request buffers held now, and at most */
     uint64_t accepted, evicted, expired;     /* evicted: closed for a newer one (caps) */
+    uint64_t auth_refused;                   /* requests refused as not authenticated */
 } nixl_md_listener_stats_t;
 void nixl_md_listener_stats(const nixl_md_listener_t *listener, nixl_md_listener_stats_t *out);
 /* Stop the thread (bounded time: in-flight connections are cut), free. */
@@ -56,5 +76,12 @@ void nixl_md_listener_stop(nixl_md_listener_t *listener);
 nixl_status_t nixl_md_sock_send(const char *ip, uint16_t port, const void *blob, size_t len, int timeout_ms);
 nixl_status_t nixl_md_sock_fetch(const char *ip, uint16_t port, int timeout_ms, void **blob_out, size_t *len_out);
 nixl_status_t nixl_md_sock_invalidate(const char *ip, uint16_t port, const char *name, int timeout_ms);
+/* The same, authenticated with key (NULL: as above). */
+nixl_status_t nixl_md_sock_send_k(const nixl_md_key_t *key, const char *ip, uint16_t port, const void *blob,
+                                  size_t len, int timeout_ms);
+nixl_status_t nixl_md_sock_fetch_k(const nixl_md_key_t *key, const char *ip, uint16_t port, int timeout_ms,
+                                   void **blob_out, size_t *len_out);
+nixl_status_t nixl_md_sock_invalidate_k(const nixl_md_key_t *key, const char *ip, uint16_t port, const char *name,
+                                        int timeout_ms);
 
 #endif

@@ -56,20 +56,26 @@ def test_kv_e2e_tool_moves_and_verifies_every_slot():
     assert any(line.startswith("indexed ") for line in r.stdout.splitlines()), r.stdout
 
 
-def test_listener_on_a_reachable_address_warns_once():
+def test_listener_on_a_reachable_address_warns_once(tmp_path):
     """An agent whose unauthenticated listener binds an address other hosts reach says so once per
-    process, naming the risk and the fix (docs/trust.md); on loopback it says nothing."""
+    process, naming the risk and the fixes (docs/trust.md); on loopback, or with a shared secret
+    (NIXL_MD_SECRET_FILE), it says nothing."""
     code = ("from nixl._api import nixl_agent, nixl_agent_config\n"
             "a = nixl_agent('w1', nixl_agent_config(enable_listen_thread=True, backends=[]))\n"
             "b = nixl_agent('w2', nixl_agent_config(enable_listen_thread=True, backends=[]))\n"
             "a.close(); b.close()\n")
     base = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(SRC, "bindings", "python"),
                                                        os.environ.get("PYTHONPATH", "")]))
-    for addr, want in (("0.0.0.0", 1), ("127.0.0.1", 0)):
-        env = dict(base, NIXL_LISTEN_ADDR=addr)
+    secret = tmp_path / "secret"
+    secret.write_text("a secret shared by the deployment\n")
+    secret.chmod(0o600)
+    for addr, want, extra in (("0.0.0.0", 1, {}), ("127.0.0.1", 0, {}),
+                              ("0.0.0.0", 0, {"NIXL_MD_SECRET_FILE": str(secret)})):
+        env = dict(base, NIXL_LISTEN_ADDR=addr, **extra)
         r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
         assert r.returncode == 0, r.stdout + r.stderr
         lines = [l for l in r.stderr.splitlines() if "is not authenticated" in l]
         assert len(lines) == want, (addr, r.stderr)
         if want:
-            assert "NIXL_LISTEN_ADDR=127.0.0.1" in lines[0] and f"{addr}:" in lines[0], lines[0]
+            assert "NIXL_LISTEN_ADDR=127.0.0.1" in lines[0] and "NIXL_MD_SECRET_FILE" in lines[0], lines[0]
+            assert f"{addr}:" in lines[0], lines[0]

@@ -178,3 +178,63 @@ def test_dead_peer_fails_requests_with_remote_disconnect():
         assert e.value.status_name == "NIXL_ERR_PEER_GONE" and time.monotonic() - t < 10
     finally:
         a.close()
+
+
+def test_listener_with_a_shared_secret(tmp_path, monkeypatch):
+    """NIXL_MD_SECRET_FILE (issue 15): agents that share the secret exchange metadata through the
+    listener; one without it is refused (nixlNotAllowedError, NIXL_ERR_NOT_AUTHENTICATED) both ways,
+    and nothing it sent is loaded or forgotten; a secret others may read stops the agent at creation."""
+    secret = tmp_path / "secret"
+    secret.write_bytes(os.urandom(32).hex().encode() + b"\n")
+    secret.chmod(0o600)
+    monkeypatch.setenv("NIXL_MD_SECRET_FILE", str(secret))
+    peer = Peer()  # its listener, from our environment, requires the secret
+    a = make_agent("keyed")
+    monkeypatch.delenv("NIXL_MD_SECRET_FILE")
+    b = make_agent("keyless")
+    try:
+        a.fetch_remote_metadata(peer.name, "127.0.0.1", peer.port)
+        assert a.check_remote_metadata(peer.name)
+        a.send_local_metadata("127.0.0.1", peer.port)
+        assert peer.call(cmd="known", peer=a.name)["known"]
+
+        with pytest.raises(nixl.nixlNotAllowedError, match="NOT_AUTHENTICATED"):
+            b.fetch_remote_metadata(peer.name, "127.0.0.1", peer.port)
+        assert not b.check_remote_metadata(peer.name)
+        with pytest.raises(nixl.nixlNotAllowedError, match="NOT_AUTHENTICATED"):
+            b.send_local_metadata("127.0.0.1", peer.port)
+        assert not peer.call(cmd="known", peer=b.name)["known"]
+        # An unauthenticated INVALIDATE under a's name forgets nothing.
+        with pytest.raises(nixl.nixlNotAllowedError, match="NOT_AUTHENTICATED"):
+            raw_invalidate(a.name, peer.port)
+        assert peer.call(cmd="known", peer=a.name)["known"]
+
+        secret.chmod(0o644)
+        monkeypatch.setenv("NIXL_MD_SECRET_FILE", str(secret))
+        with pytest.raises(nixl.nixlNotAllowedError, match="PERMISSION"):
+            make_agent("readable-secret")
+    finally:
+        a.close()
+        b.close()
+        peer.close()
+
+
+def raw_invalidate(name, port):
+    """An unauthenticated listener INVALIDATE naming any agent (what an attacker can send; the C
+    call only ever names the calling agent): a hand-made version-1 frame (src/md/socket.h)."""
+    import socket
+    import struct
+    from nixl._errors import check
+    payload = name.encode()
+    frame = struct.pack("<IHHiI", 0x4b53584e, 1, 3, 0, len(payload)) + payload
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(frame)
+        s.shutdown(socket.SHUT_WR)
+        rep = b""
+        while len(rep) < 16:
+            chunk = s.recv(16 - len(rep))
+            if not chunk:
+                break
+            rep += chunk
+    assert len(rep) == 16, "the listener closed without a reply"
+    check(struct.unpack("<i", rep[8:12])[0], "invalidate (raw frame)", f"as {name}")

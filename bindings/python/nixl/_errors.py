@@ -120,6 +120,7 @@ STATUS_CLASS = {
     "NIXL_ERR_PEER_GONE": nixlRemoteDisconnectError,
     "NIXL_ERR_SELF": nixlNotAllowedError,
     "NIXL_ERR_NAME_TAKEN": nixlNotAllowedError,
+    "NIXL_ERR_NOT_AUTHENTICATED": nixlNotAllowedError,
     "NIXL_ERR_IN_FLIGHT": nixlRepostActiveError,
     "NIXL_ERR_CANCELED": nixlCancelledError,
     "NIXL_ERR_NO_PATH": nixlNotFoundError,
