@@ -714,8 +714,8 @@ static int conn_grow(nixl_md_listener_t *l, sconn_t *c)
 {
     size_t want = conn_body_len(c) + 1; /* one spare byte: an INVALIDATE name becomes a C string */
     size_t next = c->cap ? c->cap * 2 : SOCK_PAYLOAD_STEP;
-    if (next > want)
-        next = want;
+    if (next + 1 >= want)
+        next = want; /* the last step takes the spare byte too (the body may end exactly at next) */
     if (l->payload_bytes - c->cap + next > SOCK_PAYLOAD_BUDGET) {
         listener_warn_limited(l, "%s: %s; connection closed", c->peer,
                               "the listener's payload budget is taken by other connections");
