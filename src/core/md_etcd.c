@@ -35,6 +35,7 @@
 #include <string.h>
 
 #include "core/agent.h"
+#include "md/auth.h"
 #include "util/config.h"
 #include "util/log.h"
 #include "util/str.h"
@@ -505,8 +506,24 @@ static load_result_t track_load(nixl_md_etcd_t *e, etcd_track_t *t, nixl_status_
     t->v_mod_rev = vkv->mod_revision;
     t->missing_since_ns = 0;
 
+    /* With a secret only a blob sealed with it loads; without one a sealed
+     * blob is refused too (it cannot be checked here). */
+    const void *bval = bkv->value;
+    size_t bval_len = bkv->value_len;
+    int sealed = a->md_key ? nixl_md_unseal(a->md_key, t->label, bkv->value, bkv->value_len, &bval, &bval_len)
+                           : nixl_md_is_sealed(bkv->value, bkv->value_len);
+    if (a->md_key ? sealed != 1 : sealed) {
+        NIXL_ERROR("agent %s: etcd key %s holds metadata %s: not loaded", a->name, bkey,
+                   !a->md_key     ? "signed with a secret this agent has not (NIXL_MD_SECRET_FILE)"
+                   : sealed == 0 ? "without a signature, and this agent has a secret (NIXL_MD_SECRET_FILE)"
+                                 : "whose signature does not verify with our secret");
+        nixl_etcd_reply_free(&r);
+        *st_out = NIXL_ERR_NOT_AUTHENTICATED;
+        return LOAD_FAILED;
+    }
+
     nixl_md_t *md;
-    st = nixl_md_decode(bkv->value, bkv->value_len, &md);
+    st = nixl_md_decode(bval, bval_len, &md);
     if (st != NIXL_OK) {
         NIXL_ERROR("agent %s: etcd key %s holds metadata that does not decode: %s", a->name, bkey,
                    nixl_strerror(st));
@@ -532,15 +549,15 @@ static load_result_t track_load(nixl_md_etcd_t *e, etcd_track_t *t, nixl_status_
     nixl_peer_t *p = nixl_peer_find(a, t->name);
     if (!track_owns_peer(t, p) && !t->fetching) {
         res = LOAD_DROPPED;
-    } else if (t->state == TRACK_LOADED && track_owns_peer(t, p) && t->len == bkv->value_len &&
-               !memcmp(t->blob, bkv->value, t->len)) {
+    } else if (t->state == TRACK_LOADED && track_owns_peer(t, p) && t->len == bval_len &&
+               !memcmp(t->blob, bval, t->len)) {
         res = LOAD_DONE; /* same bytes: nothing to reload */
-    } else if (!(copy = malloc(bkv->value_len))) {
+    } else if (!(copy = malloc(bval_len))) {
         st = NIXL_ERR_NO_MEMORY;
         res = LOAD_FAILED;
     } else {
-        memcpy(copy, bkv->value, bkv->value_len);
-        st = nixl_md_load_remote_locked(a, bkv->value, bkv->value_len, NULL);
+        memcpy(copy, bval, bval_len);
+        st = nixl_md_load_remote_locked(a, bval, bval_len, NULL);
         if (st == NIXL_OK) {
             p = nixl_peer_find(a, t->name);
             gen = p && p->cur ? p->cur->generation : 0;
@@ -553,7 +570,7 @@ static load_result_t track_load(nixl_md_etcd_t *e, etcd_track_t *t, nixl_status_
     if (res == LOAD_DONE && copy) {
         free(t->blob);
         t->blob = copy;
-        t->len = bkv->value_len;
+        t->len = bval_len;
         t->gen = gen;
         t->state = TRACK_LOADED;
         if (before == TRACK_NEW || t->fetching)
@@ -1087,6 +1104,16 @@ NIXL_API nixl_status_t nixl_md_etcd_publish(nixl_agent_t *agent, const nixl_dlis
         st = dlist ? nixl_md_get_local_partial_locked(agent, dlist, NIXL_MD_PARTIAL_CONN_INFO, NULL, "etcd publish",
                                                       &q->blob, &q->len)
                    : nixl_md_get_local_locked(agent, &q->blob, &q->len);
+    if (st == NIXL_OK && agent->md_key) {
+        void *sealed = NULL;
+        size_t sealed_len = 0;
+        st = nixl_md_seal(agent->md_key, label, q->blob, q->len, &sealed, &sealed_len);
+        if (st == NIXL_OK) {
+            free(q->blob);
+            q->blob = sealed;
+            q->len = sealed_len;
+        }
+    }
     nixl_agent_unlock(agent);
     if (st != NIXL_OK) {
         req_free(q);

@@ -195,3 +195,63 @@ int nixl_md_mac_equal(const uint8_t *a, const uint8_t *b)
         d |= (unsigned)(a[i] ^ b[i]);
     return d == 0;
 }
+
+static const char seal_label[] = "nixl-md-sealed-blob-1";
+#define SEAL_MAGIC 0x414d584eu /* "NXMA" */
+
+static nixl_status_t seal_mac(const nixl_md_key_t *key, const char *purpose, const void *blob, size_t len,
+                              uint8_t out[NIXL_MD_MAC_LEN])
+{
+    const struct iovec parts[] = {{(void *)seal_label, sizeof(seal_label)},
+                                  {(void *)purpose, strlen(purpose) + 1},
+                                  {(void *)blob, len}};
+    return nixl_md_mac(key, parts, 3, out);
+}
+
+nixl_status_t nixl_md_seal(const nixl_md_key_t *key, const char *purpose, const void *blob, size_t len, void **out,
+                           size_t *out_len)
+{
+    if (!key || !purpose || !blob || !out || !out_len)
+        return NIXL_ERR_NULL;
+    uint8_t *v = malloc(NIXL_MD_SEAL_LEN + len);
+    if (!v)
+        return NIXL_ERR_NO_MEMORY;
+    memset(v, 0, 8);
+    v[0] = (uint8_t)SEAL_MAGIC;
+    v[1] = (uint8_t)(SEAL_MAGIC >> 8);
+    v[2] = (uint8_t)(SEAL_MAGIC >> 16);
+    v[3] = (uint8_t)(SEAL_MAGIC >> 24);
+    v[4] = 1;
+    memcpy(v + NIXL_MD_SEAL_LEN, blob, len);
+    nixl_status_t st = seal_mac(key, purpose, blob, len, v + 8);
+    if (st != NIXL_OK) {
+        free(v);
+        return st;
+    }
+    *out = v;
+    *out_len = NIXL_MD_SEAL_LEN + len;
+    return NIXL_OK;
+}
+
+int nixl_md_is_sealed(const void *value, size_t len)
+{
+    const uint8_t *v = value;
+    return v && len >= NIXL_MD_SEAL_LEN &&
+           ((uint32_t)v[0] | (uint32_t)v[1] << 8 | (uint32_t)v[2] << 16 | (uint32_t)v[3] << 24) == SEAL_MAGIC;
+}
+
+int nixl_md_unseal(const nixl_md_key_t *key, const char *purpose, const void *value, size_t len, const void **blob,
+                   size_t *blob_len)
+{
+    if (!nixl_md_is_sealed(value, len))
+        return 0;
+    const uint8_t *v = value;
+    uint8_t want[NIXL_MD_MAC_LEN];
+    if (!key || !purpose || v[4] != 1 || v[5] || v[6] || v[7] ||
+        seal_mac(key, purpose, v + NIXL_MD_SEAL_LEN, len - NIXL_MD_SEAL_LEN, want) != NIXL_OK ||
+        !nixl_md_mac_equal(want, v + 8))
+        return -1;
+    *blob = v + NIXL_MD_SEAL_LEN;
+    *blob_len = len - NIXL_MD_SEAL_LEN;
+    return 1;
+}

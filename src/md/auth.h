@@ -39,4 +39,19 @@ nixl_status_t nixl_md_mac(const nixl_md_key_t *key, const struct iovec *parts, i
 /* Equal in constant time. */
 int nixl_md_mac_equal(const uint8_t *a, const uint8_t *b);
 
+/* A blob signed for storage (etcd), where no frame carries a MAC:
+ * u32 "NXMA", u8 version 1, three zero bytes, the MAC, then the blob;
+ * the MAC is HMAC-SHA256 over "nixl-md-sealed-blob-1" (with its NUL), the
+ * purpose (with its NUL; etcd: the blob's label) and the blob. */
+#define NIXL_MD_SEAL_LEN (8 + NIXL_MD_MAC_LEN)
+nixl_status_t nixl_md_seal(const nixl_md_key_t *key, const char *purpose, const void *blob, size_t len, void **out,
+                           size_t *out_len);
+/* nixl_md_unseal: 1, with blob and blob_len set (inside value), when value is
+ * sealed and its MAC verifies with key for purpose; -1 when it is sealed
+ * but does not verify (another secret, another purpose, changed bytes, or
+ * key NULL); 0 when it is not sealed (a plain blob). */
+int nixl_md_is_sealed(const void *value, size_t len);
+int nixl_md_unseal(const nixl_md_key_t *key, const char *purpose, const void *value, size_t len, const void **blob,
+                   size_t *blob_len);
+
 #endif

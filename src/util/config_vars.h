@@ -16,7 +16,7 @@
     X(NIXL_ALLOW_FALLBACK, "1", "0 refuses fallback paths: requests that would take one fail instead") \
     X(NIXL_INTRANODE_NETWORK, "fallback", "whether a network backend (libfabric) carries traffic to a peer on this host (same kernel and network namespace): fallback = yes, ranked after shm and cuda_ipc, so only where they cannot reach the peer or its memory; off = never") \
     X(NIXL_LISTEN_ADDR, "0.0.0.0", "address the metadata listener binds to")                   \
-    X(NIXL_MD_SECRET_FILE, "", "a file (mode 600 or stricter, 16 to 4096 bytes) holding the secret the deployment's agents share: every listener request and reply then carries an HMAC-SHA256 with a time and nonce, and unauthenticated or replayed ones are refused (NIXL_ERR_NOT_AUTHENTICATED); empty: none") \
+    X(NIXL_MD_SECRET_FILE, "", "a file (mode 600 or stricter, 16 to 4096 bytes) holding the secret the deployment's agents share: every listener request and reply then carries an HMAC-SHA256 with a time and nonce, blobs published to etcd are sealed with one, and unauthenticated, replayed or unsealed ones are refused (NIXL_ERR_NOT_AUTHENTICATED); empty: none") \
     X(NIXL_LIB, "", "Python package: the libnixl.so (or its directory) to load instead of searching") \
     /* NIXL's telemetry, as the Python package writes it (bindings/python/nixl/_telemetry.py) */  \
     X(NIXL_TELEMETRY_ENABLE, "", "Python package: telemetry on (1/yes/true/on) or off (0/no/false/off) whatever capture_telemetry says; empty: capture_telemetry decides") \

@@ -112,3 +112,35 @@ def test_publish_fetch_transfer_invalidate(etcd):
     finally:
         for x in (a, b, c):
             x.close()
+
+
+def test_signed_blobs_with_a_shared_secret(etcd, tmp_path, monkeypatch):
+    """NIXL_MD_SECRET_FILE (issue 15): blobs published to etcd are sealed with HMAC-SHA256; an agent
+    with the secret loads only sealed ones that verify, one without it loads no sealed one, and a
+    keyed agent does not load an unsigned blob (whoever can write etcd could have put it there)."""
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"a secret the deployment shares\n")
+    secret.chmod(0o600)
+    monkeypatch.setenv("NIXL_MD_SECRET_FILE", str(secret))
+    signer, reader = make_agent("etcd-signer"), make_agent("etcd-reader")
+    monkeypatch.delenv("NIXL_MD_SECRET_FILE")
+    keyless, plain = make_agent("etcd-keyless"), make_agent("etcd-plain")
+    try:
+        signer.register_memory(nixl.alloc_array(1 << 16))
+        plain.register_memory(nixl.alloc_array(1 << 16))
+        signer.send_local_metadata()
+        plain.send_local_metadata()
+        reader.fetch_remote_metadata(signer.name)
+        until(lambda: reader.check_remote_metadata(signer.name), "the keyed reader never loaded the signed blob")
+        keyless.fetch_remote_metadata(signer.name)
+        reader.fetch_remote_metadata(plain.name)
+        keyless.fetch_remote_metadata(plain.name)
+        # The keyless agent does load the unsigned blob (no secret, NIXL's default): once it has,
+        # the refusals had their time too (the fetches run on one etcd thread per agent, in order).
+        until(lambda: keyless.check_remote_metadata(plain.name), "the keyless agent never loaded the plain blob")
+        time.sleep(0.5)
+        assert not keyless.check_remote_metadata(signer.name), "a signed blob loaded without the secret"
+        assert not reader.check_remote_metadata(plain.name), "an unsigned blob loaded into a keyed agent"
+    finally:
+        for x in (signer, reader, keyless, plain):
+            x.close()

@@ -1073,6 +1073,29 @@ static void test_auth(void)
     CHECK_ST(nixl_md_key_load(path, &kf), NIXL_ERR_INVALID_PARAM);
     CHECK_ST(nixl_md_key_load("/tmp", &kf), NIXL_ERR_INVALID_PARAM);
 
+    /* Sealed blobs (etcd): only the same secret and purpose open them. */
+    static const uint8_t plain[] = "a metadata blob";
+    void *sealed = NULL;
+    size_t sealed_len = 0;
+    CHECK_ST(nixl_md_seal(ka, "kv", plain, sizeof(plain), &sealed, &sealed_len), NIXL_OK);
+    CHECK(sealed_len == NIXL_MD_SEAL_LEN + sizeof(plain) && nixl_md_is_sealed(sealed, sealed_len));
+    const void *open_blob = NULL;
+    size_t open_len = 0;
+    CHECK(nixl_md_unseal(ka, "kv", sealed, sealed_len, &open_blob, &open_len) == 1);
+    CHECK(open_len == sizeof(plain) && memcmp(open_blob, plain, open_len) == 0);
+    CHECK(nixl_md_unseal(kb, "kv", sealed, sealed_len, &open_blob, &open_len) == -1);
+    CHECK(nixl_md_unseal(ka, "", sealed, sealed_len, &open_blob, &open_len) == -1);
+    CHECK(nixl_md_unseal(NULL, "kv", sealed, sealed_len, &open_blob, &open_len) == -1);
+    for (size_t at = 4; at < sealed_len; at++) {
+        ((uint8_t *)sealed)[at] ^= 0x20;
+        CHECK(nixl_md_unseal(ka, "kv", sealed, sealed_len, &open_blob, &open_len) == -1);
+        ((uint8_t *)sealed)[at] ^= 0x20;
+    }
+    CHECK(nixl_md_unseal(ka, "kv", sealed, sealed_len - 1, &open_blob, &open_len) == -1);
+    CHECK(nixl_md_unseal(ka, "kv", plain, sizeof(plain), &open_blob, &open_len) == 0);
+    CHECK(!nixl_md_is_sealed(plain, sizeof(plain)));
+    free(sealed);
+
     nixl_md_key_free(ka);
     nixl_md_key_free(kb);
     fake_fini(&f);
