@@ -11,8 +11,9 @@
  *   lf_peer initiator --iface IF --peer IP:PORT [--size BYTES]
  *                     [--fault CMD] [--requests N]
  *       Without --fault: writes KV-shaped pieces (many descriptors, spread
- *       over the target's buffer) with a notification, reads them back and
- *       compares, checks the path.  With --fault: posts N large WRITEs and
+ *       over the target's buffer) with a notification, waits for the
+ *       target's verdict in the file LF_PEER_LOG (when set), reads them back
+ *       and compares, checks the path; twice, with seeds 11 and 12.  With --fault: posts N large WRITEs and
  *       READs, runs CMD (kill the target, take the link down) and requires
  *       every request to end in an error, none in success or a hang, within
  *       2 s of the fault.  Exit 0 when all held, 1 otherwise.
@@ -127,7 +128,8 @@ typedef struct tstate {
 } tstate_t;
 
 /* Whose bytes the 8-byte word at piece offset j (slot bytes w) holds: a
- * seed's pattern (searched from 100, the stream's first, up to 100000),
+ * seed's pattern (searched from 1 up to 100000: transfer mode's 11 and 12,
+ * the stream's from 100),
  * 0 for the zeros the buffer started with, -1 for neither.  Tells a
  * notification that overtook its data (older bytes) from a late one
  * whose region a later WRITE already rewrote. */
@@ -137,7 +139,7 @@ static long long holder_of(const uint8_t *w, uint64_t j)
     int zero = 1;
     for (unsigned b = 0; b < 8; b++)
         zero &= w[b] == 0;
-    for (uint64_t s = 100; s < 100000; s++) {
+    for (uint64_t s = 1; s < 100000; s++) {
         unsigned b = 0;
         while (b < 8 && w[b] == pattern(s, base + b))
             b++;
@@ -242,6 +244,22 @@ static nixl_status_t wait_xfer(nixl_xfer_t *x, unsigned timeout_ms)
     return st;
 }
 
+static int stream_verdict(FILE *log, uint64_t seed, unsigned timeout_ms);
+
+/* The target's output (LF_PEER_LOG), opened once; NULL when not given. */
+static FILE *verdict_log(void)
+{
+    static FILE *log;
+    static int tried;
+    if (!tried) {
+        tried = 1;
+        const char *path = getenv("LF_PEER_LOG");
+        if (path && !(log = fopen(path, "r")))
+            FAIL("cannot open LF_PEER_LOG %s", path);
+    }
+    return log;
+}
+
 static void kv_round(conn_t *c, const opts_t *o, uint8_t *lbuf, uint8_t *back, uint64_t seed)
 {
     size_t np = o->size / PIECE;
@@ -272,6 +290,21 @@ static void kv_round(conn_t *c, const opts_t *o, uint8_t *lbuf, uint8_t *back, u
     if (strcmp(info.path, "libfabric.tcp.write") != 0)
         FAIL("path %s, want libfabric.tcp.write", info.path);
     nixl_xfer_release(x);
+    /* The target checks its buffer when the notification arrives; the next
+     * WRITE must not rewrite it before then (it once did, under load: the
+     * check of seed 11 saw seed 12's bytes, which the library never
+     * promised against). */
+    FILE *log = verdict_log();
+    if (log) {
+        int v = stream_verdict(log, seed, 10000);
+        if (v == 0)
+            FAIL("the target found WRITE %" PRIu64 " incomplete when its notification arrived (its corrupt line "
+                 "above): a notification ahead of its data",
+                 seed);
+        if (v < 0)
+            FAIL("the target reported nothing on WRITE %" PRIu64 " within 10 s of its completion", seed);
+        printf("target: WRITE %" PRIu64 " verified at its notification\n", seed);
+    }
 
     memset(back, 0, o->size);
     CALL(nixl_xfer_create(c->a, NIXL_OP_READ, &bl, &rl, c->peer, NULL, &x));

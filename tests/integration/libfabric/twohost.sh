@@ -3,7 +3,8 @@
 # network namespaces joined by a veth pair with private addresses, tcp
 # between them.  MODE:
 #   transfer  KV-shaped WRITE with a notification, READ back, twice; the
-#             target checks its buffer when each notification arrives
+#             target checks its buffer when each notification arrives, and
+#             the initiator waits for that verdict before its next request
 #   kill      requests in flight over a slowed link, then the target is
 #             SIGKILLed: every request must fail within 2 s
 #   linkdown  the same, but the link goes down instead
@@ -61,7 +62,8 @@ echo "target in $nsB at $net.2:$port (pid $pid), initiator in $nsA"
 
 case "$mode" in
 transfer)
-    LF_PEER_BUF=$buf ip netns exec "$nsA" "$peer" initiator --iface "$vA" --peer "$net.2:$port" --size "$size"
+    LF_PEER_BUF=$buf LF_PEER_LOG=$out ip netns exec "$nsA" "$peer" initiator --iface "$vA" --peer "$net.2:$port" \
+        --size "$size"
     rc=$?
     wait "$tpid"
     tpid=
