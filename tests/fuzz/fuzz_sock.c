@@ -6,6 +6,8 @@
  * socket.h's promises:
  *   - a reply, if any, is exactly one well-formed REPLY frame (magic,
  *     version 1, a known status, a payload only for a successful FETCH);
+ *     an authenticated (version-2) request gets a refusal with status
+ *     NIXL_ERR_NOT_AUTHENTICATED (this listener has no secret);
  *   - a handler runs only for a well-formed request, and sees exactly its
  *     payload (SEND: the blob; INVALIDATE: the name);
  *   - the listener keeps serving: every 64th input, and the last one, a
@@ -212,6 +214,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         fail("a handler ran for a malformed request");
     if (calls && ((unsigned)stype != type || (type != 2 && slen != plen)))
         fail("a handler saw another request than the one sent");
+    /* A well-formed version-2 (authenticated) request: this keyless
+     * listener refuses it with NIXL_ERR_NOT_AUTHENTICATED, no handler run. */
+    int v2 = len >= HDR + 56 && get_u32(msg) == MAGIC && msg[4] == 2 && msg[5] == 0 && get_u32(msg + 8) == 0;
+    unsigned t2 = v2 ? (unsigned)(msg[6] | msg[7] << 8) : 0;
+    uint32_t p2 = v2 ? get_u32(msg + 12) : 0;
+    v2 = v2 && t2 >= 1 && t2 <= 3 && len >= HDR + (size_t)p2 + 56;
+    if (got && !calls) {
+        if (!v2 || got != HDR || get_u32(rep) != MAGIC || rep[4] != 1 || rep[6] != 4 ||
+            (int32_t)get_u32(rep + 8) != NIXL_ERR_NOT_AUTHENTICATED || get_u32(rep + 12) != 0)
+            fail("a reply to a request no handler answered, other than refusing an authenticated one");
+        got = 0; /* checked */
+    }
     if (got) {
         if (!wf || !calls)
             fail("a reply to a request no handler answered");

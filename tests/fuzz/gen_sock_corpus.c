@@ -83,6 +83,9 @@ int main(int argc, char **argv)
     put(d, "bad-magic", 0, buf, n);
     n = frame(buf, MAGIC, 2, 2, 0, 0, NULL, 0);
     put(d, "bad-version", 0, buf, n);
+    n = frame(buf, MAGIC, 2, 1, 0, 4, "blob", 4);
+    memset(buf + n, 0, 56); /* time, nonce, MAC: refused by a keyless listener */
+    put(d, "v2-send-to-keyless", 0, buf, n + 56);
     n = frame(buf, MAGIC, 1, 4, 0, 0, NULL, 0);
     put(d, "reply-as-request", 0, buf, n);
     n = frame(buf, MAGIC, 1, 9, 0, 0, NULL, 0);
