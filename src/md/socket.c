@@ -1192,6 +1192,18 @@ err_refused:
 }
 
 /* Reads and validates the reply; *blob_out is set only for a FETCH that succeeded. */
+/* A reply's MAC: over its label, the request's nonce, its header and blob. */
+static int reply_mac_ok(const nixl_md_key_t *key, const uint8_t *nonce, const uint8_t *hdr, const void *blob,
+                        size_t len, const uint8_t *mac)
+{
+    uint8_t want[NIXL_MD_MAC_LEN];
+    const struct iovec parts[] = {{(void *)sock_label_rep, sizeof(sock_label_rep)},
+                                  {(void *)nonce, NIXL_MD_NONCE_LEN},
+                                  {(void *)hdr, SOCK_HDR_LEN},
+                                  {(void *)blob, len}};
+    return nixl_md_mac(key, parts, 4, want) == NIXL_OK && nixl_md_mac_equal(want, mac);
+}
+
 static nixl_status_t client_read_reply(sock_io_t *io, const char *peer, uint16_t type, int timeout_ms,
                                        const nixl_md_key_t *key, const uint8_t *nonce, void **blob_out,
                                        size_t *len_out)
@@ -1261,11 +1273,7 @@ static nixl_status_t client_read_reply(sock_io_t *io, const char *peer, uint16_t
         r = io_read_full(io, rep_mac, sizeof(rep_mac), &got);
         if (r != IO_OK)
             return r == IO_EOF ? NIXL_ERR_BAD_METADATA : client_io_fail(peer, type, "reading the MAC", r, io, timeout_ms);
-        uint8_t want[NIXL_MD_MAC_LEN];
-        const struct iovec parts[] = {{(void *)sock_label_rep, sizeof(sock_label_rep)},
-                                      {(void *)nonce, NIXL_MD_NONCE_LEN},
-                                      {raw, SOCK_HDR_LEN}};
-        if (nixl_md_mac(key, parts, 3, want) != NIXL_OK || !nixl_md_mac_equal(want, rep_mac)) {
+        if (!reply_mac_ok(key, nonce, raw, NULL, 0, rep_mac)) {
             NIXL_WARN("md %s %s: the reply's MAC is wrong; refused", sock_op_peer(type), peer);
             return NIXL_ERR_NOT_AUTHENTICATED;
         }
@@ -1293,12 +1301,7 @@ static nixl_status_t client_read_reply(sock_io_t *io, const char *peer, uint16_t
         return st;
     }
     if (mac) {
-        uint8_t want[NIXL_MD_MAC_LEN];
-        const struct iovec parts[] = {{(void *)sock_label_rep, sizeof(sock_label_rep)},
-                                      {(void *)nonce, NIXL_MD_NONCE_LEN},
-                                      {raw, SOCK_HDR_LEN},
-                                      {blob, rep.len}};
-        if (nixl_md_mac(key, parts, 4, want) != NIXL_OK || !nixl_md_mac_equal(want, rep_mac)) {
+        if (!reply_mac_ok(key, nonce, raw, blob, rep.len, rep_mac)) {
             NIXL_WARN("md fetch from %s: the reply's MAC is wrong; the blob is refused", peer);
             free(blob);
             return NIXL_ERR_NOT_AUTHENTICATED;
