@@ -181,6 +181,35 @@ typedef struct nixl_be_xfer {
     uint64_t bytes;
 } nixl_be_xfer_t;
 
+/* One layer of an indexed request (xfer_prepare_indexed): piece t of the
+ * layer moves item_len bytes between lbase + lslots[t] x lstride and
+ * rbase + rslots[t] x rstride, inside the regions of lmd and rmd. */
+typedef struct nixl_be_layer {
+    uint64_t lbase;
+    uint64_t rbase;
+    void *lmd; /* reg() output of the local region holding every piece of the layer */
+    void *rmd; /* rkey_load() output of the remote region holding them */
+} nixl_be_layer_t;
+
+/* An indexed request as the engine holds a paged KV transfer: layers x
+ * nslots pieces of item_len bytes, layer-major, the same slots for every
+ * layer.  The core checked every piece (each layer's span from its
+ * smallest to its largest slot lies inside one registration on each side,
+ * no address arithmetic overflows).  Arrays are the core's, valid until
+ * xfer_release (a re-prepare after a deregistration passes new ones). */
+typedef struct nixl_be_xfer_indexed {
+    nixl_op_t op;
+    void *peer; /* peer_open() / peer_load() output */
+    nixl_mem_t local_mem;
+    nixl_mem_t remote_mem;
+    const nixl_be_layer_t *layer;
+    size_t layers;
+    const uint32_t *lslots, *rslots;
+    size_t nslots;
+    uint64_t lstride, rstride, item_len;
+    uint64_t bytes; /* layers x nslots x item_len */
+} nixl_be_xfer_indexed_t;
+
 /* Every backend request starts with this header; the backend keeps it
  * current and the core reads it once the request completed. */
 typedef struct nixl_be_req {
@@ -303,6 +332,16 @@ typedef struct nixl_backend_ops {
      * pays nothing (nixl_md_connect).  NIXL_OK once connected; the error
      * the first request would have met otherwise. */
     nixl_status_t (*peer_connect)(void *be, void *peer);
+    /* OPTIONAL (NULL: the core expands every indexed request into pieces
+     * for xfer_prepare).  Build a request from the indexed form itself, so
+     * its host work is its layers and slots, not its pieces (cuda_ipc: the
+     * kernel computes base + slot x stride).  NIXL_ERR_NOT_SUPPORTED when
+     * this request does not suit the form (too few pieces, pieces for the
+     * copy engines, memory it cannot reach directly...): the core then
+     * expands it and calls xfer_prepare, which chooses as for any request;
+     * that is the same backend and no fallback.  Any other error fails the
+     * request.  Must set the header's path, as xfer_prepare does. */
+    nixl_status_t (*xfer_prepare_indexed)(void *be, const nixl_be_xfer_indexed_t *xfer, nixl_be_req_t **req_out);
 } nixl_backend_ops_t;
 
 /* Whether ops (of struct_size bytes) has member m: members appended after

@@ -161,6 +161,19 @@ typedef enum {
 #define NIXL_IOV_CACHE 4
 #define NIXL_IOV_CACHE_BYTES (64u << 20)
 
+/* An indexed request the backend took in its own form
+ * (xfer_prepare_indexed): the core's copy of what it was given, kept for a
+ * re-prepare after a deregistration.  The request's iov then holds one
+ * entry per layer: the layer's local span (laddr, len: from its smallest
+ * to its largest slot) and the regions of both spans, which is all that
+ * revalidation and the in-flight check read. */
+typedef struct nixl_xfer_ix {
+    nixl_be_layer_t *layer;
+    uint32_t *lslots, *rslots;
+    size_t layers, nslots;
+    uint64_t lstride, rstride, item;
+} nixl_xfer_ix_t;
+
 struct nixl_xfer {
     nixl_agent_t *agent;
     nixl_xfer_t *prev, *next; /* agent->xfers */
@@ -171,7 +184,9 @@ struct nixl_xfer {
     nixl_mem_t local_mem, remote_mem;
     nixl_be_iov_t *iov;
     size_t iov_cap; /* pieces iov has room for (it may come from the agent's cache) */
-    size_t count, descs_in;
+    size_t count, descs_in; /* pieces after merging, descriptors (pairs) asked for */
+    size_t niov;            /* entries of iov: count, or the layers of ix */
+    nixl_xfer_ix_t *ix;     /* NULL unless the backend took the indexed form */
     uint64_t bytes;
     uint64_t reg_epoch;
     nixl_be_req_t *req;

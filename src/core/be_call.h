@@ -165,6 +165,23 @@ static inline nixl_status_t be_xfer_prepare(nixl_backend_t *b, void *ctx, const 
     return st;
 }
 
+/* Whether indexed requests reach the backend in their own form: not
+ * without the op, nor with a fault rule on it (fault.c wraps the expanded
+ * form only: a fault test sees the pieces it injects into). */
+static inline int be_can_indexed(const nixl_backend_t *b)
+{
+    return !b->fault && BE_HAS(b, xfer_prepare_indexed);
+}
+
+static inline nixl_status_t be_xfer_prepare_indexed(nixl_backend_t *b, void *ctx, const nixl_be_xfer_indexed_t *bx,
+                                                    nixl_be_req_t **req_out)
+{
+    nixl_be_ctx_scope_t s = be_ctx_enter(ctx);
+    nixl_status_t st = BE_OP(b, xfer_prepare_indexed, bx, req_out);
+    be_ctx_leave(&s);
+    return st;
+}
+
 static inline nixl_status_t be_xfer_post(nixl_backend_t *b, void *ctx, nixl_be_req_t *req, const void *notif,
                                          size_t notif_len)
 {

@@ -426,11 +426,39 @@ static void xfer_backend_release(nixl_xfer_t *x)
     x->req = NULL;
 }
 
+/* An indexed request in its own form: the layers' regions are the iov's
+ * (revalidation may have changed the local ones). */
+static nixl_status_t xfer_backend_prepare_indexed(nixl_xfer_t *x)
+{
+    nixl_xfer_ix_t *ix = x->ix;
+    for (size_t l = 0; l < ix->layers; l++)
+        ix->layer[l].lmd = x->iov[l].lmd;
+    nixl_be_xfer_indexed_t bx = {x->op,         x->inc->bk[x->backend->index].peer,
+                                 x->local_mem,  x->remote_mem,
+                                 ix->layer,     ix->layers,
+                                 ix->lslots,    ix->rslots,
+                                 ix->nslots,    ix->lstride,
+                                 ix->rstride,   ix->item,
+                                 x->bytes};
+    return be_xfer_prepare_indexed(x->backend, x->cuda_ctx, &bx, &x->req);
+}
+
 static nixl_status_t xfer_backend_prepare(nixl_xfer_t *x)
 {
-    nixl_be_xfer_t bx = {x->op, x->inc->bk[x->backend->index].peer, x->local_mem, x->remote_mem,
-                         x->iov, x->count, x->bytes};
-    nixl_status_t st = be_xfer_prepare(x->backend, x->cuda_ctx, &bx, &x->req);
+    nixl_status_t st;
+    if (x->ix) {
+        st = xfer_backend_prepare_indexed(x);
+    } else {
+        nixl_be_xfer_t bx = {x->op, x->inc->bk[x->backend->index].peer, x->local_mem, x->remote_mem,
+                             x->iov, x->count, x->bytes};
+        st = be_xfer_prepare(x->backend, x->cuda_ctx, &bx, &x->req);
+    }
+    if (st == NIXL_ERR_NOT_SUPPORTED && x->ix) {
+        /* Not an error: the request is made again in pieces. */
+        NIXL_DEBUG("agent %s: backend %s takes this indexed request in pieces", x->agent->name, be_name(x->backend));
+        x->req = NULL;
+        return st;
+    }
     if (st != NIXL_OK) {
         NIXL_ERROR("agent %s: backend %s could not prepare a request to %s: %s", x->agent->name,
                    be_name(x->backend), x->peer->name, nixl_strerror(st));
@@ -657,6 +685,7 @@ static nixl_status_t xfer_setup_locked(nixl_agent_t *a, nixl_xfer_t *x, nixl_op_
     x->timeout_ns = opt && (opt->field_mask & NIXL_OPT_TIMEOUT_MS) ? (uint64_t)opt->timeout_ms * 1000000ull
                                                                    : a->xfer_timeout_ns;
     x->cuda_ctx = cuda_ctx;
+    x->niov = x->ix ? x->ix->layers : x->count;
     if (notif_len) {
         x->notif = malloc(notif_len);
         if (!x->notif) {
@@ -686,6 +715,7 @@ err_unref:
     nixl_peer_inc_unref(x->inc);
     free(x->notif);
     iov_put(a, x->iov, x->iov_cap);
+    free(x->ix);
     free(x);
     return st;
 }
@@ -859,14 +889,23 @@ static fused_t xfer_create_fused(nixl_agent_t *a, nixl_op_t op, const nixl_dlist
 
 /* ---- indexed requests ---- */
 
+/* A side's smallest and largest slot. */
+typedef struct {
+    uint32_t min, max;
+} slot_range_t;
+
 /* NIXL_ERR_INVALID_PARAM (logged) when the span a side's slots reach from
  * a base (max slot x stride + item) overflows, from any base. */
 static nixl_status_t indexed_span_check(nixl_agent_t *a, const char *side, const nixl_indexed_t *s, size_t nslots,
-                                        uint64_t item)
+                                        uint64_t item, slot_range_t *range)
 {
-    uint32_t max = 0;
-    for (size_t t = 0; t < nslots; t++)
-        max = s->slots[t] > max ? s->slots[t] : max;
+    uint32_t min = UINT32_MAX, max = 0;
+    for (size_t t = 0; t < nslots; t++) {
+        uint32_t v = s->slots[t];
+        min = v < min ? v : min;
+        max = v > max ? v : max;
+    }
+    *range = (slot_range_t){min, max};
     if (s->stride && (uint64_t)max > (UINT64_MAX - item) / s->stride) {
         NIXL_ERROR("agent %s: indexed request: %s slot %u x stride %llu overflows", a->name, side, max,
                    (unsigned long long)s->stride);
@@ -915,6 +954,85 @@ static int indexed_build(piece_acc_t *p, const nixl_indexed_t *L, const nixl_ind
     return PIECE_OK;
 }
 
+/* ---- the indexed form itself (xfer_prepare_indexed) ----
+ *
+ * When every layer's span on each side (from its smallest slot's piece to
+ * its largest's) lies inside one registration, every piece of the layer
+ * does: the request is checked with one lookup per layer and side, and
+ * its host work is its layers and slots.  Otherwise (a layer across
+ * regions, or the backend declines) it is built in pieces. */
+typedef enum { NATIVE_DONE, NATIVE_PIECES } native_t;
+
+static native_t xfer_indexed_native(nixl_agent_t *a, nixl_op_t op, const nixl_indexed_t *L, const nixl_indexed_t *R,
+                                    size_t nslots, uint64_t item, const slot_range_t *lr, const slot_range_t *rr,
+                                    nixl_peer_t *peer, nixl_peer_inc_t *inc, const nixl_peer_backend_t *bk,
+                                    const nixl_opt_args_t *opt, const void *notif, size_t notif_len,
+                                    nixl_status_t *st_out, nixl_xfer_t **out)
+{
+    const size_t layers = L->layers, pieces = layers * nslots;
+    const int bi = bk->backend->index;
+    if (item > UINT64_MAX / pieces)
+        return NATIVE_PIECES; /* its bytes do not fit a count: the pieces path says which piece is bad */
+    const uint64_t lspan = (uint64_t)(lr->max - lr->min) * L->stride + item;
+    const uint64_t rspan = (uint64_t)(rr->max - rr->min) * R->stride + item;
+    const nixl_region_index_t *idx = &a->regs[L->mem_type];
+    size_t ix_bytes = sizeof(nixl_xfer_ix_t) + layers * sizeof(nixl_be_layer_t) + 2 * nslots * sizeof(uint32_t);
+    nixl_xfer_t *x = calloc(1, sizeof(*x));
+    nixl_xfer_ix_t *ix = x ? malloc(ix_bytes) : NULL;
+    if (ix)
+        x->iov = iov_get(a, layers, &x->iov_cap);
+    if (!x || !ix || !x->iov) {
+        free(ix);
+        free(x);
+        *st_out = NIXL_ERR_NO_MEMORY;
+        return NATIVE_DONE;
+    }
+    *ix = (nixl_xfer_ix_t){.layer = (nixl_be_layer_t *)(ix + 1), .layers = layers, .nslots = nslots,
+                           .lstride = L->stride, .rstride = R->stride, .item = item};
+    ix->lslots = (uint32_t *)(ix->layer + layers);
+    ix->rslots = ix->lslots + nslots;
+    const nixl_region_t *lreg = NULL, *first = NULL;
+    long rreg = -1;
+    for (size_t l = 0; l < layers; l++) {
+        uint64_t la = L->bases[l] + (uint64_t)lr->min * L->stride, ra = R->bases[l] + (uint64_t)rr->min * R->stride;
+        /* Layers often share a region (one buffer for the whole cache). */
+        if (!lreg || la < lreg->addr || la - lreg->addr > lreg->len || lspan > lreg->len - (la - lreg->addr)) {
+            lreg = nixl_region_find(idx, la, lspan);
+            if (!lreg || !(lreg->backend_mask & (1u << bi)))
+                goto pieces;
+        }
+        const nixl_md_region_t *rd = rreg >= 0 ? &bk->mdb->regions[rreg] : NULL;
+        if (!rd || ra < rd->addr || ra - rd->addr > rd->len || rspan > rd->len - (ra - rd->addr)) {
+            rreg = nixl_peer_region_find(bk, R->mem_type, ra, rspan);
+            if (rreg < 0)
+                goto pieces;
+        }
+        if (!first)
+            first = lreg;
+        void *lmd = lreg->md[bi], *rmd = bk->rmd[rreg];
+        ix->layer[l] = (nixl_be_layer_t){.lbase = L->bases[l], .rbase = R->bases[l], .lmd = lmd, .rmd = rmd};
+        x->iov[l] = (nixl_be_iov_t){.laddr = la, .raddr = ra, .len = lspan, .lmd = lmd, .rmd = rmd};
+    }
+    memcpy(ix->lslots, L->slots, nslots * sizeof(uint32_t));
+    memcpy(ix->rslots, R->slots, nslots * sizeof(uint32_t));
+    x->ix = ix;
+    x->count = pieces;
+    x->descs_in = pieces;
+    x->bytes = item * pieces;
+    void *ctx = L->mem_type == NIXL_MEM_VRAM ? first->cuda.ctx : NULL;
+    nixl_status_t st = xfer_setup_locked(a, x, op, bk->backend, peer, inc, L->mem_type, R->mem_type, ctx, opt,
+                                         notif, notif_len, out);
+    if (st == NIXL_ERR_NOT_SUPPORTED)
+        return NATIVE_PIECES; /* x was freed */
+    *st_out = st;
+    return NATIVE_DONE;
+pieces:
+    iov_put(a, x->iov, x->iov_cap);
+    free(ix);
+    free(x);
+    return NATIVE_PIECES;
+}
+
 static nixl_status_t xfer_create_indexed_locked(nixl_agent_t *a, nixl_op_t op, const nixl_indexed_t *L,
                                                 const nixl_indexed_t *R, size_t nslots, uint64_t item,
                                                 const char *peer_name, const nixl_opt_args_t *opt, nixl_xfer_t **out)
@@ -923,8 +1041,9 @@ static nixl_status_t xfer_create_indexed_locked(nixl_agent_t *a, nixl_op_t op, c
     nixl_peer_t *peer = peer_resolve_locked(a, peer_name, &st);
     if (!peer)
         return st;
-    if ((st = indexed_span_check(a, "local", L, nslots, item)) != NIXL_OK ||
-        (st = indexed_span_check(a, "remote", R, nslots, item)) != NIXL_OK)
+    slot_range_t lr, rr;
+    if ((st = indexed_span_check(a, "local", L, nslots, item, &lr)) != NIXL_OK ||
+        (st = indexed_span_check(a, "remote", R, nslots, item, &rr)) != NIXL_OK)
         return st;
     const void *notif;
     size_t notif_len;
@@ -939,17 +1058,24 @@ static nixl_status_t xfer_create_indexed_locked(nixl_agent_t *a, nixl_op_t op, c
         return NIXL_ERR_NO_PATH;
     }
     size_t pairs = L->layers * nslots;
-    nixl_xfer_t *x = calloc(1, sizeof(*x));
-    if (x)
-        x->iov = iov_get(a, pairs, &x->iov_cap);
-    if (!x || !x->iov) {
-        free(x);
-        return NIXL_ERR_NO_MEMORY;
-    }
+    nixl_xfer_t *x = NULL;
     size_t bad = 0;
     int why = PIECE_OK;
     piece_acc_t p;
     for (int k = 0; k < nb; k++) {
+        if (be_can_indexed(order[k]->backend) &&
+            xfer_indexed_native(a, op, L, R, nslots, item, &lr, &rr, peer, inc, order[k], opt, notif, notif_len,
+                                &st, out) == NATIVE_DONE)
+            return st;
+        if (!x) {
+            x = calloc(1, sizeof(*x));
+            if (x)
+                x->iov = iov_get(a, pairs, &x->iov_cap);
+            if (!x || !x->iov) {
+                free(x);
+                return NIXL_ERR_NO_MEMORY;
+            }
+        }
         piece_acc_init(&p, a, L->mem_type, R->mem_type, order[k], x->iov);
         why = indexed_build(&p, L, R, nslots, item, &bad);
         if (why == PIECE_OK)
@@ -1076,7 +1202,7 @@ static nixl_status_t xfer_revalidate(nixl_xfer_t *x)
 {
     nixl_agent_t *a = x->agent;
     int bi = x->backend->index, changed = 0;
-    for (size_t i = 0; i < x->count; i++) {
+    for (size_t i = 0; i < x->niov; i++) {
         nixl_region_t *r = nixl_region_find(&a->regs[x->local_mem], x->iov[i].laddr, x->iov[i].len);
         if (!r || !(r->backend_mask & (1u << bi))) {
             NIXL_ERROR("agent %s: post: local memory [0x%llx, +%llu) was deregistered since the request was made",
@@ -1091,6 +1217,12 @@ static nixl_status_t xfer_revalidate(nixl_xfer_t *x)
     if (changed) {
         xfer_backend_release(x);
         nixl_status_t st = xfer_backend_prepare(x);
+        if (st == NIXL_ERR_NOT_SUPPORTED) {
+            NIXL_ERROR("agent %s: post: backend %s no longer takes this indexed request after its memory was "
+                       "registered again: make it again",
+                       a->name, be_name(x->backend));
+            return NIXL_ERR_STALE;
+        }
         if (st != NIXL_OK)
             return st;
     }
@@ -1230,6 +1362,7 @@ static void xfer_free_locked(nixl_xfer_t *x)
     nixl_peer_inc_unref(x->inc);
     free(x->notif);
     iov_put(a, x->iov, x->iov_cap);
+    free(x->ix);
     free(x);
 }
 
@@ -1293,7 +1426,7 @@ int nixl_xfers_in_flight_use(nixl_agent_t *agent, void *const *mds, size_t n)
     for (nixl_xfer_t *x = agent->xfers; x; x = x->next) {
         if (x->state != NIXL_XFER_IN_FLIGHT || xfer_poll_locked(x) != NIXL_IN_PROG)
             continue;
-        for (size_t i = 0; i < x->count; i++)
+        for (size_t i = 0; i < x->niov; i++)
             if (md_in(mds, n, x->iov[i].lmd))
                 return 1;
     }

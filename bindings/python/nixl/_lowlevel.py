@@ -283,7 +283,7 @@ def merged_counter(lruns: Any, lkeep: Any, rruns: Any, rkeep: Any) -> Any:
 # sides; libfabric the NIC.  A path not listed takes its backend's rate,
 # else UNKNOWN_PATH_GBPS.  docs/python.md, "Transfers", has the table.
 PATH_GBPS = {"shm.map": 8.0, "shm.cma": 4.0, "shm": 4.0, "cuda_ipc.ce": 40.0, "cuda_ipc.kernel": 30.0,
-             "cuda_ipc": 40.0, "cuda_ipc.staged": 5.0, "libfabric": 5.0, "ucx": 10.0}
+             "cuda_ipc.kernel.indexed": 30.0, "cuda_ipc": 40.0, "cuda_ipc.staged": 5.0, "libfabric": 5.0, "ucx": 10.0}
 UNKNOWN_PATH_GBPS = 1.0
 REQUEST_US = 5.0  # post, completion, notification
 DESC_US = {"shm.cma": 0.5, "shm.map": 0.05}  # each run after merging (others: DEFAULT_DESC_US)

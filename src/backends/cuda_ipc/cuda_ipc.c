@@ -63,11 +63,14 @@ static void cip_ctx_load_kernel(cip_be_t *be, cip_ctx_t *cx)
     CUresult rc = cu->cuModuleLoadData(&cx->module, nixl_cuda_ipc_fatbin);
     if (rc == CUDA_SUCCESS)
         rc = cu->cuModuleGetFunction(&cx->copy_fn, cx->module, "nixl_cuda_ipc_copy_pieces");
+    if (rc == CUDA_SUCCESS)
+        rc = cu->cuModuleGetFunction(&cx->indexed_fn, cx->module, "nixl_cuda_ipc_copy_indexed");
     if (rc != CUDA_SUCCESS) {
         if (cx->module)
             cu->cuModuleUnload(cx->module);
         cx->module = NULL;
         cx->copy_fn = NULL;
+        cx->indexed_fn = NULL;
         CIP_WARN(be, "cuda_ipc: cannot load the gather/scatter kernel on GPU %d (%s): %s; small pieces go "
                      "through the copy engines (path cuda_ipc.ce)",
                  cx->device, cx->bus_id, cip_cu_err(be, rc));
@@ -440,6 +443,7 @@ static const nixl_backend_ops_t cip_ops = {
     .rkey_load = cip_rkey_load,
     .rkey_unload = cip_rkey_unload,
     .xfer_prepare = cip_xfer_prepare,
+    .xfer_prepare_indexed = cip_xfer_prepare_indexed,
     .xfer_post = cip_xfer_post,
     .xfer_status = cip_xfer_status,
     .xfer_release = cip_xfer_release,

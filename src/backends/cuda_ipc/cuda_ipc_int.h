@@ -28,6 +28,7 @@
 
 #define CIP_PATH_CE "cuda_ipc.ce"
 #define CIP_PATH_KERNEL "cuda_ipc.kernel"
+#define CIP_PATH_INDEXED "cuda_ipc.kernel.indexed" /* the kernel computing an indexed request's addresses */
 #define CIP_PATH_STAGED "cuda_ipc.staged" /* a fallback: cuda_ipc_stage.c */
 
 #define CIP_MAX_CTX 32  /* CUDA contexts one instance copies with */
@@ -79,6 +80,7 @@ typedef struct cip_ctx {
     CUstream stream;     /* non-blocking: never serialized with the app's default stream */
     CUmodule module;     /* NULL: no kernel (none built, loading failed, or disabled) */
     CUfunction copy_fn;
+    CUfunction indexed_fn; /* indexed requests' kernel; NULL: they are made in pieces */
     cip_table_t *free_tables; /* under be->lock */
     size_t free_bytes;
 } cip_ctx_t;
@@ -221,7 +223,15 @@ typedef struct cip_group {
     size_t nce, ce_cap;
     int ce_uva;            /* pieces reach another context of this process: cuMemcpyAsync */
     cip_table_t *tab;      /* kernel pieces: tab->host[0..nk), uploaded to tab->dev once */
-    size_t nk;
+    size_t nk;             /* kernel pieces (an indexed request's: layers x slots) */
+    size_t tab_bytes;      /* bytes of tab to upload: nk pieces, or an indexed request's arrays */
+    /* An indexed request: the kernel reads the layers' bases and the slots
+     * from tab (cuda_ipc_kernel.cu, nixl_cuda_ipc_copy_indexed). */
+    struct {
+        int on;
+        CUdeviceptr bases, sslots, dslots;
+        unsigned long long nslots, item, sstride, dstride;
+    } ix;
     unsigned blocks;
     CUevent done;
     int pending;           /* recorded and not yet seen complete */
@@ -286,6 +296,7 @@ nixl_status_t cip_rmd_view(cip_be_t *be, cip_rmd_t *rmd, cip_ctx_t *cx, cip_view
 
 /* cuda_ipc_xfer.c */
 nixl_status_t cip_xfer_prepare(void *be, const nixl_be_xfer_t *xfer, nixl_be_req_t **req_out);
+nixl_status_t cip_xfer_prepare_indexed(void *be, const nixl_be_xfer_indexed_t *xfer, nixl_be_req_t **req_out);
 nixl_status_t cip_xfer_post(void *be, nixl_be_req_t *req, const void *notif, size_t notif_len);
 nixl_status_t cip_xfer_status(void *be, nixl_be_req_t *req);
 void cip_xfer_release(void *be, nixl_be_req_t *req);

@@ -116,7 +116,8 @@ static nixl_status_t cip_group_upload(cip_be_t *be, cip_group_t *g)
     }
     if (g->nk == 0)
         return NIXL_OK;
-    rc = cu->cuMemcpyHtoDAsync(g->tab->dev, g->tab->host, g->nk * sizeof(cip_piece_t), g->cx->stream);
+    size_t bytes = g->tab_bytes ? g->tab_bytes : g->nk * sizeof(cip_piece_t);
+    rc = cu->cuMemcpyHtoDAsync(g->tab->dev, g->tab->host, bytes, g->cx->stream);
     if (rc == CUDA_SUCCESS)
         rc = cu->cuEventRecord(g->done, g->cx->stream);
     if (rc != CUDA_SUCCESS) {
@@ -397,6 +398,130 @@ err:
     return st;
 }
 
+/* ---- indexed requests in their own form ----
+ *
+ * The kernel computes every piece's addresses from the layers' bases and
+ * the slots (nixl_cuda_ipc_copy_indexed), so preparing costs one table of
+ * 16 bytes per layer and 8 per slot, written into pinned memory and
+ * uploaded without waiting: no per-piece work on the host.  Requests this
+ * form does not suit are declined (NIXL_ERR_NOT_SUPPORTED) and the core
+ * makes them in pieces, which cip_xfer_prepare then routes as usual:
+ * local DRAM, pieces for the copy engines (item >= ce_min), too few for a
+ * launch, no kernel, local layers in several contexts, peer memory that
+ * cannot be mapped here (staged, with its cause) or not by a kernel. */
+
+/* Whether the layers' local memory is all in one context: that context,
+ * else NULL. */
+static void *cip_ix_ctx(const nixl_be_xfer_indexed_t *x, int *device)
+{
+    const cip_reg_t *first = x->layer[0].lmd;
+    for (size_t l = 1; l < x->layers; l++) {
+        const cip_reg_t *g = x->layer[l].lmd;
+        if (g != first && g->ctx != first->ctx)
+            return NULL;
+    }
+    *device = first->device;
+    return first->ctx;
+}
+
+/* The layers' bases as the kernel sees them (src, dst per layer), then the
+ * source slots, then the destination slots, into g's table; the launch's
+ * arguments.  Context current. */
+static nixl_status_t cip_ix_build(cip_be_t *be, cip_req_t *r, cip_group_t *g, const nixl_be_xfer_indexed_t *x)
+{
+    const size_t bases_bytes = x->layers * 2 * sizeof(uint64_t), slots_bytes = x->nslots * sizeof(uint32_t);
+    const size_t bytes = bases_bytes + 2 * slots_bytes;
+    g->tab = cip_table_get(be, g->cx, (bytes + sizeof(cip_piece_t) - 1) / sizeof(cip_piece_t));
+    if (!g->tab)
+        return NIXL_ERR_NO_MEMORY;
+    uint64_t *bases = (uint64_t *)(void *)g->tab->host;
+    const cip_rmd_t *last = NULL;
+    cip_view_t view = {0};
+    for (size_t l = 0; l < x->layers; l++) {
+        cip_rmd_t *rmd = x->layer[l].rmd;
+        if (rmd != last) {
+            nixl_status_t st = cip_rmd_view(be, rmd, g->cx, &view, r->cause, sizeof(r->cause));
+            if (st == NIXL_ERR_NO_PATH || (st == NIXL_OK && !view.kernel_ok))
+                return NIXL_ERR_NOT_SUPPORTED; /* in pieces: staged with its cause, or the copy engines */
+            if (st != NIXL_OK)
+                return st;
+            last = rmd;
+        }
+        uint64_t remote = view.base + (x->layer[l].rbase - rmd->alloc_base), local = x->layer[l].lbase;
+        bases[2 * l] = r->write ? local : remote;
+        bases[2 * l + 1] = r->write ? remote : local;
+    }
+    unsigned char *slots = (unsigned char *)bases + bases_bytes;
+    memcpy(slots, r->write ? x->lslots : x->rslots, slots_bytes);
+    memcpy(slots + slots_bytes, r->write ? x->rslots : x->lslots, slots_bytes);
+    g->nk = x->layers * x->nslots;
+    g->tab_bytes = bytes;
+    g->ix.on = 1;
+    g->ix.bases = g->tab->dev;
+    g->ix.sslots = g->tab->dev + bases_bytes;
+    g->ix.dslots = g->tab->dev + bases_bytes + slots_bytes;
+    g->ix.nslots = x->nslots;
+    g->ix.item = x->item_len;
+    g->ix.sstride = r->write ? x->lstride : x->rstride;
+    g->ix.dstride = r->write ? x->rstride : x->lstride;
+    return cip_group_upload(be, g);
+}
+
+nixl_status_t cip_xfer_prepare_indexed(void *bev, const nixl_be_xfer_indexed_t *x, nixl_be_req_t **req_out)
+{
+    cip_be_t *be = bev;
+    if (!x || !req_out || !x->peer || !x->layer || !x->lslots || !x->rslots)
+        return NIXL_ERR_NULL;
+    if (x->op != NIXL_OP_READ && x->op != NIXL_OP_WRITE)
+        return NIXL_ERR_INVALID_PARAM;
+    const cip_peer_t *peer = x->peer;
+    if (x->local_mem != NIXL_MEM_VRAM || x->remote_mem != NIXL_MEM_VRAM || x->item_len >= be->ce_min ||
+        x->layers * x->nslots < be->kernel_min || (!be->map_peers && !peer->same_process))
+        return NIXL_ERR_NOT_SUPPORTED;
+    if (!cip_api(be))
+        return NIXL_ERR_NO_CUDA;
+    for (size_t l = 0; l < x->layers; l++) {
+        const cip_reg_t *lm = x->layer[l].lmd;
+        const cip_rmd_t *rm = x->layer[l].rmd;
+        if (!lm || !rm || rm->peer != x->peer || lm->host) {
+            CIP_ERROR(be, "cuda_ipc: layer %zu of an indexed request has no registration of this backend on both sides",
+                      l);
+            return NIXL_ERR_INVALID_PARAM;
+        }
+    }
+    int device = 0;
+    void *ctx = cip_ix_ctx(x, &device);
+    if (!ctx)
+        return NIXL_ERR_NOT_SUPPORTED; /* layers in several contexts: one group each, in pieces */
+    cip_req_t *r = calloc(1, sizeof(*r));
+    if (!r)
+        return NIXL_ERR_NO_MEMORY;
+    r->be = be;
+    r->peer = x->peer;
+    r->write = x->op == NIXL_OP_WRITE;
+    cip_group_t *g = cip_group_of(r, ctx, device);
+    nixl_be_ctx_scope_t scope = {NULL, 0};
+    nixl_status_t st = nixl_be_ctx_enter(be->host->cuda, (CUcontext)ctx, &scope);
+    if (st == NIXL_OK) {
+        g->cx = cip_ctx_get(be, ctx, device);
+        if (!g->cx)
+            st = NIXL_ERR_BACKEND;
+        else if (!g->cx->indexed_fn)
+            st = NIXL_ERR_NOT_SUPPORTED;
+        else
+            st = cip_ix_build(be, r, g, x);
+        nixl_be_ctx_leave(be->host->cuda, &scope);
+    }
+    if (st != NIXL_OK) {
+        cip_req_free(be, r);
+        return st;
+    }
+    r->hdr.path = CIP_PATH_INDEXED;
+    r->status = NIXL_OK;
+    *req_out = &r->hdr;
+    return NIXL_OK;
+}
+
 /* Issue one group's work on its stream, in its context (current). */
 static CUresult cip_group_issue(cip_be_t *be, cip_group_t *g, const char **what)
 {
@@ -413,9 +538,15 @@ static CUresult cip_group_issue(cip_be_t *be, cip_group_t *g, const char **what)
     }
     if (rc == CUDA_SUCCESS && g->nk) {
         unsigned long long n = g->nk;
-        void *args[] = {&g->tab->dev, &n};
         *what = "kernel launch";
-        rc = cu->cuLaunchKernel(g->cx->copy_fn, g->blocks, 1, 1, CIP_KERNEL_THREADS, 1, 1, 0, s, args, NULL);
+        if (g->ix.on) {
+            void *args[] = {&g->ix.bases, &g->ix.sslots, &g->ix.dslots, &g->ix.nslots,
+                            &n,           &g->ix.item,   &g->ix.sstride, &g->ix.dstride};
+            rc = cu->cuLaunchKernel(g->cx->indexed_fn, g->blocks, 1, 1, CIP_KERNEL_THREADS, 1, 1, 0, s, args, NULL);
+        } else {
+            void *args[] = {&g->tab->dev, &n};
+            rc = cu->cuLaunchKernel(g->cx->copy_fn, g->blocks, 1, 1, CIP_KERNEL_THREADS, 1, 1, 0, s, args, NULL);
+        }
     }
     if (rc == CUDA_SUCCESS) {
         *what = "event record";

@@ -9,9 +9,12 @@
  * module path of the backend ABI on every build, and that a version-1
  * module (peer_load, a table without peer_open) still works.
  *
- * Built twice: "fake" declares NIXL_CAP_REG_MT and has xfer_cancel;
+ * Built three times: "fake" declares NIXL_CAP_REG_MT and has xfer_cancel;
  * "fake_serial" (FAKE_SERIAL) has neither, so the core must never call its
- * reg/dereg concurrently and cannot enforce deadlines on it.  Each
+ * reg/dereg concurrently and cannot enforce deadlines on it;
+ * "fake_indexed" (FAKE_INDEXED) is a version-2 module that also takes
+ * indexed requests in their own form (xfer_prepare_indexed), or declines
+ * them when its parameter "indexed" is 0.  Each
  * counts its registrations (fake_backend.h) so the registration pool's
  * tests can see caps, concurrency and rollbacks from outside.
  */
@@ -30,6 +33,9 @@
 #ifdef FAKE_SERIAL
 #define FAKE_NAME "fake_serial"
 #define FAKE_CAP_REG_MT 0u
+#elif defined(FAKE_INDEXED)
+#define FAKE_NAME "fake_indexed"
+#define FAKE_CAP_REG_MT NIXL_CAP_REG_MT
 #else
 #define FAKE_NAME "fake"
 #define FAKE_CAP_REG_MT NIXL_CAP_REG_MT
@@ -57,6 +63,7 @@ typedef struct fake {
     int fail_status[FAKE_MAX_FAIL_LENS];
     int fallback;
     int cancel_late; /* xfer_cancel comes too late: requests complete anyway */
+    int indexed;     /* fake_indexed: take indexed requests in their form (else NOT_SUPPORTED) */
     pthread_mutex_t lock;
     fake_notif_t *head, **tail; /* delivered on progress() */
 } fake_t;
@@ -72,6 +79,8 @@ typedef struct fake_req {
     fake_t *be;
     fake_t *peer;
     nixl_be_xfer_t x;
+    int is_ix; /* made by xfer_prepare_indexed: ix, not x */
+    nixl_be_xfer_indexed_t ix;
     unsigned polls_left;
     int in_flight;
     void *notif;
@@ -87,6 +96,9 @@ static const nixl_param_info_t fake_params[] = {
     {"reg_delay_us", "0", "each registration takes this many microseconds (sleeping)"},
     {"cancel_late", "0", "1: xfer_cancel is always too late (the request completes, notification included)"},
     {"fail_len", "", "LEN:STATUS[,LEN:STATUS...]: registrations of exactly LEN bytes fail with that nixl_status_t"},
+#ifdef FAKE_INDEXED
+    {"indexed", "1", "0 declines indexed requests (NIXL_ERR_NOT_SUPPORTED)"},
+#endif
 };
 
 /* Process-wide counters of this module (fake_backend.h), all atomic. */
@@ -102,7 +114,11 @@ __attribute__((visibility("default"))) void fake_test_counters(fake_counters_t *
     out->max_inside = __atomic_load_n(&g_counters.max_inside, __ATOMIC_SEQ_CST);
     out->threads = __atomic_load_n(&g_counters.threads, __ATOMIC_SEQ_CST);
     out->last_tid = __atomic_load_n(&g_counters.last_tid, __ATOMIC_SEQ_CST);
+    out->indexed_prepares = __atomic_load_n(&g_counters.indexed_prepares, __ATOMIC_SEQ_CST);
+    out->indexed_declined = __atomic_load_n(&g_counters.indexed_declined, __ATOMIC_SEQ_CST);
     if (reset) {
+        __atomic_store_n(&g_counters.indexed_prepares, 0, __ATOMIC_SEQ_CST);
+        __atomic_store_n(&g_counters.indexed_declined, 0, __ATOMIC_SEQ_CST);
         /* live is a fact about the backends, not a statistic: kept. */
         __atomic_store_n(&g_counters.reg_calls, 0, __ATOMIC_SEQ_CST);
         __atomic_store_n(&g_counters.max_inside, 0, __ATOMIC_SEQ_CST);
@@ -206,6 +222,7 @@ static nixl_status_t fake_create(const nixl_host_services_t *host, const nixl_pa
     f->fallback = (int)param_u(params, n, "fallback");
     f->reg_delay_us = param_u(params, n, "reg_delay_us");
     f->cancel_late = (int)param_u(params, n, "cancel_late");
+    f->indexed = (int)param_u(params, n, "indexed");
     if (parse_fail_lens(f, nixl_param_find(params, n, "fail_len")) != 0) {
         free(f);
         return NIXL_ERR_INVALID_PARAM;
@@ -321,6 +338,35 @@ static nixl_status_t fake_prepare(void *be, const nixl_be_xfer_t *x, nixl_be_req
     return NIXL_OK;
 }
 
+#ifdef FAKE_INDEXED
+static nixl_status_t fake_prepare_indexed(void *be, const nixl_be_xfer_indexed_t *x, nixl_be_req_t **out)
+{
+    fake_t *f = be;
+    if (!f->indexed) {
+        __atomic_add_fetch(&g_counters.indexed_declined, 1, __ATOMIC_SEQ_CST);
+        return NIXL_ERR_NOT_SUPPORTED;
+    }
+    fake_req_t *r = calloc(1, sizeof(*r));
+    if (!r)
+        return NIXL_ERR_NO_MEMORY;
+    r->be = f;
+    r->peer = x->peer;
+    r->is_ix = 1;
+    r->ix = *x;
+    r->hdr.path = "fake.indexed";
+    __atomic_add_fetch(&g_counters.indexed_prepares, 1, __ATOMIC_SEQ_CST);
+    *out = &r->hdr;
+    return NIXL_OK;
+}
+
+static nixl_status_t fake_peer_load(void *be, const char *name, const void *conn, size_t len, void **out);
+
+static nixl_status_t fake_peer_open(void *be, const nixl_be_peer_t *peer, const void *conn, size_t len, void **out)
+{
+    return fake_peer_load(be, peer->name, conn, len, out);
+}
+#endif
+
 static nixl_status_t deliver_to(fake_t *peer, const char *sender, const void *msg, size_t len)
 {
     fake_notif_t *n = malloc(sizeof(*n) + len);
@@ -339,9 +385,38 @@ static nixl_status_t deliver_to(fake_t *peer, const char *sender, const void *ms
     return NIXL_OK;
 }
 
+/* Piece by piece, checking the core's promise: every piece inside its
+ * layer's local registration. */
+static nixl_status_t fake_complete_indexed(fake_req_t *r)
+{
+    const nixl_be_xfer_indexed_t *x = &r->ix;
+    for (size_t l = 0; l < x->layers; l++) {
+        const nixl_be_layer_t *y = &x->layer[l];
+        const nixl_be_region_t *reg = y->lmd;
+        for (size_t t = 0; t < x->nslots; t++) {
+            uint64_t la = y->lbase + (uint64_t)x->lslots[t] * x->lstride;
+            uint64_t ra = y->rbase + (uint64_t)x->rslots[t] * x->rstride;
+            if (la < reg->addr || la - reg->addr > reg->len || x->item_len > reg->len - (la - reg->addr))
+                return NIXL_ERR_INVALID_PARAM;
+            if (x->op == NIXL_OP_WRITE)
+                memmove((void *)(uintptr_t)ra, (void *)(uintptr_t)la, x->item_len);
+            else
+                memmove((void *)(uintptr_t)la, (void *)(uintptr_t)ra, x->item_len);
+        }
+    }
+    return NIXL_OK;
+}
+
 static nixl_status_t fake_complete(fake_req_t *r)
 {
-    for (size_t i = 0; i < r->x.count; i++) {
+    if (r->is_ix) {
+        nixl_status_t st = fake_complete_indexed(r);
+        if (st != NIXL_OK) {
+            r->in_flight = 0;
+            return st;
+        }
+    }
+    for (size_t i = 0; !r->is_ix && i < r->x.count; i++) {
         const nixl_be_iov_t *v = &r->x.iov[i];
         if (r->x.op == NIXL_OP_WRITE)
             memmove((void *)(uintptr_t)v->raddr, (void *)(uintptr_t)v->laddr, v->len);
@@ -420,10 +495,19 @@ static nixl_status_t fake_progress(void *be)
 
 /* A version-1 module, as one built before version 2 would be: its table
  * ends before peer_open and it loads peers with peer_load.  It stays at
- * version 1 on purpose: the core must keep loading such modules. */
+ * version 1 on purpose: the core must keep loading such modules.
+ * fake_indexed is a version-2 module with the whole table. */
 static const nixl_backend_ops_t fake_ops = {
+#ifdef FAKE_INDEXED
+    .abi_version = 2,
+    .struct_size = sizeof(nixl_backend_ops_t),
+    .peer_open = fake_peer_open,
+    .xfer_prepare_indexed = fake_prepare_indexed,
+#else
     .abi_version = 1,
     .struct_size = offsetof(nixl_backend_ops_t, peer_open),
+    .peer_load = fake_peer_load,
+#endif
     .name = FAKE_NAME,
     .description = "test backend: memcpy within one process, scriptable behaviour",
     .mem_types = NIXL_MEM_BIT(NIXL_MEM_DRAM),
@@ -435,7 +519,6 @@ static const nixl_backend_ops_t fake_ops = {
     .reg = fake_reg,
     .dereg = fake_dereg,
     .conn_pack = fake_conn_pack,
-    .peer_load = fake_peer_load,
     .peer_unload = fake_peer_unload,
     .rkey_load = fake_rkey_load,
     .rkey_unload = fake_rkey_unload,

@@ -15,6 +15,8 @@ typedef struct fake_counters {
     int64_t max_inside;   /* most reg()/dereg() calls running at the same moment */
     uint64_t threads;     /* distinct threads that called reg() (up to 256) */
     int64_t last_tid;     /* thread of the last reg() */
+    uint64_t indexed_prepares; /* fake_indexed: indexed requests taken in their own form */
+    uint64_t indexed_declined; /* fake_indexed: indexed requests declined (parameter indexed=0) */
 } fake_counters_t;
 
 #define FAKE_COUNTERS_SYM "fake_test_counters"

@@ -6,6 +6,7 @@
  * fallback accounting, module loading.
  */
 #include <dirent.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -17,6 +18,7 @@
 #include "nixl.h"
 
 #include "../../common/test_check.h"
+#include "fake_backend.h"
 
 static nixl_agent_t *mk_agent(const char *name)
 {
@@ -815,6 +817,172 @@ static void test_indexed(void)
     nixl_mem_free(dst, LAYERS * LB);
 }
 
+/* The fake_indexed module's counters (fake_backend.h), or NULL. */
+static fake_counters_fn indexed_counters(void)
+{
+    const nixl_backend_info_t *infos;
+    size_t n;
+    if (nixl_backends_available(&infos, &n) != NIXL_OK)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(infos[i].name, "fake_indexed") != 0)
+            continue;
+        void *h = dlopen(infos[i].origin, RTLD_NOW | RTLD_NOLOAD);
+        return h ? (fake_counters_fn)(uintptr_t)dlsym(h, FAKE_COUNTERS_SYM) : NULL;
+    }
+    return NULL;
+}
+
+/* Post, wait, check every piece (l, t) landed; the request's path. */
+static void indexed_round(nixl_xfer_t *x, const uint64_t *lb, const uint32_t *ls, const uint64_t *rb,
+                          const uint32_t *rs, int layers, int ns, uint64_t stride, uint64_t item, const char *path,
+                          const char *what)
+{
+    nixl_status_t st = x ? nixl_xfer_post(x) : NIXL_ERR_NULL;
+    for (int k = 0; st == NIXL_IN_PROG && k < 100000; k++)
+        st = nixl_xfer_status(x);
+    CHECK_ST(st, NIXL_OK);
+    int bad = 0;
+    for (int l = 0; l < layers; l++)
+        for (int t = 0; t < ns; t++)
+            bad += memcmp((void *)(uintptr_t)(rb[l] + rs[t] * stride), (void *)(uintptr_t)(lb[l] + ls[t] * stride),
+                          item) != 0;
+    if (bad)
+        fprintf(stderr, "%s: %d of %d pieces wrong\n", what, bad, layers * ns);
+    CHECK(bad == 0);
+    nixl_xfer_info_t info;
+    CHECK_ST(x ? nixl_xfer_info(x, &info) : NIXL_ERR_NULL, NIXL_OK);
+    if (x && strcmp(info.path, path) != 0)
+        fprintf(stderr, "%s: path %s, expected %s\n", what, info.path, path);
+    CHECK(x && strcmp(info.path, path) == 0);
+    CHECK(x && info.bytes == (uint64_t)layers * ns * item);
+}
+
+/* Indexed requests a backend takes in their own form (xfer_prepare_indexed,
+ * the fake_indexed module): taken when every layer's span lies in one
+ * registration, built in pieces when one does not or the backend declines;
+ * a re-registration under a made request re-prepares it; refusals are the
+ * core's, before the backend sees anything. */
+static void test_indexed_native(void)
+{
+    enum { LAYERS = 4, SLOTS = 256, NS = 120, ITEM = 40, STRIDE = 48, LB = SLOTS * STRIDE };
+    static unsigned char src[LAYERS * LB], dst[LAYERS * LB];
+    uint64_t lb[LAYERS], rb[LAYERS];
+    nixl_desc_t lregs[LAYERS], rregs[LAYERS];
+    for (int l = 0; l < LAYERS; l++) {
+        lb[l] = (uintptr_t)src + (uint64_t)l * LB;
+        rb[l] = (uintptr_t)dst + (uint64_t)l * LB;
+        lregs[l] = (nixl_desc_t){lb[l], LB, 0, 0, NULL};
+        rregs[l] = (nixl_desc_t){rb[l], LB, 0, 0, NULL};
+    }
+    nixl_dlist_t ll = dl(lregs, LAYERS), rl = dl(rregs, LAYERS);
+    uint32_t ls[NS], rs[NS];
+    for (int t = 0; t < NS; t++) {
+        ls[t] = (uint32_t)((t * 37 + 5) % SLOTS);
+        rs[t] = (uint32_t)((t * 53 + 9) % SLOTS);
+    }
+    nixl_indexed_t L = {NIXL_MEM_DRAM, LAYERS, lb, STRIDE, ls}, R = {NIXL_MEM_DRAM, LAYERS, rb, STRIDE, rs};
+    for (int pass = 0; pass < 2; pass++) {
+        /* pass 0: the backend takes the indexed form; pass 1: it declines. */
+        nixl_agent_t *a = mk_agent("ix-init"), *t = mk_agent("ix-target");
+        nixl_param_t p = {"indexed", pass == 0 ? "1" : "0"};
+        nixl_backend_t *b = NULL;
+        CHECK_ST(nixl_backend_create(a, "fake_indexed", &p, 1, &b), NIXL_OK);
+        CHECK_ST(nixl_backend_create(t, "fake_indexed", &p, 1, &b), NIXL_OK);
+        fake_counters_fn ctr = indexed_counters();
+        CHECK(ctr != NULL);
+        if (!ctr) {
+            nixl_agent_destroy(a);
+            nixl_agent_destroy(t);
+            return;
+        }
+        CHECK_ST(nixl_mem_register(a, &ll, NULL), NIXL_OK);
+        CHECK_ST(nixl_mem_register(t, &rl, NULL), NIXL_OK);
+        exchange(a, t);
+        for (size_t i = 0; i < sizeof(src); i++)
+            src[i] = (unsigned char)(i * 13 + 7 + pass);
+        memset(dst, 0, sizeof(dst));
+        fake_counters_t c;
+        ctr(&c, 1);
+        nixl_xfer_t *x = NULL;
+        CHECK_ST(nixl_xfer_create_indexed(a, NIXL_OP_WRITE, &L, &R, NS, ITEM, "ix-target", NULL, &x), NIXL_OK);
+        ctr(&c, 0);
+        if (pass == 1) {
+            /* Declined: the same request in pieces, same backend, no fallback. */
+            CHECK(c.indexed_prepares == 0 && c.indexed_declined == 1);
+            indexed_round(x, lb, ls, rb, rs, LAYERS, NS, STRIDE, ITEM, "fake.copy", "indexed, declined");
+            nixl_xfer_release(x);
+            nixl_agent_destroy(a);
+            nixl_agent_destroy(t);
+            break;
+        }
+        /* Taken as it is: one prepare of the indexed form, every piece lands. */
+        CHECK(c.indexed_prepares == 1 && c.indexed_declined == 0);
+        indexed_round(x, lb, ls, rb, rs, LAYERS, NS, STRIDE, ITEM, "fake.indexed", "indexed, native");
+        nixl_xfer_info_t info;
+        CHECK_ST(x ? nixl_xfer_info(x, &info) : NIXL_ERR_NULL, NIXL_OK);
+        CHECK(x && info.descs == LAYERS * NS && info.descs_in == LAYERS * NS);
+        /* The caller's slot arrays are not read after the call. */
+        uint32_t saved = rs[0];
+        rs[0] = SLOTS * 100;
+        /* Layer 2's local memory registered again under the made request:
+         * the post re-prepares the indexed form with the new registration. */
+        nixl_dlist_t one = dl(&lregs[2], 1);
+        CHECK_ST(nixl_mem_deregister(a, &one, NULL), NIXL_OK);
+        CHECK_ST(nixl_mem_register(a, &one, NULL), NIXL_OK);
+        for (size_t i = 0; i < sizeof(src); i++)
+            src[i] = (unsigned char)(i * 29 + 3);
+        memset(dst, 0, sizeof(dst));
+        rs[0] = saved;
+        indexed_round(x, lb, ls, rb, rs, LAYERS, NS, STRIDE, ITEM, "fake.indexed", "indexed, re-registered");
+        ctr(&c, 0);
+        CHECK(c.indexed_prepares == 2);
+        /* Deregistered and not again: the post refuses, nothing moves. */
+        CHECK_ST(nixl_mem_deregister(a, &one, NULL), NIXL_OK);
+        memset(dst, 0, sizeof(dst));
+        CHECK_ST(x ? nixl_xfer_post(x) : NIXL_ERR_NULL, NIXL_ERR_NOT_REGISTERED);
+        int moved = 0;
+        for (size_t i = 0; i < sizeof(dst); i++)
+            moved |= dst[i];
+        CHECK(moved == 0);
+        nixl_xfer_release(x);
+
+        /* Layer 2's local memory in two registrations: its span is in
+         * neither, so the request is built in pieces (and still lands). */
+        nixl_desc_t halves[2] = {{lb[2], LB / 2, 0, 0, NULL}, {lb[2] + LB / 2, LB / 2, 0, 0, NULL}};
+        nixl_dlist_t hl = dl(halves, 2);
+        CHECK_ST(nixl_mem_register(a, &hl, NULL), NIXL_OK);
+        ctr(&c, 1);
+        x = NULL;
+        CHECK_ST(nixl_xfer_create_indexed(a, NIXL_OP_WRITE, &L, &R, NS, ITEM, "ix-target", NULL, &x), NIXL_OK);
+        ctr(&c, 0);
+        CHECK(c.indexed_prepares == 0);
+        indexed_round(x, lb, ls, rb, rs, LAYERS, NS, STRIDE, ITEM, "fake.copy", "indexed, a layer across regions");
+        nixl_xfer_release(x);
+        CHECK_ST(nixl_mem_deregister(a, &hl, NULL), NIXL_OK);
+        CHECK_ST(nixl_mem_register(a, &one, NULL), NIXL_OK);
+
+        /* A remote slot past the target's memory: refused by the core,
+         * nothing prepared or moved. */
+        ctr(&c, 1);
+        rs[NS - 1] = SLOTS * LAYERS;
+        memset(dst, 0, sizeof(dst));
+        x = NULL;
+        CHECK_ST(nixl_xfer_create_indexed(a, NIXL_OP_WRITE, &L, &R, NS, ITEM, "ix-target", NULL, &x),
+                 NIXL_ERR_NOT_REGISTERED);
+        CHECK(x == NULL);
+        rs[NS - 1] = 0;
+        ctr(&c, 0);
+        CHECK(c.indexed_prepares == 0);
+        moved = 0;
+        for (size_t i = 0; i < sizeof(dst); i++)
+            moved |= dst[i];
+        CHECK(moved == 0);
+        nixl_agent_destroy(a);
+        nixl_agent_destroy(t);
+    }
+}
+
 /* nixl_descs_from_rows: every row copied, strides honoured, each refused
  * field named by its row, in any block of the pass. */
 static void test_descs_from_rows(void)
@@ -874,6 +1042,7 @@ int main(void)
     test_descs_from_rows();
     test_run_shaped_lists();
     test_indexed();
+    test_indexed_native();
     test_status_names();
     if (failures) {
         fprintf(stderr, "test_core: %d check(s) failed\n", failures);
