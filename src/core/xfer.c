@@ -41,6 +41,8 @@ typedef struct prep_run {
 } prep_run_t;
 
 #define PREP_RUN_MIN 32 /* shorter runs: the list is used as it is */
+/* Requests of fewer pairs are not looked at for the indexed shape. */
+#define ROWS_INDEXED_MIN 64
 
 struct nixl_prep {
     nixl_agent_t *agent;
@@ -591,6 +593,10 @@ static nixl_status_t xfer_setup_locked(nixl_agent_t *a, nixl_xfer_t *x, nixl_op_
                                        nixl_mem_t remote_mem, void *cuda_ctx, const nixl_opt_args_t *opt,
                                        const void *notif, size_t notif_len, nixl_xfer_t **out);
 
+static int xfer_make_indexed(nixl_agent_t *a, nixl_op_t op, const nixl_prep_t *lp, const uint32_t *li,
+                             const nixl_prep_t *rp, const uint32_t *ri, size_t count, const nixl_opt_args_t *opt,
+                             const void *notif, size_t notif_len, nixl_status_t *st_out, nixl_xfer_t **out);
+
 static nixl_status_t xfer_make_locked(nixl_agent_t *a, nixl_op_t op, nixl_prep_t *lp, const uint32_t *li,
                                       const nixl_prep_t *rp, const uint32_t *ri, size_t count,
                                       const nixl_opt_args_t *opt, nixl_xfer_t **out)
@@ -637,6 +643,9 @@ static nixl_status_t xfer_make_locked(nixl_agent_t *a, nixl_op_t op, nixl_prep_t
     size_t notif_len;
     nixl_status_t st = opt_notif(opt, &notif, &notif_len);
     if (st != NIXL_OK)
+        return st;
+    if (li && count >= ROWS_INDEXED_MIN && lp->runs && rp->runs && be_can_indexed(b) &&
+        xfer_make_indexed(a, op, lp, li, rp, ri, count, opt, notif, notif_len, &st, out))
         return st;
 
     nixl_xfer_t *x = calloc(1, sizeof(*x));
@@ -821,6 +830,11 @@ static nixl_status_t xfer_from_pieces(nixl_agent_t *a, nixl_xfer_t *x, const pie
  * two-step way, which tries them all and says why none fits. */
 typedef enum { FUSED_DONE, FUSED_TWO_STEP } fused_t;
 
+static int xfer_create_rows_indexed(nixl_agent_t *a, nixl_op_t op, const nixl_dlist_t *local,
+                                    const nixl_dlist_t *remote, nixl_peer_t *peer, const nixl_peer_backend_t *bk,
+                                    const nixl_opt_args_t *opt, const void *notif, size_t notif_len,
+                                    nixl_status_t *st_out, nixl_xfer_t **out);
+
 static fused_t xfer_create_fused(nixl_agent_t *a, nixl_op_t op, const nixl_dlist_t *local,
                                  const nixl_dlist_t *remote, nixl_peer_t *peer, const nixl_opt_args_t *opt,
                                  nixl_status_t *st_out, nixl_xfer_t **out)
@@ -836,8 +850,11 @@ static fused_t xfer_create_fused(nixl_agent_t *a, nixl_op_t op, const nixl_dlist
         *st_out = st;
         return FUSED_DONE;
     }
-    nixl_xfer_t *x = calloc(1, sizeof(*x));
     size_t count = local->count;
+    if (count >= ROWS_INDEXED_MIN && be_can_indexed(order[0]->backend) &&
+        xfer_create_rows_indexed(a, op, local, remote, peer, order[0], opt, notif, notif_len, st_out, out))
+        return FUSED_DONE;
+    nixl_xfer_t *x = calloc(1, sizeof(*x));
     if (x)
         x->iov = iov_get(a, count, &x->iov_cap);
     if (!x || !x->iov) {
@@ -1031,6 +1048,168 @@ pieces:
     free(ix);
     free(x);
     return NATIVE_PIECES;
+}
+
+/* ---- lists that are an indexed request ----
+ *
+ * SGLang's request is two lists of base_l + slot_t x item, layer after
+ * layer (one registered buffer per layer), the same slots in every layer;
+ * vLLM's lists of block ids, made with nixl_xfer_create, have that shape too.
+ * When the backend takes indexed requests, such lists are recognised in
+ * one reading pass (no pieces built) and made as one: the layer length n
+ * is where the first local row leaves the first row's region; every later
+ * layer must repeat the first layer's offsets on both sides, every length
+ * be the same, every offset a multiple of it.  Anything else, or a decline,
+ * and the lists are made the usual way.  1: made (or failed: *st_out). */
+static int xfer_create_rows_indexed(nixl_agent_t *a, nixl_op_t op, const nixl_dlist_t *local,
+                                    const nixl_dlist_t *remote, nixl_peer_t *peer, const nixl_peer_backend_t *bk,
+                                    const nixl_opt_args_t *opt, const void *notif, size_t notif_len,
+                                    nixl_status_t *st_out, nixl_xfer_t **out)
+{
+    const nixl_desc_t *ld = local->descs, *rd = remote->descs;
+    const size_t count = local->count;
+    const uint64_t item = ld[0].len;
+    if (item == 0 || rd[0].len != item)
+        return 0;
+    const nixl_region_t *r0 = nixl_region_find(&a->regs[local->mem_type], ld[0].addr, item);
+    if (!r0)
+        return 0;
+    size_t n = 1;
+    while (n < count && ld[n].addr - r0->addr < r0->len)
+        n++;
+    /* One layer (every row in one region) gains nothing over pieces. */
+    if (count % n != 0 || count / n < 2)
+        return 0;
+    const size_t layers = count / n;
+    /* The first layer's offsets, each side: the slots, once divided. */
+    int64_t lmin = 0, rmin = 0, lmax = 0, rmax = 0;
+    const uint64_t l0 = ld[0].addr, q0 = rd[0].addr;
+    for (size_t t = 0; t < n; t++) {
+        int64_t lo = (int64_t)(ld[t].addr - l0), ro = (int64_t)(rd[t].addr - q0);
+        if (ld[t].len != item || rd[t].len != item || lo % (int64_t)item || ro % (int64_t)item)
+            return 0;
+        lmin = lo < lmin ? lo : lmin;
+        lmax = lo > lmax ? lo : lmax;
+        rmin = ro < rmin ? ro : rmin;
+        rmax = ro > rmax ? ro : rmax;
+    }
+    if ((uint64_t)(lmax - lmin) / item > UINT32_MAX || (uint64_t)(rmax - rmin) / item > UINT32_MAX)
+        return 0;
+    /* Every later layer repeats them. */
+    for (size_t l = 1; l < layers; l++) {
+        const nixl_desc_t *lL = ld + l * n, *rL = rd + l * n;
+        const uint64_t lb = lL[0].addr, rb = rL[0].addr;
+        size_t t = 0;
+        for (; t < n; t++)
+            if (nixl_unlikely((lL[t].addr - lb) != (ld[t].addr - l0) || (rL[t].addr - rb) != (rd[t].addr - q0) ||
+                              lL[t].len != item || rL[t].len != item))
+                break;
+        if (t < n)
+            return 0;
+    }
+    uint32_t *slots = malloc(2 * n * sizeof(uint32_t));
+    uint64_t *bases = malloc(2 * layers * sizeof(uint64_t));
+    if (!slots || !bases) {
+        free(slots);
+        free(bases);
+        return 0;
+    }
+    for (size_t t = 0; t < n; t++) {
+        slots[t] = (uint32_t)((uint64_t)((int64_t)(ld[t].addr - l0) - lmin) / item);
+        slots[n + t] = (uint32_t)((uint64_t)((int64_t)(rd[t].addr - q0) - rmin) / item);
+    }
+    for (size_t l = 0; l < layers; l++) {
+        bases[l] = ld[l * n].addr + (uint64_t)lmin; /* the layer's lowest row: lmin <= 0 */
+        bases[layers + l] = rd[l * n].addr + (uint64_t)rmin;
+    }
+    const nixl_indexed_t L = {local->mem_type, layers, bases, item, slots};
+    const nixl_indexed_t R = {remote->mem_type, layers, bases + layers, item, slots + n};
+    const slot_range_t lr = {0, (uint32_t)((uint64_t)(lmax - lmin) / item)};
+    const slot_range_t rr = {0, (uint32_t)((uint64_t)(rmax - rmin) / item)};
+    native_t got = xfer_indexed_native(a, op, &L, &R, n, item, &lr, &rr, peer, peer->cur, bk, opt, notif, notif_len,
+                                       st_out, out);
+    free(slots);
+    free(bases);
+    return got == NATIVE_DONE;
+}
+
+/* One side of vLLM's make: indices into a run-shaped list (one run per
+ * layer), n per layer, each group inside one run at the same positions as
+ * the first group's.  Fills slots (the positions) and bases (the runs'
+ * starts), the stride and item.  0: not that shape. */
+static int make_side_indexed(const nixl_prep_t *p, const uint32_t *idx, size_t n, size_t layers, uint32_t *slots,
+                             uint64_t *bases, uint64_t *stride, uint64_t *item, slot_range_t *range)
+{
+    const prep_run_t *runs = p->runs;
+    const uint32_t rl = p->run_len;
+    const uint64_t magic = p->run_magic;
+    __extension__ typedef unsigned __int128 u128;
+#define RUN_OF(i) ((size_t)(((u128)magic * (uint32_t)(i)) >> 64))
+    const size_t q0 = RUN_OF(idx[0]);
+    const uint64_t first = (uint64_t)q0 * rl;
+    uint32_t min = UINT32_MAX, max = 0;
+    for (size_t t = 0; t < n; t++) {
+        uint64_t pos = (uint64_t)idx[t] - first; /* wraps for indices below the run */
+        if (pos >= rl)
+            return 0;
+        slots[t] = (uint32_t)pos;
+        min = slots[t] < min ? slots[t] : min;
+        max = slots[t] > max ? slots[t] : max;
+    }
+    const uint32_t off = (uint32_t)(idx[0] - first);
+    *stride = runs[q0].stride;
+    *item = runs[q0].len;
+    for (size_t l = 0; l < layers; l++) {
+        const uint32_t *g = idx + l * n;
+        const size_t q = RUN_OF(g[0]);
+        if (g[0] - (uint64_t)q * rl != off || runs[q].stride != *stride || runs[q].len != *item ||
+            (uint64_t)q * rl + max >= p->count)
+            return 0;
+        for (size_t t = 1; t < n; t++)
+            if (nixl_unlikely(g[t] - g[0] != idx[t] - idx[0]))
+                return 0;
+        bases[l] = runs[q].addr;
+    }
+#undef RUN_OF
+    *range = (slot_range_t){min, max};
+    return 1;
+}
+
+/* vLLM's request, nixl_xfer_make from lists of every block (one run per
+ * layer) and block ids per layer: the same indexed shape, recognised from
+ * the indices (the layer length n is where the first local index leaves
+ * the first one's run).  1: made (or failed: *st_out). */
+static int xfer_make_indexed(nixl_agent_t *a, nixl_op_t op, const nixl_prep_t *lp, const uint32_t *li,
+                             const nixl_prep_t *rp, const uint32_t *ri, size_t count, const nixl_opt_args_t *opt,
+                             const void *notif, size_t notif_len, nixl_status_t *st_out, nixl_xfer_t **out)
+{
+    __extension__ typedef unsigned __int128 u128;
+    const size_t q0 = (size_t)(((u128)lp->run_magic * li[0]) >> 64);
+    const uint64_t first = (uint64_t)q0 * lp->run_len;
+    size_t n = 1;
+    while (n < count && (uint64_t)li[n] - first < lp->run_len)
+        n++;
+    if (count % n != 0 || count / n < 2)
+        return 0;
+    const size_t layers = count / n;
+    uint32_t *slots = malloc(2 * n * sizeof(uint32_t));
+    uint64_t *bases = malloc(2 * layers * sizeof(uint64_t));
+    uint64_t lst, rst, litem, ritem;
+    slot_range_t lr, rr;
+    int ok = slots && bases && make_side_indexed(lp, li, n, layers, slots, bases, &lst, &litem, &lr) &&
+             make_side_indexed(rp, ri, n, layers, slots + n, bases + layers, &rst, &ritem, &rr) && litem == ritem &&
+             litem > 0;
+    native_t got = NATIVE_PIECES;
+    if (ok) {
+        const nixl_indexed_t L = {lp->mem, layers, bases, lst, slots};
+        const nixl_indexed_t R = {rp->mem, layers, bases + layers, rst, slots + n};
+        const nixl_peer_backend_t *bk = &rp->inc->bk[rp->backend->index];
+        got = xfer_indexed_native(a, op, &L, &R, n, litem, &lr, &rr, rp->peer, rp->inc, bk, opt, notif, notif_len,
+                                  st_out, out);
+    }
+    free(slots);
+    free(bases);
+    return got == NATIVE_DONE;
 }
 
 static nixl_status_t xfer_create_indexed_locked(nixl_agent_t *a, nixl_op_t op, const nixl_indexed_t *L,

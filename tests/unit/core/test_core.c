@@ -962,6 +962,85 @@ static void test_indexed_native(void)
         CHECK_ST(nixl_mem_deregister(a, &hl, NULL), NIXL_OK);
         CHECK_ST(nixl_mem_register(a, &one, NULL), NIXL_OK);
 
+        /* Two lists that are an indexed request (SGLang's rows: base +
+         * slot x item, layer after layer, the same slots in each): made
+         * as one.  The same pairs with two rows of one layer swapped on
+         * both sides are not that shape: made in pieces, same bytes. */
+        {
+            static nixl_desc_t lrows[LAYERS * NS], rrows[LAYERS * NS];
+            for (int l = 0; l < LAYERS; l++)
+                for (int k = 0; k < NS; k++) {
+                    lrows[l * NS + k] = (nixl_desc_t){lb[l] + (uint64_t)ls[k] * STRIDE, STRIDE, 0, 0, NULL};
+                    rrows[l * NS + k] = (nixl_desc_t){rb[l] + (uint64_t)rs[k] * STRIDE, STRIDE, 0, 0, NULL};
+                }
+            nixl_dlist_t lrl = dl(lrows, LAYERS * NS), rrl = dl(rrows, LAYERS * NS);
+            for (int shape = 0; shape < 2; shape++) {
+                if (shape == 1) {
+                    nixl_desc_t tl = lrows[2 * NS + 3], tr = rrows[2 * NS + 3];
+                    lrows[2 * NS + 3] = lrows[2 * NS + 7];
+                    rrows[2 * NS + 3] = rrows[2 * NS + 7];
+                    lrows[2 * NS + 7] = tl;
+                    rrows[2 * NS + 7] = tr;
+                }
+                ctr(&c, 1);
+                memset(dst, 0, sizeof(dst));
+                x = NULL;
+                CHECK_ST(nixl_xfer_create(a, NIXL_OP_WRITE, &lrl, &rrl, "ix-target", NULL, &x), NIXL_OK);
+                ctr(&c, 0);
+                CHECK(c.indexed_prepares == (shape == 0 ? 1u : 0u));
+                indexed_round(x, lb, ls, rb, rs, LAYERS, NS, STRIDE, STRIDE, shape == 0 ? "fake.indexed" : "fake.copy",
+                              shape == 0 ? "rows of an indexed request" : "rows almost of an indexed request");
+                nixl_xfer_release(x);
+            }
+        }
+
+        /* vLLM's make: lists of every slot of every layer (one run per
+         * layer) and slot indices per layer: made as one indexed request;
+         * with two pairs of one layer swapped, in pieces. */
+        {
+            static nixl_desc_t lall[LAYERS * SLOTS], rall[LAYERS * SLOTS];
+            static uint32_t li[LAYERS * NS], ri[LAYERS * NS];
+            for (int l = 0; l < LAYERS; l++)
+                for (int k = 0; k < SLOTS; k++) {
+                    lall[l * SLOTS + k] = (nixl_desc_t){lb[l] + (uint64_t)k * STRIDE, ITEM, 0, 0, NULL};
+                    rall[l * SLOTS + k] = (nixl_desc_t){rb[l] + (uint64_t)k * STRIDE, ITEM, 0, 0, NULL};
+                }
+            for (int l = 0; l < LAYERS; l++)
+                for (int k = 0; k < NS; k++) {
+                    li[l * NS + k] = (uint32_t)(l * SLOTS) + ls[k];
+                    ri[l * NS + k] = (uint32_t)(l * SLOTS) + rs[k];
+                }
+            nixl_dlist_t lal = dl(lall, LAYERS * SLOTS), ral = dl(rall, LAYERS * SLOTS);
+            nixl_prep_t *lp = NULL, *rp = NULL;
+            CHECK_ST(nixl_prep_create(a, NULL, &lal, NULL, &lp), NIXL_OK);
+            CHECK_ST(nixl_prep_create(a, "ix-target", &ral, NULL, &rp), NIXL_OK);
+            for (int shape = 0; shape < 2 && lp && rp; shape++) {
+                if (shape == 1) {
+                    uint32_t tl = li[3 * NS + 1], tr = ri[3 * NS + 1];
+                    li[3 * NS + 1] = li[3 * NS + 2];
+                    ri[3 * NS + 1] = ri[3 * NS + 2];
+                    li[3 * NS + 2] = tl;
+                    ri[3 * NS + 2] = tr;
+                }
+                ctr(&c, 1);
+                memset(dst, 0, sizeof(dst));
+                x = NULL;
+                CHECK_ST(nixl_xfer_make(a, NIXL_OP_WRITE, lp, li, rp, ri, LAYERS * NS, NULL, &x), NIXL_OK);
+                ctr(&c, 0);
+                CHECK(c.indexed_prepares == (shape == 0 ? 1u : 0u));
+                indexed_round(x, lb, ls, rb, rs, LAYERS, NS, STRIDE, ITEM, shape == 0 ? "fake.indexed" : "fake.copy",
+                              shape == 0 ? "make of an indexed request" : "make almost of an indexed request");
+                nixl_xfer_release(x);
+            }
+            /* An index past the lists: refused as any make's. */
+            ri[LAYERS * NS - 1] = LAYERS * SLOTS;
+            x = NULL;
+            CHECK_ST(nixl_xfer_make(a, NIXL_OP_WRITE, lp, li, rp, ri, LAYERS * NS, NULL, &x), NIXL_ERR_INVALID_PARAM);
+            CHECK(x == NULL);
+            nixl_prep_release(lp);
+            nixl_prep_release(rp);
+        }
+
         /* A remote slot past the target's memory: refused by the core,
          * nothing prepared or moved. */
         ctr(&c, 1);
