@@ -9,7 +9,7 @@
 set -eu
 
 # Everything the build, the tests and the sanitizer/fuzzer builds need.
-PACKAGES="meson ninja-build pkg-config gcc clang libclang-rt-14-dev python3 libssl-dev
+PACKAGES="meson ninja-build pkg-config gcc clang libclang-rt-14-dev python3 libssl-dev liburing-dev
 python3-pytest python3-numpy
 libfabric-dev libfabric-bin libhwloc-dev
 etcd-server etcd-client libcurl4-openssl-dev libcjson-dev

@@ -162,6 +162,27 @@ typedef struct nixl_be_region {
     nixl_be_cuda_region_t cuda;
 } nixl_be_region_t;
 
+/* FILE memory.  A FILE descriptor is NIXL's (offset, len, fd): dev_id is
+ * the file descriptor, addr the offset in the file (0 is a valid offset;
+ * a registration of len 0 covers the file from offset to any end).
+ * Inside the library a file range is keyed by one 64-bit address, so that
+ * ranges of different files never overlap: key = (fd + 1) << 43 | offset.
+ * Backends see keys in FILE regions (addr) and iovs (laddr / raddr);
+ * nixl_file_offset gives the offset back, the region's dev_id the fd. */
+#define NIXL_FILE_OFFSET_BITS 43
+#define NIXL_FILE_OFFSET_END (1ull << NIXL_FILE_OFFSET_BITS) /* offsets and ends up to 8 TiB */
+#define NIXL_FILE_FD_MAX ((1u << (64 - NIXL_FILE_OFFSET_BITS)) - 2)
+
+static inline uint64_t nixl_file_key(uint32_t fd, uint64_t offset)
+{
+    return ((uint64_t)fd + 1) << NIXL_FILE_OFFSET_BITS | offset;
+}
+
+static inline uint64_t nixl_file_offset(uint64_t key)
+{
+    return key & (NIXL_FILE_OFFSET_END - 1);
+}
+
 /* One piece of a transfer after the core resolved and merged descriptors. */
 typedef struct nixl_be_iov {
     uint64_t laddr;

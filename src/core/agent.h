@@ -317,5 +317,11 @@ void nixl_md_etcd_shutdown(nixl_agent_t *agent);
 
 /* Validation of a descriptor list handed to the API. */
 nixl_status_t nixl_dlist_check(const nixl_dlist_t *dl, const char *what);
+/* A FILE list as the core keys it (nixl/backend.h, nixl_file_key): a copy
+ * in *tmp (free it), out pointing at it; other lists pass through (*tmp
+ * NULL).  reg: a registration (len 0 = to the end, the fd must be open).
+ * Checks fd and offset bounds, logged with what. */
+nixl_status_t nixl_dlist_file_keys(const nixl_dlist_t *in, int reg, const char *what, nixl_dlist_t *out,
+                                   nixl_desc_t **tmp);
 
 #endif

@@ -38,6 +38,9 @@
 #ifdef NIXL_BUILTIN_LIBFABRIC
 #include "backends/libfabric/libfabric.h"
 #endif
+#ifdef NIXL_BUILTIN_POSIX
+#include "backends/posix/posix.h"
+#endif
 
 #ifndef NIXL_INSTALL_PLUGIN_DIR
 #define NIXL_INSTALL_PLUGIN_DIR ""
@@ -190,6 +193,9 @@ static void impls_init(void)
 #endif
 #ifdef NIXL_BUILTIN_LIBFABRIC
     impl_add(nixl_backend_libfabric_ops(), "built-in");
+#endif
+#ifdef NIXL_BUILTIN_POSIX
+    impl_add(nixl_backend_posix_ops(), "built-in");
 #endif
     /* NIXL_PLUGIN_DIR may list several directories, separated by ':'. */
     const char *env = getenv("NIXL_PLUGIN_DIR");

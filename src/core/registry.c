@@ -15,6 +15,7 @@
  * refused while an in-flight request uses them.  It bumps reg_epoch so
  * requests made earlier re-resolve their descriptors before the next post.
  */
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,6 +44,45 @@ nixl_status_t nixl_dlist_check(const nixl_dlist_t *dl, const char *what)
         NIXL_ERROR("%s: descriptor array is NULL", what);
         return NIXL_ERR_NULL;
     }
+    return NIXL_OK;
+}
+
+nixl_status_t nixl_dlist_file_keys(const nixl_dlist_t *in, int reg, const char *what, nixl_dlist_t *out,
+                                   nixl_desc_t **tmp)
+{
+    *tmp = NULL;
+    nixl_status_t st = nixl_dlist_check(in, what);
+    if (st != NIXL_OK)
+        return st;
+    *out = *in;
+    if (in->mem_type != NIXL_MEM_FILE)
+        return NIXL_OK;
+    nixl_desc_t *d = malloc(in->count * sizeof(*d));
+    if (!d)
+        return NIXL_ERR_NO_MEMORY;
+    for (size_t i = 0; i < in->count; i++) {
+        d[i] = in->descs[i];
+        uint64_t off = d[i].addr, len = d[i].len;
+        if (d[i].dev_id > NIXL_FILE_FD_MAX || (reg && fcntl((int)d[i].dev_id, F_GETFD) < 0)) {
+            NIXL_ERROR("%s: FILE descriptor %zu: fd %u is not an open file descriptor", what, i, d[i].dev_id);
+            free(d);
+            return NIXL_ERR_INVALID_PARAM;
+        }
+        if (reg && len == 0 && off < NIXL_FILE_OFFSET_END)
+            len = NIXL_FILE_OFFSET_END - off; /* NIXL's 0: to the end, however far it grows */
+        if (off >= NIXL_FILE_OFFSET_END || len > NIXL_FILE_OFFSET_END - off) {
+            NIXL_ERROR("%s: FILE descriptor %zu: offset %llu length %llu reaches past %llu bytes (8 TiB), the "
+                       "largest file offset this library addresses",
+                       what, i, (unsigned long long)off, (unsigned long long)len,
+                       (unsigned long long)NIXL_FILE_OFFSET_END);
+            free(d);
+            return NIXL_ERR_INVALID_PARAM;
+        }
+        d[i].addr = nixl_file_key(d[i].dev_id, off);
+        d[i].len = len;
+    }
+    out->descs = d;
+    *tmp = d;
     return NIXL_OK;
 }
 
@@ -324,13 +364,24 @@ static nixl_status_t region_classify_vram(nixl_region_t *r, size_t i)
     return NIXL_OK;
 }
 
+static nixl_status_t mem_register_keyed(nixl_agent_t *agent, const nixl_dlist_t *dl, const nixl_opt_args_t *opt);
+
 NIXL_API nixl_status_t nixl_mem_register(nixl_agent_t *agent, const nixl_dlist_t *dl, const nixl_opt_args_t *opt)
 {
     if (!agent)
         return NIXL_ERR_NULL;
-    nixl_status_t st = nixl_dlist_check(dl, "register");
-    if (st != NIXL_OK)
-        return st;
+    nixl_dlist_t k;
+    nixl_desc_t *tmp;
+    nixl_status_t st = nixl_dlist_file_keys(dl, 1, "register", &k, &tmp);
+    if (st == NIXL_OK)
+        st = mem_register_keyed(agent, &k, opt);
+    free(tmp);
+    return st;
+}
+
+static nixl_status_t mem_register_keyed(nixl_agent_t *agent, const nixl_dlist_t *dl, const nixl_opt_args_t *opt)
+{
+    nixl_status_t st = NIXL_OK;
 
     nixl_region_t **batch = calloc(dl->count, sizeof(*batch)), **order = NULL;
     if (!batch)
@@ -392,8 +443,13 @@ NIXL_API nixl_status_t nixl_mem_register(nixl_agent_t *agent, const nixl_dlist_t
     qsort(batch, dl->count, sizeof(*batch), region_cmp);
     for (size_t i = 1; i < dl->count; i++) {
         if (batch[i - 1]->addr + batch[i - 1]->len > batch[i]->addr) {
-            NIXL_ERROR("register: descriptors at 0x%llx and 0x%llx overlap", (unsigned long long)batch[i - 1]->addr,
-                       (unsigned long long)batch[i]->addr);
+            if (dl->mem_type == NIXL_MEM_FILE)
+                NIXL_ERROR("register: FILE ranges of fd %u at offsets %llu and %llu overlap", batch[i]->dev_id,
+                           (unsigned long long)nixl_file_offset(batch[i - 1]->addr),
+                           (unsigned long long)nixl_file_offset(batch[i]->addr));
+            else
+                NIXL_ERROR("register: descriptors at 0x%llx and 0x%llx overlap",
+                           (unsigned long long)batch[i - 1]->addr, (unsigned long long)batch[i]->addr);
             st = NIXL_ERR_OVERLAP;
             goto err_free;
         }
@@ -451,14 +507,25 @@ static int ptr_cmp(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+static nixl_status_t mem_deregister_keyed(nixl_agent_t *agent, const nixl_dlist_t *dl);
+
 NIXL_API nixl_status_t nixl_mem_deregister(nixl_agent_t *agent, const nixl_dlist_t *dl, const nixl_opt_args_t *opt)
 {
     (void)opt;
     if (!agent)
         return NIXL_ERR_NULL;
-    nixl_status_t st = nixl_dlist_check(dl, "deregister");
-    if (st != NIXL_OK)
-        return st;
+    nixl_dlist_t k;
+    nixl_desc_t *tmp;
+    nixl_status_t st = nixl_dlist_file_keys(dl, 1, "deregister", &k, &tmp);
+    if (st == NIXL_OK)
+        st = mem_deregister_keyed(agent, &k);
+    free(tmp);
+    return st;
+}
+
+static nixl_status_t mem_deregister_keyed(nixl_agent_t *agent, const nixl_dlist_t *dl)
+{
+    nixl_status_t st = NIXL_OK;
     nixl_region_t **found = calloc(dl->count, sizeof(*found));
     void **mds = calloc(dl->count * NIXL_AGENT_MAX_BACKENDS, sizeof(*mds));
     if (!found || !mds) {

@@ -381,12 +381,15 @@ NIXL_API nixl_status_t nixl_prep_create(nixl_agent_t *agent, const char *peer, c
 {
     if (!agent || !prep_out)
         return NIXL_ERR_NULL;
-    nixl_status_t st = nixl_dlist_check(dlist, "prepare");
+    nixl_dlist_t k;
+    nixl_desc_t *tmp;
+    nixl_status_t st = nixl_dlist_file_keys(dlist, 0, "prepare", &k, &tmp);
     if (st != NIXL_OK)
         return st;
     nixl_agent_lock(agent);
-    st = prep_create_locked(agent, peer, dlist, opt, NULL, prep_out);
+    st = prep_create_locked(agent, peer, &k, opt, NULL, prep_out);
     nixl_agent_unlock(agent);
+    free(tmp);
     return st;
 }
 
@@ -949,6 +952,11 @@ static nixl_status_t indexed_check(nixl_agent_t *a, const char *side, const nixl
                    (int)s->mem_type);
         return NIXL_ERR_INVALID_PARAM;
     }
+    if (s->mem_type == NIXL_MEM_FILE) {
+        NIXL_ERROR("agent %s: indexed request: %s memory is FILE: indexed requests move memory, files go by lists",
+                   a->name, side);
+        return NIXL_ERR_MEM_TYPE;
+    }
     return NIXL_OK;
 }
 
@@ -1315,18 +1323,33 @@ NIXL_API nixl_status_t nixl_xfer_create_indexed(nixl_agent_t *agent, nixl_op_t o
     return st;
 }
 
+static nixl_status_t xfer_create_keyed(nixl_agent_t *agent, nixl_op_t op, const nixl_dlist_t *local,
+                                       const nixl_dlist_t *remote, const char *peer, const nixl_opt_args_t *opt,
+                                       nixl_xfer_t **xfer_out);
+
 NIXL_API nixl_status_t nixl_xfer_create(nixl_agent_t *agent, nixl_op_t op, const nixl_dlist_t *local,
                                         const nixl_dlist_t *remote, const char *peer, const nixl_opt_args_t *opt,
                                         nixl_xfer_t **xfer_out)
 {
     if (!agent || !peer || !xfer_out)
         return NIXL_ERR_NULL;
-    nixl_status_t st = nixl_dlist_check(local, "transfer (local list)");
-    if (st != NIXL_OK)
-        return st;
-    st = nixl_dlist_check(remote, "transfer (remote list)");
-    if (st != NIXL_OK)
-        return st;
+    nixl_dlist_t lk, rk;
+    nixl_desc_t *ltmp = NULL, *rtmp = NULL;
+    nixl_status_t st = nixl_dlist_file_keys(local, 0, "transfer (local list)", &lk, &ltmp);
+    if (st == NIXL_OK)
+        st = nixl_dlist_file_keys(remote, 0, "transfer (remote list)", &rk, &rtmp);
+    if (st == NIXL_OK)
+        st = xfer_create_keyed(agent, op, &lk, &rk, peer, opt, xfer_out);
+    free(ltmp);
+    free(rtmp);
+    return st;
+}
+
+static nixl_status_t xfer_create_keyed(nixl_agent_t *agent, nixl_op_t op, const nixl_dlist_t *local,
+                                       const nixl_dlist_t *remote, const char *peer, const nixl_opt_args_t *opt,
+                                       nixl_xfer_t **xfer_out)
+{
+    nixl_status_t st;
     if (local->count != remote->count) {
         NIXL_ERROR("agent %s: transfer: local list has %zu descriptors, remote list %zu", agent->name, local->count,
                    remote->count);

@@ -1,0 +1,501 @@
+/*
+ * posix.c - the posix backend: KV blocks between memory and files.
+ *
+ * A storage request is a loopback request (the agent names itself as the
+ * peer): local DRAM on one side, the agent's own FILE regions on the other
+ * (nixl/backend.h: FILE addresses are keys, nixl_file_offset gives the
+ * offset, the region's dev_id the fd).  WRITE moves memory to the file,
+ * READ the file to memory.
+ *
+ * Two paths, never swapped silently:
+ *   posix.uring  every piece is one io_uring read or write; a post submits
+ *                as many as the ring holds, status reaps completions and
+ *                submits the rest (short transfers are resubmitted for
+ *                what is left), so many pieces and requests are in flight;
+ *   posix.sync   io_uring is unavailable (the kernel or a seccomp filter
+ *                refuses it, said once at create) or use_uring=0: the post
+ *                moves every piece with pread/pwrite before it returns.
+ *
+ * Files opened with O_DIRECT are honoured: a piece whose memory address,
+ * file offset or length is not a multiple of the file's direct-I/O
+ * alignment (statx, else 4096) is refused at prepare, naming the alignment.
+ * A READ past the end of a file fails the request (NIXL_ERR_XFER_FAILED,
+ * the log says which piece); nothing is notified (storage requests have
+ * no notifications).  Release of a request in flight waits until the
+ * kernel is done with its memory.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#ifdef NIXL_POSIX_HAVE_URING
+#include <liburing.h>
+#endif
+
+#include "nixl/backend.h"
+#include "posix.h"
+
+#define PX_ERROR(be, ...) NIXL_BE_ERROR((be)->host, __VA_ARGS__)
+#define PX_INFO(be, ...) NIXL_BE_INFO((be)->host, __VA_ARGS__)
+
+#define PX_PATH_URING "posix.uring"
+#define PX_PATH_SYNC "posix.sync"
+#define PX_DIO_ALIGN_DEFAULT 4096u
+
+typedef struct px_be {
+    const nixl_host_services_t *host;
+    int uring;         /* the ring is up: posix.uring */
+    unsigned depth;
+    pthread_mutex_t lock; /* the ring */
+#ifdef NIXL_POSIX_HAVE_URING
+    struct io_uring ring;
+#endif
+} px_be_t;
+
+/* reg() / rkey_load() output: DRAM (nothing to keep) or a file region. */
+typedef struct px_region {
+    int file;
+    int fd;
+    int direct;         /* opened with O_DIRECT */
+    uint32_t mem_align; /* O_DIRECT: memory and file alignment */
+    uint32_t off_align;
+} px_region_t;
+
+struct px_req;
+
+typedef struct px_op {
+    struct px_req *r;
+    int fd;
+    uint64_t mem, off, len, done;
+} px_op_t;
+
+typedef struct px_req {
+    nixl_be_req_t hdr;
+    px_be_t *be;
+    int write;
+    px_op_t *ops;
+    size_t nops;
+    size_t next;      /* next op never submitted */
+    px_op_t **redo;   /* short transfers waiting to be submitted again */
+    size_t nredo;
+    size_t inflight;  /* submitted, not completed */
+    size_t left;      /* ops not finished */
+    nixl_status_t status;
+} px_req_t;
+
+static const nixl_param_info_t px_params[] = {
+    {"use_uring", "1", "1: io_uring (posix.uring) when the kernel allows it; 0: pread/pwrite in the post (posix.sync)"},
+    {"queue_depth", "256", "io_uring entries: pieces in flight at once for this instance"},
+};
+#define PX_NUM_PARAMS (sizeof(px_params) / sizeof(px_params[0]))
+
+static int px_dummy_peer;
+
+/* ---- instance ---- */
+
+static nixl_status_t px_create(const nixl_host_services_t *host, const nixl_param_t *params, size_t num_params,
+                               void **be_out)
+{
+    size_t need = offsetof(nixl_host_services_t, agent_name) + sizeof(host->agent_name);
+    if (!host || host->abi_version < 1 || host->struct_size < need || !host->log || !be_out)
+        return NIXL_ERR_INVALID_PARAM;
+    px_be_t *be = calloc(1, sizeof(*be));
+    if (!be)
+        return NIXL_ERR_NO_MEMORY;
+    be->host = host;
+    int use_uring = 1;
+    uint64_t depth = 256;
+    const char *v = nixl_param_find(params, num_params, "use_uring");
+    if (v && *v && nixl_param_parse_bool(v, &use_uring) != 0) {
+        PX_ERROR(be, "posix: use_uring=%s is not a boolean", v);
+        free(be);
+        return NIXL_ERR_INVALID_PARAM;
+    }
+    v = nixl_param_find(params, num_params, "queue_depth");
+    if (v && *v && (nixl_param_parse_size(v, &depth) != 0 || depth == 0 || depth > 32768)) {
+        PX_ERROR(be, "posix: queue_depth=%s: want 1..32768", v);
+        free(be);
+        return NIXL_ERR_INVALID_PARAM;
+    }
+    be->depth = (unsigned)depth;
+    if (pthread_mutex_init(&be->lock, NULL) != 0) {
+        free(be);
+        return NIXL_ERR_NO_MEMORY;
+    }
+#ifdef NIXL_POSIX_HAVE_URING
+    if (use_uring) {
+        int rc = io_uring_queue_init(be->depth, &be->ring, 0);
+        if (rc == 0)
+            be->uring = 1;
+        else
+            PX_INFO(be, "posix: io_uring is unavailable here (%s): requests take posix.sync, pread/pwrite in the "
+                        "post",
+                    strerror(-rc));
+    }
+#else
+    if (use_uring)
+        PX_INFO(be, "posix: built without liburing: requests take posix.sync, pread/pwrite in the post");
+#endif
+    *be_out = be;
+    return NIXL_OK;
+}
+
+static void px_destroy(void *bev)
+{
+    px_be_t *be = bev;
+#ifdef NIXL_POSIX_HAVE_URING
+    if (be->uring)
+        io_uring_queue_exit(&be->ring);
+#endif
+    pthread_mutex_destroy(&be->lock);
+    free(be);
+}
+
+/* ---- regions ---- */
+
+static nixl_status_t px_region_make(px_be_t *be, const nixl_be_region_t *r, void **out)
+{
+    px_region_t *g = calloc(1, sizeof(*g));
+    if (!g)
+        return NIXL_ERR_NO_MEMORY;
+    if (r->mem_type == NIXL_MEM_FILE) {
+        g->file = 1;
+        g->fd = (int)r->dev_id;
+        int fl = fcntl(g->fd, F_GETFL);
+        if (fl < 0) {
+            PX_ERROR(be, "posix: fd %d: %s", g->fd, strerror(errno));
+            free(g);
+            return NIXL_ERR_INVALID_PARAM;
+        }
+        g->direct = (fl & O_DIRECT) != 0;
+        g->mem_align = g->off_align = PX_DIO_ALIGN_DEFAULT;
+#ifdef STATX_DIOALIGN
+        struct statx sx;
+        if (g->direct && statx(g->fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &sx) == 0 && (sx.stx_mask & STATX_DIOALIGN) &&
+            sx.stx_dio_mem_align && sx.stx_dio_offset_align) {
+            g->mem_align = sx.stx_dio_mem_align;
+            g->off_align = sx.stx_dio_offset_align;
+        }
+#endif
+    } else if (r->mem_type != NIXL_MEM_DRAM) {
+        free(g);
+        return NIXL_ERR_MEM_TYPE;
+    }
+    *out = g;
+    return NIXL_OK;
+}
+
+static nixl_status_t px_reg(void *bev, const nixl_be_region_t *r, void **md_out)
+{
+    return px_region_make(bev, r, md_out);
+}
+
+static void px_dereg(void *be, void *md)
+{
+    (void)be;
+    free(md);
+}
+
+/* Only the agent itself: its files are its own. */
+static nixl_status_t px_peer_open(void *be, const nixl_be_peer_t *peer, const void *conn, size_t conn_len,
+                                  void **peer_out)
+{
+    (void)be;
+    (void)conn;
+    (void)conn_len;
+    if (!peer->same_process)
+        return NIXL_ERR_NO_PATH;
+    *peer_out = &px_dummy_peer;
+    return NIXL_OK;
+}
+
+static void px_peer_unload(void *be, void *peer)
+{
+    (void)be;
+    (void)peer;
+}
+
+static nixl_status_t px_rkey_load(void *bev, void *peer, const nixl_be_region_t *region, const void *rkey,
+                                  size_t rkey_len, void **rmd_out)
+{
+    (void)peer;
+    (void)rkey;
+    (void)rkey_len;
+    return px_region_make(bev, region, rmd_out);
+}
+
+/* ---- requests ---- */
+
+static nixl_status_t px_prepare(void *bev, const nixl_be_xfer_t *x, nixl_be_req_t **req_out)
+{
+    px_be_t *be = bev;
+    if (!x || !req_out || !x->iov || x->count == 0)
+        return NIXL_ERR_NULL;
+    if (x->op != NIXL_OP_READ && x->op != NIXL_OP_WRITE)
+        return NIXL_ERR_INVALID_PARAM;
+    if (x->local_mem != NIXL_MEM_DRAM || x->remote_mem != NIXL_MEM_FILE) {
+        PX_ERROR(be, "posix: moves local DRAM to and from the agent's own FILE regions (got %d -> %d)%s",
+                 (int)x->local_mem, (int)x->remote_mem,
+                 x->local_mem == NIXL_MEM_VRAM ? ": VRAM goes to files through gds" : "");
+        return NIXL_ERR_MEM_TYPE;
+    }
+    px_req_t *r = calloc(1, sizeof(*r));
+    if (r) {
+        r->ops = calloc(x->count, sizeof(*r->ops));
+        r->redo = calloc(x->count, sizeof(*r->redo));
+    }
+    if (!r || !r->ops || !r->redo) {
+        if (r) {
+            free(r->ops);
+            free(r->redo);
+        }
+        free(r);
+        return NIXL_ERR_NO_MEMORY;
+    }
+    r->be = be;
+    r->write = x->op == NIXL_OP_WRITE;
+    r->nops = x->count;
+    for (size_t i = 0; i < x->count; i++) {
+        const nixl_be_iov_t *v = &x->iov[i];
+        const px_region_t *f = v->rmd;
+        if (!f || !f->file) {
+            PX_ERROR(be, "posix: piece %zu of a request has no FILE region of this backend", i);
+            goto bad;
+        }
+        uint64_t off = nixl_file_offset(v->raddr);
+        if (f->direct && (v->laddr % f->mem_align || off % f->off_align || v->len % f->off_align)) {
+            PX_ERROR(be, "posix: piece %zu: fd %d was opened with O_DIRECT, which needs memory addresses aligned to "
+                         "%u bytes and file offsets and lengths to %u (got address 0x%llx, offset %llu, length %llu)",
+                     i, f->fd, f->mem_align, f->off_align, (unsigned long long)v->laddr, (unsigned long long)off,
+                     (unsigned long long)v->len);
+            goto bad;
+        }
+        r->ops[i] = (px_op_t){.r = r, .fd = f->fd, .mem = v->laddr, .off = off, .len = v->len};
+    }
+    r->hdr.path = be->uring ? PX_PATH_URING : PX_PATH_SYNC;
+    *req_out = &r->hdr;
+    return NIXL_OK;
+bad:
+    free(r->ops);
+    free(r->redo);
+    free(r);
+    return NIXL_ERR_INVALID_PARAM;
+}
+
+/* One piece finished short of its end: 0 bytes on a READ is the file's end. */
+static nixl_status_t px_eof(px_be_t *be, const px_op_t *op)
+{
+    PX_ERROR(be, "posix: READ of fd %d [%llu, +%llu) reaches past the end of the file (%llu bytes read)", op->fd,
+             (unsigned long long)op->off, (unsigned long long)op->len, (unsigned long long)op->done);
+    return NIXL_ERR_XFER_FAILED;
+}
+
+static nixl_status_t px_io_error(px_be_t *be, const px_req_t *r, const px_op_t *op, int err)
+{
+    PX_ERROR(be, "posix: %s fd %d [%llu, +%llu): %s", r->write ? "WRITE to" : "READ of", op->fd,
+             (unsigned long long)op->off, (unsigned long long)op->len, strerror(err));
+    return NIXL_ERR_XFER_FAILED;
+}
+
+/* posix.sync: every piece now. */
+static nixl_status_t px_run_sync(px_be_t *be, px_req_t *r)
+{
+    for (size_t i = 0; i < r->nops; i++) {
+        px_op_t *op = &r->ops[i];
+        for (op->done = 0; op->done < op->len;) {
+            void *p = (void *)(uintptr_t)(op->mem + op->done);
+            size_t n = (size_t)(op->len - op->done);
+            off_t at = (off_t)(op->off + op->done);
+            ssize_t got = r->write ? pwrite(op->fd, p, n, at) : pread(op->fd, p, n, at);
+            if (got < 0 && errno == EINTR)
+                continue;
+            if (got < 0)
+                return px_io_error(be, r, op, errno);
+            if (got == 0)
+                return r->write ? px_io_error(be, r, op, EIO) : px_eof(be, op);
+            op->done += (uint64_t)got;
+        }
+    }
+    return NIXL_OK;
+}
+
+#ifdef NIXL_POSIX_HAVE_URING
+/* Submit what r has waiting, as far as the ring has room (lock held). */
+static void px_submit(px_be_t *be, px_req_t *r)
+{
+    int queued = 0;
+    while (r->status == NIXL_OK && (r->nredo || r->next < r->nops)) {
+        struct io_uring_sqe *sqe = io_uring_get_sqe(&be->ring);
+        if (!sqe)
+            break;
+        px_op_t *op = r->nredo ? r->redo[--r->nredo] : &r->ops[r->next++];
+        void *p = (void *)(uintptr_t)(op->mem + op->done);
+        unsigned n = (unsigned)(op->len - op->done > (1u << 30) ? (1u << 30) : op->len - op->done);
+        if (r->write)
+            io_uring_prep_write(sqe, op->fd, p, n, op->off + op->done);
+        else
+            io_uring_prep_read(sqe, op->fd, p, n, op->off + op->done);
+        io_uring_sqe_set_data(sqe, op);
+        r->inflight++;
+        queued++;
+    }
+    if (queued) {
+        int rc;
+        do
+            rc = io_uring_submit(&be->ring);
+        while (rc == -EINTR);
+        if (rc < 0 && r->status == NIXL_OK) {
+            PX_ERROR(be, "posix: io_uring_submit: %s", strerror(-rc));
+            r->status = NIXL_ERR_XFER_FAILED;
+        }
+    }
+}
+
+/* One completion, of whichever request it belongs to (lock held). */
+static void px_complete(px_be_t *be, struct io_uring_cqe *cqe)
+{
+    px_op_t *op = io_uring_cqe_get_data(cqe);
+    int res = cqe->res;
+    io_uring_cqe_seen(&be->ring, cqe);
+    px_req_t *r = op->r;
+    r->inflight--;
+    if (res < 0 || (res == 0 && op->done < op->len)) {
+        if (r->status == NIXL_OK)
+            r->status = res < 0 ? px_io_error(be, r, op, -res) : r->write ? px_io_error(be, r, op, EIO) : px_eof(be, op);
+        r->left--;
+        return;
+    }
+    op->done += (uint64_t)res;
+    if (op->done < op->len)
+        r->redo[r->nredo++] = op;
+    else
+        r->left--;
+}
+
+static void px_reap(px_be_t *be)
+{
+    struct io_uring_cqe *cqe;
+    while (io_uring_peek_cqe(&be->ring, &cqe) == 0)
+        px_complete(be, cqe);
+}
+
+/* Where r stands (lock held): a failed request reports once nothing of it is in flight. */
+static nixl_status_t px_state(px_req_t *r)
+{
+    if (r->status != NIXL_OK)
+        return r->inflight ? NIXL_IN_PROG : r->status;
+    return r->left == 0 && r->inflight == 0 ? NIXL_OK : NIXL_IN_PROG;
+}
+#endif
+
+static nixl_status_t px_post(void *bev, nixl_be_req_t *hdr, const void *notif, size_t notif_len)
+{
+    px_be_t *be = bev;
+    px_req_t *r = (px_req_t *)hdr;
+    if (notif || notif_len) {
+        PX_ERROR(be, "posix: storage requests carry no notification");
+        return NIXL_ERR_NOT_SUPPORTED;
+    }
+    if (!be->uring)
+        return px_run_sync(be, r);
+#ifdef NIXL_POSIX_HAVE_URING
+    pthread_mutex_lock(&be->lock);
+    r->status = NIXL_OK;
+    r->next = r->nredo = 0;
+    r->left = r->nops;
+    for (size_t i = 0; i < r->nops; i++)
+        r->ops[i].done = 0;
+    px_submit(be, r);
+    px_reap(be);
+    px_submit(be, r);
+    nixl_status_t st = px_state(r);
+    pthread_mutex_unlock(&be->lock);
+    return st;
+#else
+    return NIXL_ERR_BACKEND;
+#endif
+}
+
+static nixl_status_t px_status(void *bev, nixl_be_req_t *hdr)
+{
+    px_be_t *be = bev;
+    px_req_t *r = (px_req_t *)hdr;
+    if (!be->uring)
+        return NIXL_OK; /* sync requests are over when their post returns */
+#ifdef NIXL_POSIX_HAVE_URING
+    pthread_mutex_lock(&be->lock);
+    px_reap(be);
+    px_submit(be, r);
+    nixl_status_t st = px_state(r);
+    pthread_mutex_unlock(&be->lock);
+    return st;
+#else
+    return NIXL_ERR_BACKEND;
+#endif
+}
+
+static void px_release(void *bev, nixl_be_req_t *hdr)
+{
+    px_be_t *be = bev;
+    px_req_t *r = (px_req_t *)hdr;
+#ifdef NIXL_POSIX_HAVE_URING
+    if (be->uring) {
+        pthread_mutex_lock(&be->lock);
+        r->next = r->nops; /* nothing more of it is submitted */
+        r->nredo = 0;
+        while (r->inflight) {
+            struct io_uring_cqe *cqe;
+            int rc = io_uring_wait_cqe(&be->ring, &cqe);
+            if (rc == -EINTR)
+                continue;
+            if (rc < 0)
+                break; /* the ring is broken: nothing will complete */
+            px_complete(be, cqe);
+            r->nredo = 0;
+        }
+        pthread_mutex_unlock(&be->lock);
+    }
+#else
+    (void)be;
+#endif
+    free(r->ops);
+    free(r->redo);
+    free(r);
+}
+
+static const nixl_backend_ops_t px_ops = {
+    .abi_version = NIXL_BACKEND_ABI_VERSION,
+    .struct_size = sizeof(nixl_backend_ops_t),
+    .name = "posix",
+    .description = "files: local DRAM to and from the agent's own FILE regions with io_uring (posix.uring) or, "
+                   "where io_uring is unavailable, pread/pwrite in the post (posix.sync)",
+    .mem_types = NIXL_MEM_BIT(NIXL_MEM_FILE),
+    .caps = NIXL_CAP_LOCAL,
+    .params = px_params,
+    .num_params = PX_NUM_PARAMS,
+    .create = px_create,
+    .destroy = px_destroy,
+    .reg = px_reg,
+    .dereg = px_dereg,
+    .peer_open = px_peer_open,
+    .peer_unload = px_peer_unload,
+    .rkey_load = px_rkey_load,
+    .rkey_unload = px_dereg,
+    .xfer_prepare = px_prepare,
+    .xfer_post = px_post,
+    .xfer_status = px_status,
+    .xfer_release = px_release,
+    .local_mem_types = NIXL_MEM_BIT(NIXL_MEM_DRAM),
+};
+
+const nixl_backend_ops_t *nixl_backend_posix_ops(void)
+{
+    return &px_ops;
+}
