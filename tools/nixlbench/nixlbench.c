@@ -23,6 +23,7 @@
 
 #include "bench.h"
 #include "bench_reg.h"
+#include "bench_storage.h"
 #ifdef BENCH_HAVE_OFI
 #include "bench_ofi.h"
 #endif
@@ -150,6 +151,8 @@ static void usage(FILE *f)
           "                         each phase (make, post, wait, release) against the copy floor\n"
           "  --reg-replay           N processes registering a Kimi-K3-like KV pool at once: time and\n"
           "                         peak threads (nixlbench --reg-replay --help for its options)\n"
+          "  --storage              host memory to and from a file (posix) against a raw io_uring loop\n"
+          "                         (nixlbench --storage --help for its options)\n"
           "  --param KEY=VALUE      backend parameter, both sides (repeatable; e.g. threads=0)\n"
           "  --json FILE            one JSON object per row per line\n"
           "  --quiet                no table on stdout (errors still go to stderr)\n"
@@ -477,6 +480,9 @@ int main(int argc, char **argv)
     /* The registration replay has options of its own (bench_reg.c). */
     if (bench_reg_wanted(argc, argv))
         return bench_reg_main(argc, argv);
+    /* So have the storage rows (bench_storage.c). */
+    if (bench_storage_wanted(argc, argv))
+        return bench_storage_main(argc, argv);
     parse_opts(argc, argv, &o, ip, sizeof(ip));
     /* A vanished peer must be an error return, not a signal. */
     signal(SIGPIPE, SIG_IGN);
