@@ -288,6 +288,24 @@ NIXL_API nixl_status_t nixl_mem_deregister(nixl_agent_t *agent, const nixl_dlist
 NIXL_API nixl_status_t nixl_mem_alloc(size_t len, void **ptr_out);
 NIXL_API void nixl_mem_free(void *ptr, size_t len);
 
+/* What nixl_mem_query says of one descriptor (NIXL's queryMem). */
+typedef struct nixl_mem_info {
+    int accessible; /* 0: it does not exist or cannot be reached; the rest is 0 */
+    uint64_t size;  /* FILE: bytes (st_size) */
+    uint32_t mode;  /* FILE: st_mode */
+    int64_t mtime;  /* FILE: seconds since the epoch */
+} nixl_mem_info_t;
+
+/* Per descriptor of dlist, through the agent's backend named `backend`
+ * (nixl_backend_name), which must take the list's memory type: FILE
+ * descriptors name their file by a path in meta (NIXL's form: (0, 0, 0,
+ * "/path")) or, with meta empty, by the fd in dev_id.  out has dlist->count
+ * entries.  NIXL_ERR_UNKNOWN_BACKEND: no such backend on this agent;
+ * NIXL_ERR_NOT_SUPPORTED: it takes no such memory, or a type other than
+ * FILE (nothing else can be queried yet). */
+NIXL_API nixl_status_t nixl_mem_query(nixl_agent_t *agent, const nixl_dlist_t *dlist, const char *backend,
+                                      nixl_mem_info_t *out);
+
 /* ------------------------------------------------------------------------
  * Metadata
  * ------------------------------------------------------------------------ */

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "core/agent.h"
 #include "core/be_call.h"
@@ -429,4 +430,61 @@ NIXL_API nixl_status_t nixl_backend_describe(nixl_backend_t *backend, char *buf,
     if (st == NIXL_OK || st == NIXL_ERR_TOO_BIG)
         *len = n;
     return st;
+}
+
+/* ---- nixl_mem_query ---- */
+
+/* One FILE descriptor: a path in meta, else the fd in dev_id. */
+static void mem_query_file(const nixl_desc_t *d, nixl_mem_info_t *out)
+{
+    struct stat st;
+    int rc;
+    *out = (nixl_mem_info_t){0};
+    if (d->meta_len) {
+        char path[4096];
+        size_t n = d->meta_len < sizeof(path) - 1 ? d->meta_len : 0;
+        if (n == 0 || memchr(d->meta, 0, n))
+            return; /* too long, or not a path: not reachable */
+        memcpy(path, d->meta, n);
+        path[n] = 0;
+        rc = stat(path, &st);
+    } else {
+        rc = fstat((int)d->dev_id, &st);
+    }
+    if (rc != 0)
+        return;
+    out->accessible = 1;
+    out->size = (uint64_t)st.st_size;
+    out->mode = (uint32_t)st.st_mode;
+    out->mtime = (int64_t)st.st_mtime;
+}
+
+NIXL_API nixl_status_t nixl_mem_query(nixl_agent_t *agent, const nixl_dlist_t *dlist, const char *backend,
+                                      nixl_mem_info_t *out)
+{
+    if (!agent || !backend || !out)
+        return NIXL_ERR_NULL;
+    nixl_status_t st = nixl_dlist_check(dlist, "memory query");
+    if (st != NIXL_OK)
+        return st;
+    nixl_agent_lock(agent);
+    nixl_backend_t *b = NULL;
+    for (int i = 0; i < agent->num_backends && !b; i++)
+        if (strcmp(be_name(agent->backends[i]), backend) == 0)
+            b = agent->backends[i];
+    if (!b) {
+        NIXL_ERROR("agent %s: memory query: no backend %s on this agent", agent->name, backend);
+        st = NIXL_ERR_UNKNOWN_BACKEND;
+    } else if (!(b->reg_mem_types & NIXL_MEM_BIT(dlist->mem_type)) || dlist->mem_type != NIXL_MEM_FILE) {
+        NIXL_ERROR("agent %s: memory query: backend %s cannot say anything of memory type %d (FILE only, through "
+                   "a backend that takes files)",
+                   agent->name, backend, (int)dlist->mem_type);
+        st = NIXL_ERR_NOT_SUPPORTED;
+    }
+    nixl_agent_unlock(agent);
+    if (st != NIXL_OK)
+        return st;
+    for (size_t i = 0; i < dlist->count; i++)
+        mem_query_file(&dlist->descs[i], &out[i]);
+    return NIXL_OK;
 }

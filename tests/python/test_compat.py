@@ -4,6 +4,7 @@ Each test names the NIXL behaviour it holds us to (docs/python.md has the
 table of where we differ on purpose).
 """
 
+import os
 import ctypes
 import pickle
 import time
@@ -1035,3 +1036,29 @@ def test_telemetry_file_that_cannot_be_made_fails_the_agent(tmp_path, monkeypatc
     monkeypatch.setenv("NIXL_TELEMETRY_BUFFER_SIZE", "100")  # NIXL's ring needs a power of 2
     with pytest.raises(nixl.nixlInvalidParamError, match="power of 2"):
         nixl_agent(unique("odd"), nixl_agent_config(enable_prog_thread=False, backends=["shm"]))
+
+
+def test_query_memory_of_files_through_posix(tmp_path):
+    """NIXL's query_memory with POSIX: per descriptor None (no such file) or a dict of strings (size, mode,
+    mtime), files named by a path in meta (NIXL's (0, 0, 0, path)) or by their fd; other memory types refused."""
+    a = nixl_agent(unique("qm"), nixl_agent_config(enable_prog_thread=False, backends=[]))
+    try:
+        if "POSIX" not in a.get_plugin_list():
+            pytest.skip("this libnixl has no posix backend")
+        a.create_backend("POSIX")
+        f = tmp_path / "kv.bin"
+        f.write_bytes(b"k" * 5000)
+        fd = os.open(str(f), os.O_RDONLY)
+        try:
+            resp = a.query_memory([(0, 0, 0, str(f)), (0, 0, 0, str(tmp_path / "missing")), (0, 0, fd, "")],
+                                  "POSIX", mem_type="FILE")
+        finally:
+            os.close(fd)
+        st = os.stat(str(f))
+        assert resp[1] is None
+        for r in (resp[0], resp[2]):
+            assert r == {"size": "5000", "mode": str(st.st_mode), "mtime": str(int(st.st_mtime))}
+        with pytest.raises(nixl.nixlNotSupportedError, match="memory query"):
+            a.query_memory([(0, 0, 0, str(f))], "POSIX", mem_type="DRAM")
+    finally:
+        a.close()

@@ -38,7 +38,7 @@ from ._errors import (check, make_error, nixlInvalidKeyError, nixlInvalidParamEr
                       nixlNotPostedError, nixlNotSupportedError, nixlRepostActiveError)
 from ._lowlevel import (BACKEND_ALIASES, PARAM_ALIASES, agent_name, available, drain, make_opt,  # noqa: F401
                         estimate_cost, merged_counter, op_code, partial_blob, targets, telemetry_of, to_bytes,
-                        translate, why_missing)
+                        query_mem, translate, why_missing)
 from ._telemetry import RunCache
 
 agent_name_of = agent_name  # prep_xfer_dlist's parameter is called agent_name, as NIXL's
@@ -373,7 +373,9 @@ class nixl_agent:
     def query_memory(self, reg_list: Any, backend: str, mem_type: Optional[str] = None) -> list:
         if backend not in self.backends:  # NIXL checks this first, with ValueError
             raise ValueError(f"Backend '{backend}' not found. Available backends: {list(self.backends)}")
-        raise make_error(nixlNotSupportedError, "query_memory", "libnixl has no memory query (files come later)")
+        descs = to_dlist(reg_list, mem_type, True, "query_memory")
+        return query_mem(self._ptr("query_memory"), descs, [self._name_of[h] for h in self.backends[backend]],
+                         "query_memory")
 
     # ---- metadata ----
     def get_agent_metadata(self) -> bytes:

@@ -124,6 +124,10 @@ class nixl_opt_args_t(Structure):
                 ("notif_len", c_size_t), ("timeout_ms", c_uint32)]
 
 
+class nixl_mem_info_t(Structure):
+    _fields_ = [("accessible", c_int), ("size", c_uint64), ("mode", c_uint32), ("mtime", ctypes.c_int64)]
+
+
 class nixl_xfer_info_t(Structure):
     _fields_ = [("backend", c_char * 32), ("path", c_char * 48), ("bytes", c_uint64), ("descs", c_uint64),
                 ("descs_in", c_uint64), ("post_ns", c_uint64), ("xfer_ns", c_uint64), ("posts", c_uint64)]
@@ -184,6 +188,7 @@ _PROTOTYPES = {
     "nixl_mem_deregister": (_STATUS, [_P, POINTER(nixl_dlist_t), POINTER(nixl_opt_args_t)]),
     "nixl_mem_alloc": (_STATUS, [c_size_t, _PP]),
     "nixl_mem_free": (None, [_P, c_size_t]),
+    "nixl_mem_query": (_STATUS, [_P, POINTER(nixl_dlist_t), c_char_p, c_void_p]),
     "nixl_md_get_local": (_STATUS, [_P, _PP, POINTER(c_size_t)]),
     "nixl_md_get_local_partial": (_STATUS, [_P, POINTER(nixl_dlist_t), c_uint32, POINTER(nixl_opt_args_t), _PP,
                                             POINTER(c_size_t)]),

@@ -301,6 +301,24 @@ def estimate_cost(info: _lib.nixl_xfer_info_t) -> tuple[int, int]:
     return d, max(1, int(-(-d * COST_MARGIN // 1)))
 
 
+
+def query_mem(agent_ptr: int, descs: Any, names: list, call: str) -> list:
+    """NIXL's queryMem / query_memory through nixl_mem_query: per descriptor None (it does not exist or
+    cannot be reached) or a dict of strings, as NIXL's file backends answer ({"size", "mode", "mtime"})."""
+    if not isinstance(descs, nixlRegDList):
+        raise TypeError(f"{call}: descs must be a nixlRegDList, not {type(descs).__name__}")
+    if len(descs) == 0:
+        return []
+    c = descs._c()
+    out = (_lib.nixl_mem_info_t * len(descs))()
+    st = _lib.NIXL_OK
+    for name in names:  # the first of the handle's backends that can answer
+        st = L.nixl_mem_query(agent_ptr, ctypes.byref(c), name.encode(), out)
+        if st == _lib.NIXL_OK:
+            break
+    check(st, call, f"memory query of {len(descs)} {descs.mem_type} descriptors through {', '.join(names)}")
+    return [{"size": str(r.size), "mode": str(r.mode), "mtime": str(r.mtime)} if r.accessible else None for r in out]
+
 class nixlAgentConfig:
     """NIXL's agent configuration (C++ nixlAgentConfig), positional as NIXL's constructors:
     (useProgThread, useListenThread, listenPort, syncMode, num_workers, pthrDelay, lthrDelay,
@@ -560,8 +578,8 @@ class nixlAgent:
         return self._reg(L.nixl_mem_deregister, descs, backends, "deregisterMem")
 
     def queryMem(self, descs: Any, backend: int) -> list:
-        raise make_error(nixlNotSupportedError, "queryMem", "libnixl has no memory query (queryMem needs file "
-                         "backends: POSIX, GDS; none is built)")
+        hs = self._backend_handles([backend], "queryMem")
+        return query_mem(self._p("queryMem"), descs, [self._name_of[h] for h in hs], "queryMem")
 
     # ---- metadata ----
     def getLocalMD(self) -> bytes:

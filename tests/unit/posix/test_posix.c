@@ -209,6 +209,22 @@ static void test_errors(void)
     nixl_dlist_t one = {NIXL_MEM_FILE, 1, two};
     CHECK_ST(nixl_mem_register(a, &one, NULL), NIXL_OK);
     CHECK_ST(nixl_mem_deregister(a, &one, NULL), NIXL_OK);
+
+    /* nixl_mem_query: a path in meta, an fd, a file that is not there. */
+    CHECK(pwrite(fd, "0123456789", 10, 0) == 10);
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+    nixl_desc_t q[3] = {{0, 0, 0, (uint32_t)strlen(path), (uint8_t *)path},
+                        {0, 0, (uint32_t)fd, 0, NULL},
+                        {0, 0, 0, 19, (uint8_t *)"/nonexistent/nixl/x"}};
+    nixl_dlist_t ql = {NIXL_MEM_FILE, 3, q};
+    nixl_mem_info_t info[3];
+    CHECK_ST(nixl_mem_query(a, &ql, "posix", info), NIXL_OK);
+    CHECK(info[0].accessible && info[0].size == 10 && info[1].accessible && info[1].size == 10 &&
+          !info[2].accessible && info[2].size == 0);
+    CHECK_ST(nixl_mem_query(a, &ql, "nope", info), NIXL_ERR_UNKNOWN_BACKEND);
+    nixl_dlist_t qd = {NIXL_MEM_DRAM, 1, q};
+    CHECK_ST(nixl_mem_query(a, &qd, "posix", info), NIXL_ERR_NOT_SUPPORTED);
     nixl_agent_destroy(a);
     close(fd);
 }
