@@ -30,7 +30,7 @@ if [ ! -f "$B/build.ninja" ]; then
     $MESON setup "$B" --buildtype=debugoptimized >"$R/setup.log" 2>&1 || { tail -30 "$R/setup.log"; exit 1; }
 fi
 # Only what the GPU run needs: the rest of the tree is CI's.
-$MESON compile -C "$B" nixl test_gpu test_cuda_ipc conformance >"$R/build.log" 2>&1 ||
+$MESON compile -C "$B" nixl test_gpu test_posix_vram test_cuda_ipc conformance >"$R/build.log" 2>&1 ||
     { grep -E 'error|FAILED' "$R/build.log" | head -30; exit 1; }
 NB="$B/tools/nixlbench/nixlbench"
 if ! $MESON compile -C "$B" nixlbench >>"$R/build.log" 2>&1; then

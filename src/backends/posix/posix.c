@@ -16,6 +16,11 @@
  *                refuses it, said once at create) or use_uring=0: the post
  *                moves every piece with pread/pwrite before it returns.
  *
+ * Local GPU memory is a counted, warned fallback, posix.staged: each piece
+ * goes through one pinned host buffer of the request (cuMemcpyDtoH then
+ * pwrite, or pread then cuMemcpyHtoD) in the post; NIXL_ALLOW_FALLBACK=0
+ * refuses it when the request is made (GPUDirect Storage is gds's).
+ *
  * Files opened with O_DIRECT are honoured: a piece whose memory address,
  * file offset or length is not a multiple of the file's direct-I/O
  * alignment (statx, else 4096) is refused at prepare, naming the alignment.
@@ -41,12 +46,17 @@
 
 #include "nixl/backend.h"
 #include "posix.h"
+#ifdef NIXL_HAVE_CUDA_H
+#include "nixl/cuda_api.h"
+#endif
 
 #define PX_ERROR(be, ...) NIXL_BE_ERROR((be)->host, __VA_ARGS__)
 #define PX_INFO(be, ...) NIXL_BE_INFO((be)->host, __VA_ARGS__)
 
 #define PX_PATH_URING "posix.uring"
 #define PX_PATH_SYNC "posix.sync"
+#define PX_PATH_STAGED "posix.staged" /* a fallback: local VRAM through host memory */
+#define PX_STAGE_BYTES (8u << 20)
 #define PX_DIO_ALIGN_DEFAULT 4096u
 
 typedef struct px_be {
@@ -62,6 +72,7 @@ typedef struct px_be {
 /* reg() / rkey_load() output: DRAM (nothing to keep) or a file region. */
 typedef struct px_region {
     int file;
+    int vram;
     int fd;
     int direct;         /* opened with O_DIRECT */
     uint32_t mem_align; /* O_DIRECT: memory and file alignment */
@@ -88,6 +99,7 @@ typedef struct px_req {
     size_t inflight;  /* submitted, not completed */
     size_t left;      /* ops not finished */
     nixl_status_t status;
+    unsigned char *stage; /* posix.staged: pinned, PX_STAGE_BYTES (cuMemAllocHost in the memory's context) */
 } px_req_t;
 
 static const nixl_param_info_t px_params[] = {
@@ -184,6 +196,8 @@ static nixl_status_t px_region_make(px_be_t *be, const nixl_be_region_t *r, void
             g->off_align = sx.stx_dio_offset_align;
         }
 #endif
+    } else if (r->mem_type == NIXL_MEM_VRAM) {
+        g->vram = 1;
     } else if (r->mem_type != NIXL_MEM_DRAM) {
         free(g);
         return NIXL_ERR_MEM_TYPE;
@@ -240,11 +254,27 @@ static nixl_status_t px_prepare(void *bev, const nixl_be_xfer_t *x, nixl_be_req_
         return NIXL_ERR_NULL;
     if (x->op != NIXL_OP_READ && x->op != NIXL_OP_WRITE)
         return NIXL_ERR_INVALID_PARAM;
-    if (x->local_mem != NIXL_MEM_DRAM || x->remote_mem != NIXL_MEM_FILE) {
-        PX_ERROR(be, "posix: moves local DRAM to and from the agent's own FILE regions (got %d -> %d)%s",
-                 (int)x->local_mem, (int)x->remote_mem,
-                 x->local_mem == NIXL_MEM_VRAM ? ": VRAM goes to files through gds" : "");
+    if ((x->local_mem != NIXL_MEM_DRAM && x->local_mem != NIXL_MEM_VRAM) || x->remote_mem != NIXL_MEM_FILE) {
+        PX_ERROR(be, "posix: moves local DRAM (or VRAM, staged) to and from the agent's own FILE regions (got %d -> "
+                     "%d)",
+                 (int)x->local_mem, (int)x->remote_mem);
         return NIXL_ERR_MEM_TYPE;
+    }
+    const void *cu = NULL;
+    if (x->local_mem == NIXL_MEM_VRAM) {
+#ifdef NIXL_HAVE_CUDA_H
+        cu = be->host->cuda && be->host->cuda->api ? be->host->cuda->api() : NULL;
+#endif
+        if (!cu) {
+            PX_ERROR(be, "posix: VRAM pieces need the CUDA driver (NIXL_CUDA_LIB)%s",
+#ifdef NIXL_HAVE_CUDA_H
+                     ""
+#else
+                     ": this libnixl was built without CUDA's headers"
+#endif
+            );
+            return NIXL_ERR_NO_CUDA;
+        }
     }
     px_req_t *r = calloc(1, sizeof(*r));
     if (r) {
@@ -279,6 +309,24 @@ static nixl_status_t px_prepare(void *bev, const nixl_be_xfer_t *x, nixl_be_req_
         }
         r->ops[i] = (px_op_t){.r = r, .fd = f->fd, .mem = v->laddr, .off = off, .len = v->len};
     }
+#ifdef NIXL_HAVE_CUDA_H
+    if (cu) {
+        /* The core made the local memory's context current (the context rule). */
+        CUresult rc = ((const nixl_cuda_api_t *)cu)->cuMemAllocHost((void **)&r->stage, PX_STAGE_BYTES);
+        if (rc != CUDA_SUCCESS) {
+            PX_ERROR(be, "posix: a pinned staging buffer of %u bytes: %s", PX_STAGE_BYTES,
+                     be->host->cuda->strerror((int)rc));
+            free(r->ops);
+            free(r->redo);
+            free(r);
+            return NIXL_ERR_NO_MEMORY;
+        }
+        r->hdr.path = PX_PATH_STAGED;
+        r->hdr.fallback = 1;
+        *req_out = &r->hdr;
+        return NIXL_OK;
+    }
+#endif
     r->hdr.path = be->uring ? PX_PATH_URING : PX_PATH_SYNC;
     *req_out = &r->hdr;
     return NIXL_OK;
@@ -325,6 +373,46 @@ static nixl_status_t px_run_sync(px_be_t *be, px_req_t *r)
     }
     return NIXL_OK;
 }
+
+#ifdef NIXL_HAVE_CUDA_H
+/* posix.staged: every piece through the pinned buffer, in the post (the
+ * core made the memory's context current). */
+static nixl_status_t px_run_staged(px_be_t *be, px_req_t *r)
+{
+    const nixl_cuda_api_t *cu = be->host->cuda->api();
+    for (size_t i = 0; i < r->nops; i++) {
+        px_op_t *op = &r->ops[i];
+        for (uint64_t at = 0; at < op->len;) {
+            size_t n = (size_t)(op->len - at < PX_STAGE_BYTES ? op->len - at : PX_STAGE_BYTES);
+            CUresult rc = CUDA_SUCCESS;
+            if (r->write)
+                rc = cu->cuMemcpyDtoH(r->stage, (CUdeviceptr)(op->mem + at), n);
+            for (size_t done = 0; rc == CUDA_SUCCESS && done < n;) {
+                off_t where = (off_t)(op->off + at + done);
+                ssize_t got = r->write ? pwrite(op->fd, r->stage + done, n - done, where)
+                                       : pread(op->fd, r->stage + done, n - done, where);
+                if (got < 0 && errno == EINTR)
+                    continue;
+                op->done = at + done;
+                if (got < 0)
+                    return px_io_error(be, r, op, errno);
+                if (got == 0)
+                    return r->write ? px_io_error(be, r, op, EIO) : px_eof(be, op);
+                done += (size_t)got;
+            }
+            if (rc == CUDA_SUCCESS && !r->write)
+                rc = cu->cuMemcpyHtoD((CUdeviceptr)(op->mem + at), r->stage, n);
+            if (rc != CUDA_SUCCESS) {
+                PX_ERROR(be, "posix: staging fd %d [%llu, +%zu) through host memory: %s", op->fd,
+                         (unsigned long long)(op->off + at), n, be->host->cuda->strerror((int)rc));
+                return NIXL_ERR_XFER_FAILED;
+            }
+            at += n;
+        }
+    }
+    return NIXL_OK;
+}
+#endif
 
 #ifdef NIXL_POSIX_HAVE_URING
 /* Submit what r has waiting, as far as the ring has room (lock held). */
@@ -403,6 +491,13 @@ static nixl_status_t px_post(void *bev, nixl_be_req_t *hdr, const void *notif, s
         PX_ERROR(be, "posix: storage requests carry no notification");
         return NIXL_ERR_NOT_SUPPORTED;
     }
+#ifdef NIXL_HAVE_CUDA_H
+    if (r->stage) {
+        be->host->fallback(be->host->ctx, PX_PATH_STAGED,
+                           "VRAM to and from files through host memory: posix has no GPUDirect path (gds has)");
+        return px_run_staged(be, r);
+    }
+#endif
     if (!be->uring)
         return px_run_sync(be, r);
 #ifdef NIXL_POSIX_HAVE_URING
@@ -427,8 +522,8 @@ static nixl_status_t px_status(void *bev, nixl_be_req_t *hdr)
 {
     px_be_t *be = bev;
     px_req_t *r = (px_req_t *)hdr;
-    if (!be->uring)
-        return NIXL_OK; /* sync requests are over when their post returns */
+    if (!be->uring || r->stage)
+        return NIXL_OK; /* sync and staged requests are over when their post returns */
 #ifdef NIXL_POSIX_HAVE_URING
     pthread_mutex_lock(&be->lock);
     px_reap(be);
@@ -445,8 +540,12 @@ static void px_release(void *bev, nixl_be_req_t *hdr)
 {
     px_be_t *be = bev;
     px_req_t *r = (px_req_t *)hdr;
+#ifdef NIXL_HAVE_CUDA_H
+    if (r->stage)
+        ((const nixl_cuda_api_t *)be->host->cuda->api())->cuMemFreeHost(r->stage); /* context bound by the core */
+#endif
 #ifdef NIXL_POSIX_HAVE_URING
-    if (be->uring) {
+    if (be->uring && !r->stage) {
         pthread_mutex_lock(&be->lock);
         r->next = r->nops; /* nothing more of it is submitted */
         r->nredo = 0;
@@ -475,7 +574,8 @@ static const nixl_backend_ops_t px_ops = {
     .struct_size = sizeof(nixl_backend_ops_t),
     .name = "posix",
     .description = "files: local DRAM to and from the agent's own FILE regions with io_uring (posix.uring) or, "
-                   "where io_uring is unavailable, pread/pwrite in the post (posix.sync)",
+                   "where io_uring is unavailable, pread/pwrite in the post (posix.sync); local VRAM through "
+                   "host memory as a counted fallback (posix.staged)",
     .mem_types = NIXL_MEM_BIT(NIXL_MEM_FILE),
     .caps = NIXL_CAP_LOCAL,
     .params = px_params,
@@ -492,7 +592,11 @@ static const nixl_backend_ops_t px_ops = {
     .xfer_post = px_post,
     .xfer_status = px_status,
     .xfer_release = px_release,
+#ifdef NIXL_HAVE_CUDA_H
+    .local_mem_types = NIXL_MEM_BIT(NIXL_MEM_DRAM) | NIXL_MEM_BIT(NIXL_MEM_VRAM),
+#else
     .local_mem_types = NIXL_MEM_BIT(NIXL_MEM_DRAM),
+#endif
 };
 
 const nixl_backend_ops_t *nixl_backend_posix_ops(void)
