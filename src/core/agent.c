@@ -77,11 +77,11 @@ static void *progress_main(void *arg)
 
 /* ---- listener glue ---- */
 
-static nixl_status_t on_load(void *arg, const void *blob, size_t len)
+static nixl_status_t on_load(void *arg, const char *from, const void *blob, size_t len)
 {
     nixl_agent_t *a = arg;
     nixl_agent_lock(a);
-    nixl_status_t st = nixl_md_load_remote_locked(a, blob, len, NULL);
+    nixl_status_t st = nixl_md_load_remote_from_locked(a, blob, len, from, NULL);
     nixl_agent_unlock(a);
     return st;
 }
@@ -95,11 +95,11 @@ static nixl_status_t on_fetch(void *arg, void **blob_out, size_t *len_out)
     return st;
 }
 
-static nixl_status_t on_invalidate(void *arg, const char *name)
+static nixl_status_t on_invalidate(void *arg, const char *from, const char *name)
 {
     nixl_agent_t *a = arg;
     nixl_agent_lock(a);
-    nixl_status_t st = nixl_md_invalidate_remote_locked(a, name);
+    nixl_status_t st = nixl_md_invalidate_from_locked(a, name, from);
     nixl_agent_unlock(a);
     return st;
 }

@@ -116,6 +116,10 @@ typedef struct nixl_peer_inc {
 
 typedef struct nixl_peer {
     char name[NIXL_NAME_MAX + 1];
+    /* Where its metadata came from over the network (a listener SEND's
+     * source, or the address it was fetched from); "" when loaded otherwise.
+     * Without a secret, only that address may INVALIDATE it (peer.c). */
+    char from[48];
     uint64_t generation;
     nixl_peer_inc_t *cur; /* NULL when invalidated */
 } nixl_peer_t;
@@ -312,6 +316,15 @@ nixl_status_t nixl_md_get_local_partial_locked(nixl_agent_t *agent, const nixl_d
 nixl_status_t nixl_md_load_remote_locked(nixl_agent_t *agent, const void *blob, size_t len,
                                          char name_out[NIXL_NAME_MAX + 1]);
 nixl_status_t nixl_md_invalidate_remote_locked(nixl_agent_t *agent, const char *peer);
+/* The listener's SEND and INVALIDATE, and a fetch: the same with the
+ * network address the metadata or the request came from.  Without a
+ * secret (docs/trust.md, claim 16): a blob of another instance under the
+ * name of a peer whose process still runs is refused (NIXL_ERR_NAME_TAKEN),
+ * and an INVALIDATE from an address other than the one the peer's
+ * metadata came from (NIXL_ERR_PERMISSION); both logged. */
+nixl_status_t nixl_md_load_remote_from_locked(nixl_agent_t *agent, const void *blob, size_t len, const char *from,
+                                              char name_out[NIXL_NAME_MAX + 1]);
+nixl_status_t nixl_md_invalidate_from_locked(nixl_agent_t *agent, const char *peer, const char *from);
 /* etcd channel (md_etcd.c): stops its thread, revokes the lease; agent lock not held. */
 void nixl_md_etcd_shutdown(nixl_agent_t *agent);
 

@@ -20,6 +20,7 @@
  * same instance of the peer loaded already.
  */
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -693,6 +694,82 @@ NIXL_API nixl_status_t nixl_md_load_remote(nixl_agent_t *agent, const void *blob
     return st;
 }
 
+/* Whether the process of a loaded same-host peer still runs: 1 yes, 0 no,
+ * -1 unknown (another host or pid namespace, no start time to check, or
+ * this very process, where an agent may be made again under its name and
+ * whatever sends is already inside). */
+static int inc_process_alive(const nixl_peer_inc_t *inc)
+{
+    if (inc->loc.same_process || !inc->loc.same_pidns || !inc->loc.start_time || !inc->loc.pid)
+        return -1;
+    uint64_t t = 0;
+    if (nixl_proc_start_time(inc->loc.pid, &t) != 0 || t != inc->loc.start_time)
+        return 0;
+    /* A killed process not yet reaped still has its /proc entry: its state says it is over. */
+    char path[48], buf[512];
+    snprintf(path, sizeof(path), "/proc/%u/stat", inc->loc.pid);
+    FILE *f = fopen(path, "re");
+    size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+    if (f)
+        fclose(f);
+    buf[n] = 0;
+    const char *rp = strrchr(buf, ')');
+    if (rp && (rp[1] == ' ') && (rp[2] == 'Z' || rp[2] == 'X' || rp[2] == 'x'))
+        return 0;
+    return 1;
+}
+
+static void peer_note_from(nixl_agent_t *a, const char *name, const char *from)
+{
+    nixl_peer_t *p = nixl_peer_find(a, name);
+    if (p && from)
+        nixl_strlcpy(p->from, from, sizeof(p->from));
+}
+
+nixl_status_t nixl_md_load_remote_from_locked(nixl_agent_t *a, const void *blob, size_t len, const char *from,
+                                              char name_out[NIXL_NAME_MAX + 1])
+{
+    char name[NIXL_NAME_MAX + 1] = "";
+    if (!a->md_key) {
+        /* Who the blob says it is, against who holds that name now. */
+        nixl_md_t *md = NULL;
+        nixl_status_t st = nixl_md_decode(blob, len, &md);
+        if (st != NIXL_OK)
+            return st;
+        nixl_peer_t *p = md->partial ? NULL : nixl_peer_find(a, md->name);
+        const nixl_md_t *old = p && p->cur ? p->cur->md : NULL;
+        if (old && (old->instance_id != md->instance_id || !nixl_host_id_same(&old->host, &md->host)) &&
+            inc_process_alive(p->cur) == 1) {
+            NIXL_WARN("agent %s: refused metadata from %s under the name of peer %s: it is another instance (pid "
+                      "%u, was %u) while the known one still runs; set NIXL_MD_SECRET_FILE to authenticate peers "
+                      "(docs/trust.md)",
+                      a->name, from && *from ? from : "?", md->name, md->pid, old->pid);
+            nixl_md_free(md);
+            return NIXL_ERR_NAME_TAKEN;
+        }
+        nixl_md_free(md);
+    }
+    nixl_status_t st = nixl_md_load_remote_locked(a, blob, len, name);
+    if (st == NIXL_OK) {
+        peer_note_from(a, name, from);
+        if (name_out)
+            memcpy(name_out, name, sizeof(name));
+    }
+    return st;
+}
+
+nixl_status_t nixl_md_invalidate_from_locked(nixl_agent_t *a, const char *name, const char *from)
+{
+    nixl_peer_t *p = nixl_peer_find(a, name);
+    if (!a->md_key && p && p->cur && p->from[0] && from && strcmp(p->from, from) != 0) {
+        NIXL_WARN("agent %s: refused INVALIDATE of peer %s from %s: its metadata came from %s; set "
+                  "NIXL_MD_SECRET_FILE to authenticate peers (docs/trust.md)",
+                  a->name, name, from, p->from);
+        return NIXL_ERR_PERMISSION;
+    }
+    return nixl_md_invalidate_remote_locked(a, name);
+}
+
 nixl_status_t nixl_md_invalidate_remote_locked(nixl_agent_t *a, const char *name)
 {
     nixl_peer_t *p = nixl_peer_find(a, name);
@@ -838,7 +915,9 @@ NIXL_API nixl_status_t nixl_md_fetch_remote(nixl_agent_t *agent, const char *ip,
     nixl_status_t st = nixl_md_sock_fetch_k(agent->md_key, ip, port, md_timeout_ms(), &blob, &len);
     if (st != NIXL_OK)
         return st;
-    st = nixl_md_load_remote(agent, blob, len, name_out);
+    nixl_agent_lock(agent);
+    st = nixl_md_load_remote_from_locked(agent, blob, len, ip, name_out);
+    nixl_agent_unlock(agent);
     free(blob);
     return st;
 }

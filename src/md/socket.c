@@ -354,6 +354,16 @@ static int sock_parse_addr(const char *ip, uint16_t port, struct sockaddr_storag
     return -1;
 }
 
+/* The numeric host of ss, no port ("" for another family). */
+static void sock_host_str(const struct sockaddr_storage *ss, char *out, size_t cap)
+{
+    out[0] = 0;
+    if (ss->ss_family == AF_INET)
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)ss)->sin_addr, out, (socklen_t)cap);
+    else if (ss->ss_family == AF_INET6)
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)ss)->sin6_addr, out, (socklen_t)cap);
+}
+
 static void sock_addr_str(const struct sockaddr_storage *ss, char *out, size_t cap)
 {
     char ip[INET6_ADDRSTRLEN];
@@ -467,20 +477,23 @@ static void listener_warn_limited(nixl_md_listener_t *l, const char *fmt, const 
 }
 
 /* Runs the handler for a validated request; *blob_out is set for FETCH. */
-static nixl_status_t serve_dispatch(nixl_md_listener_t *l, const char *peer, const frame_hdr_t *req,
-                                    const uint8_t *payload, void **blob_out, size_t *len_out)
+static nixl_status_t serve_dispatch(nixl_md_listener_t *l, const char *peer, const struct sockaddr_storage *src,
+                                    const frame_hdr_t *req, const uint8_t *payload, void **blob_out,
+                                    size_t *len_out)
 {
     const nixl_md_handlers_t *h = &l->handlers;
+    char from[INET6_ADDRSTRLEN];
+    sock_host_str(src, from, sizeof(from));
 
     switch (req->type) {
     case SOCK_TYPE_SEND:
         if (!h->on_load)
             return NIXL_ERR_NOT_SUPPORTED;
-        return h->on_load(h->arg, payload, req->len);
+        return h->on_load(h->arg, from, payload, req->len);
     case SOCK_TYPE_INVALIDATE:
         if (!h->on_invalidate)
             return NIXL_ERR_NOT_SUPPORTED;
-        return h->on_invalidate(h->arg, (const char *)payload);
+        return h->on_invalidate(h->arg, from, (const char *)payload);
     case SOCK_TYPE_FETCH: {
         if (!h->on_fetch)
             return NIXL_ERR_NOT_SUPPORTED;
@@ -683,7 +696,7 @@ static int conn_answer(nixl_md_listener_t *l, sconn_t *c)
     }
     void *blob = NULL;
     size_t blob_len = 0;
-    nixl_status_t st = serve_dispatch(l, c->peer, &c->req, c->payload, &blob, &blob_len);
+    nixl_status_t st = serve_dispatch(l, c->peer, &c->src, &c->req, c->payload, &blob, &blob_len);
     return conn_reply(l, c, st, blob, blob_len, mac);
 }
 

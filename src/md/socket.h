@@ -44,12 +44,12 @@ typedef struct nixl_md_listener nixl_md_listener_t;
 /* Called on the listener thread, one at a time. */
 typedef struct nixl_md_handlers {
     void *arg;
-    /* A peer sent its blob. */
-    nixl_status_t (*on_load)(void *arg, const void *blob, size_t len);
+    /* A peer sent its blob; from: the connection's source address (numeric, no port). */
+    nixl_status_t (*on_load)(void *arg, const char *from, const void *blob, size_t len);
     /* A peer asks for our blob: return a malloc'd copy (the listener frees it). */
     nixl_status_t (*on_fetch)(void *arg, void **blob_out, size_t *len_out);
-    /* A peer asks us to forget it. */
-    nixl_status_t (*on_invalidate)(void *arg, const char *name);
+    /* A peer asks us to forget it (from: as for on_load). */
+    nixl_status_t (*on_invalidate)(void *arg, const char *from, const char *name);
     /* Non-NULL: only authenticated requests are served (kept by the
      * caller until nixl_md_listener_stop). */
     const nixl_md_key_t *key;

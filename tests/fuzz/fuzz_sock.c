@@ -53,9 +53,10 @@ static struct {
     int type; /* 1 load, 2 fetch, 3 invalidate */
 } seen = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
-static nixl_status_t on_load(void *arg, const void *blob, size_t len)
+static nixl_status_t on_load(void *arg, const char *from, const void *blob, size_t len)
 {
     (void)arg;
+    (void)from;
     (void)blob;
     pthread_mutex_lock(&seen.lock);
     seen.calls++;
@@ -81,9 +82,10 @@ static nixl_status_t on_fetch(void *arg, void **blob_out, size_t *len_out)
     return NIXL_OK;
 }
 
-static nixl_status_t on_invalidate(void *arg, const char *name)
+static nixl_status_t on_invalidate(void *arg, const char *from, const char *name)
 {
     (void)arg;
+    (void)from;
     pthread_mutex_lock(&seen.lock);
     seen.calls++;
     seen.len = strlen(name);

@@ -73,12 +73,14 @@ typedef struct fake {
     const uint8_t *fetch_blob;
     size_t fetch_len;
     int load_delay_ms;
+    char from[64]; /* the source address the last handler was given */
 } fake_t;
 
-static nixl_status_t fake_load(void *arg, const void *blob, size_t len)
+static nixl_status_t fake_load(void *arg, const char *from, const void *blob, size_t len)
 {
     fake_t *f = arg;
     pthread_mutex_lock(&f->lock);
+    snprintf(f->from, sizeof(f->from), "%s", from);
     f->loads++;
     free(f->loaded);
     f->loaded = malloc(len);
@@ -109,10 +111,11 @@ static nixl_status_t fake_fetch(void *arg, void **blob_out, size_t *len_out)
     return st;
 }
 
-static nixl_status_t fake_invalidate(void *arg, const char *name)
+static nixl_status_t fake_invalidate(void *arg, const char *from, const char *name)
 {
     fake_t *f = arg;
     pthread_mutex_lock(&f->lock);
+    snprintf(f->from, sizeof(f->from), "%s", from);
     f->invalidates++;
     snprintf(f->name, sizeof(f->name), "%s", name);
     nixl_status_t st = f->inval_st;
@@ -314,6 +317,7 @@ static void test_roundtrips(void)
     uint8_t *sent = pattern(4096, 1);
     CHECK_ST(nixl_md_sock_send(LOOP, port, sent, 4096, TMO), NIXL_OK);
     CHECK(f.loads == 1 && f.loaded_len == 4096 && memcmp(f.loaded, sent, 4096) == 0);
+    CHECK(strcmp(f.from, "127.0.0.1") == 0); /* handlers are told where a request came from */
 
     uint8_t *served = pattern(777, 2);
     f.fetch_blob = served;
