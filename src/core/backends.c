@@ -462,11 +462,13 @@ static void mem_query_file(const nixl_desc_t *d, nixl_mem_info_t *out)
 NIXL_API nixl_status_t nixl_mem_query(nixl_agent_t *agent, const nixl_dlist_t *dlist, const char *backend,
                                       nixl_mem_info_t *out)
 {
-    if (!agent || !backend || !out)
+    if (!agent || !backend || !dlist || (!out && dlist->count))
         return NIXL_ERR_NULL;
-    nixl_status_t st = nixl_dlist_check(dlist, "memory query");
-    if (st != NIXL_OK)
-        return st;
+    nixl_status_t st = NIXL_OK;
+    if ((unsigned)dlist->mem_type >= NIXL_MEM_TYPE_COUNT || (dlist->count && !dlist->descs)) {
+        NIXL_ERROR("agent %s: memory query: memory type %d or descriptors invalid", agent->name, (int)dlist->mem_type);
+        return NIXL_ERR_INVALID_PARAM;
+    }
     nixl_agent_lock(agent);
     nixl_backend_t *b = NULL;
     for (int i = 0; i < agent->num_backends && !b; i++)

@@ -97,9 +97,14 @@ static nixl_status_t raw_invalidate(const char *src, uint16_t port, const char *
     return (nixl_status_t)(int32_t)st;
 }
 
-/* Child: make "victim", send to addr:port; then act on the pipe's commands. */
-static void child(uint16_t port, int cmd_fd, int ans_fd)
+/* Child: read the owner's port, make "victim"; then act on the pipe's
+ * commands.  Children are forked before the owner starts any thread. */
+static void child(int cmd_fd, int ans_fd)
 {
+    alarm(50);
+    uint16_t port = 0;
+    if (read(cmd_fd, &port, sizeof(port)) != sizeof(port))
+        _exit(3);
     nixl_agent_t *v = mk("victim", 0);
     char c;
     while (read(cmd_fd, &c, 1) == 1) {
@@ -125,7 +130,7 @@ typedef struct {
     int cmd, ans;
 } kid_t;
 
-static kid_t spawn(uint16_t port)
+static kid_t spawn(void)
 {
     int c[2], a[2];
     if (pipe(c) || pipe(a))
@@ -134,11 +139,22 @@ static kid_t spawn(uint16_t port)
     if (pid == 0) {
         close(c[1]);
         close(a[0]);
-        child(port, c[0], a[1]);
+        child(c[0], a[1]);
     }
     close(c[0]);
     close(a[1]);
     return (kid_t){pid, c[1], a[0]};
+}
+
+static const char *g_step = "start";
+
+static void on_alarm(int sig)
+{
+    (void)sig;
+    static const char msg[] = "takeover: no answer within 40 s at step: ";
+    if (write(2, msg, sizeof(msg) - 1) < 0 || write(2, g_step, strlen(g_step)) < 0 || write(2, "\n", 1) < 0)
+        _exit(1);
+    _exit(1);
 }
 
 static nixl_status_t ask(kid_t k, char c)
@@ -164,30 +180,39 @@ int main(void)
     signal(SIGPIPE, SIG_IGN);
     if (getenv("NIXL_MD_SECRET_FILE"))
         unsetenv("NIXL_MD_SECRET_FILE"); /* the claim is about the listener without a secret */
+    kid_t one = spawn(), two = spawn();
+    signal(SIGALRM, on_alarm);
+    alarm(40);
     nixl_agent_t *owner = mk("owner", 1);
     uint16_t port = nixl_agent_listen_port(owner);
+    if (write(one.cmd, &port, sizeof(port)) != sizeof(port) || write(two.cmd, &port, sizeof(port)) != sizeof(port))
+        return 2;
 
-    kid_t one = spawn(port);
+    g_step = "first instance's SEND";
     CHECK(ask(one, 's') == NIXL_OK);
     CHECK(nixl_md_check_remote(owner, "victim") == NIXL_OK);
 
-    kid_t two = spawn(port);
+    g_step = "second instance's SEND";
     nixl_status_t st = ask(two, 's');
     printf("another instance under a live peer's name: %s\n", nixl_status_name(st));
     CHECK(st != NIXL_OK);
+    g_step = "INVALIDATE from 127.0.0.2";
     st = ask(two, 'j');
     printf("INVALIDATE from 127.0.0.2 (victim's metadata came from 127.0.0.1): %s\n", nixl_status_name(st));
     CHECK(st != NIXL_OK);
     CHECK(nixl_md_check_remote(owner, "victim") == NIXL_OK);
 
     /* The peer itself, from its own address. */
+    g_step = "the peer's own INVALIDATE";
     st = ask(one, 'i');
     printf("INVALIDATE by the peer itself: %s\n", nixl_status_name(st));
     CHECK(st == NIXL_OK);
     CHECK(nixl_md_check_remote(owner, "victim") != NIXL_OK);
+    g_step = "the peer's SEND again";
     CHECK(ask(one, 's') == NIXL_OK); /* and it may come back */
 
     /* Child 1 exits: child 2's instance is a restart now, accepted. */
+    g_step = "a restart's SEND";
     finish(one);
     st = ask(two, 's');
     printf("a new instance after the old one exited: %s\n", nixl_status_name(st));

@@ -307,17 +307,16 @@ def query_mem(agent_ptr: int, descs: Any, names: list, call: str) -> list:
     cannot be reached) or a dict of strings, as NIXL's file backends answer ({"size", "mode", "mtime"})."""
     if not isinstance(descs, nixlRegDList):
         raise TypeError(f"{call}: descs must be a nixlRegDList, not {type(descs).__name__}")
-    if len(descs) == 0:
-        return []
-    c = descs._c()
-    out = (_lib.nixl_mem_info_t * len(descs))()
+    c = descs._c()  # an empty list is answered [] by a backend that can query, refused by others
+    out = (_lib.nixl_mem_info_t * max(len(descs), 1))()
     st = _lib.NIXL_OK
     for name in names:  # the first of the handle's backends that can answer
         st = L.nixl_mem_query(agent_ptr, ctypes.byref(c), name.encode(), out)
         if st == _lib.NIXL_OK:
             break
     check(st, call, f"memory query of {len(descs)} {descs.mem_type} descriptors through {', '.join(names)}")
-    return [{"size": str(r.size), "mode": str(r.mode), "mtime": str(r.mtime)} if r.accessible else None for r in out]
+    return [{"size": str(r.size), "mode": str(r.mode), "mtime": str(r.mtime)} if r.accessible else None
+            for r in out[:len(descs)]]
 
 class nixlAgentConfig:
     """NIXL's agent configuration (C++ nixlAgentConfig), positional as NIXL's constructors:
