@@ -66,7 +66,16 @@ typedef struct fake {
     int indexed;     /* fake_indexed: take indexed requests in their form (else NOT_SUPPORTED) */
     pthread_mutex_t lock;
     fake_notif_t *head, **tail; /* delivered on progress() */
+    struct fake_md *dead;       /* deregistered mds, freed at destroy (under lock) */
 } fake_t;
+
+/* reg() output.  Deregistered ones are kept until destroy, so a new
+ * registration never gets a freed one's address: tests of the core's "the
+ * registration changed" checks do not depend on the allocator. */
+typedef struct fake_md {
+    nixl_be_region_t r; /* first: the md is read as the region */
+    struct fake_md *next;
+} fake_md_t;
 
 typedef struct fake_conn {
     uint32_t magic;
@@ -241,6 +250,11 @@ static void fake_destroy(void *be)
         f->head = x->next;
         free(x);
     }
+    while (f->dead) {
+        fake_md_t *m = f->dead;
+        f->dead = m->next;
+        free(m);
+    }
     pthread_mutex_destroy(&f->lock);
     free(f);
 }
@@ -264,14 +278,15 @@ static nixl_status_t fake_reg(void *be, const nixl_be_region_t *r, void **md)
     for (size_t i = 0; i < f->num_fail_lens && st == NIXL_OK; i++)
         if (r->len == f->fail_len[i])
             st = (nixl_status_t)f->fail_status[i];
-    nixl_be_region_t *c = NULL;
+    fake_md_t *c = NULL;
     if (st == NIXL_OK) {
         c = malloc(sizeof(*c));
         if (!c)
             st = NIXL_ERR_NO_MEMORY;
     }
     if (st == NIXL_OK) {
-        *c = *r;
+        c->r = *r;
+        c->next = NULL;
         *md = c;
         __atomic_add_fetch(&g_counters.live, 1, __ATOMIC_SEQ_CST);
     }
@@ -281,9 +296,13 @@ static nixl_status_t fake_reg(void *be, const nixl_be_region_t *r, void **md)
 
 static void fake_dereg(void *be, void *md)
 {
-    (void)be;
+    fake_t *f = be;
     inside_enter();
-    free(md);
+    fake_md_t *m = md;
+    pthread_mutex_lock(&f->lock);
+    m->next = f->dead;
+    f->dead = m;
+    pthread_mutex_unlock(&f->lock);
     __atomic_sub_fetch(&g_counters.live, 1, __ATOMIC_SEQ_CST);
     inside_leave();
 }
