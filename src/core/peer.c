@@ -664,36 +664,6 @@ out:
     return st;
 }
 
-nixl_status_t nixl_md_load_remote_locked(nixl_agent_t *a, const void *blob, size_t len,
-                                         char name_out[NIXL_NAME_MAX + 1])
-{
-    void *copy;
-    nixl_md_t *md;
-    nixl_status_t st = blob_decode_copy(blob, len, &copy, &md);
-    if (st != NIXL_OK)
-        return st;
-    if (strcmp(md->name, a->name) == 0) {
-        NIXL_ERROR("agent %s: refusing to load its own name as a peer", a->name);
-        nixl_md_free(md);
-        free(copy);
-        return NIXL_ERR_SELF;
-    }
-    if (md->partial)
-        return load_partial(a, copy, md, name_out);
-    return load_new_generation(a, copy, md, "", name_out);
-}
-
-NIXL_API nixl_status_t nixl_md_load_remote(nixl_agent_t *agent, const void *blob, size_t len,
-                                           char name_out[NIXL_NAME_MAX + 1])
-{
-    if (!agent || !blob)
-        return NIXL_ERR_NULL;
-    nixl_agent_lock(agent);
-    nixl_status_t st = nixl_md_load_remote_locked(agent, blob, len, name_out);
-    nixl_agent_unlock(agent);
-    return st;
-}
-
 /* Whether the process of a loaded same-host peer still runs: 1 yes, 0 no,
  * -1 unknown (another host or pid namespace, no start time to check, or
  * this very process, where an agent may be made again under its name and
@@ -726,35 +696,73 @@ static void peer_note_from(nixl_agent_t *a, const char *name, const char *from)
         nixl_strlcpy(p->from, from, sizeof(p->from));
 }
 
+/* Without a secret, a blob from the network (from non-NULL) of another
+ * instance under the name of a loaded peer whose process still runs is a
+ * takeover: NIXL_ERR_NAME_TAKEN (logged). */
+static nixl_status_t takeover_check(nixl_agent_t *a, const nixl_md_t *md, const char *from)
+{
+    nixl_peer_t *p = from && !a->md_key && !md->partial ? nixl_peer_find(a, md->name) : NULL;
+    const nixl_md_t *old = p && p->cur ? p->cur->md : NULL;
+    if (old && (old->instance_id != md->instance_id || !nixl_host_id_same(&old->host, &md->host)) &&
+        inc_process_alive(p->cur) == 1) {
+        NIXL_WARN("agent %s: refused metadata from %s under the name of peer %s: it is another instance (pid "
+                  "%u, was %u) while the known one still runs; set NIXL_MD_SECRET_FILE to authenticate peers "
+                  "(docs/trust.md)",
+                  a->name, *from ? from : "?", md->name, md->pid, old->pid);
+        return NIXL_ERR_NAME_TAKEN;
+    }
+    return NIXL_OK;
+}
+
+/* Load a blob; from: the network address it came from (NULL: loaded
+ * otherwise), checked for a takeover and noted on the peer. */
+static nixl_status_t md_load_locked(nixl_agent_t *a, const void *blob, size_t len, const char *from,
+                                    char name_out[NIXL_NAME_MAX + 1])
+{
+    void *copy;
+    nixl_md_t *md;
+    nixl_status_t st = blob_decode_copy(blob, len, &copy, &md);
+    if (st != NIXL_OK)
+        return st;
+    if (strcmp(md->name, a->name) == 0) {
+        NIXL_ERROR("agent %s: refusing to load its own name as a peer", a->name);
+        st = NIXL_ERR_SELF;
+    } else {
+        st = takeover_check(a, md, from);
+    }
+    if (st != NIXL_OK) {
+        nixl_md_free(md);
+        free(copy);
+        return st;
+    }
+    char name[NIXL_NAME_MAX + 1];
+    nixl_strlcpy(name, md->name, sizeof(name)); /* md belongs to the peer once loaded */
+    st = md->partial ? load_partial(a, copy, md, name_out) : load_new_generation(a, copy, md, "", name_out);
+    if (st == NIXL_OK)
+        peer_note_from(a, name, from);
+    return st;
+}
+
+nixl_status_t nixl_md_load_remote_locked(nixl_agent_t *a, const void *blob, size_t len,
+                                         char name_out[NIXL_NAME_MAX + 1])
+{
+    return md_load_locked(a, blob, len, NULL, name_out);
+}
+
 nixl_status_t nixl_md_load_remote_from_locked(nixl_agent_t *a, const void *blob, size_t len, const char *from,
                                               char name_out[NIXL_NAME_MAX + 1])
 {
-    char name[NIXL_NAME_MAX + 1] = "";
-    if (!a->md_key) {
-        /* Who the blob says it is, against who holds that name now. */
-        nixl_md_t *md = NULL;
-        nixl_status_t st = nixl_md_decode(blob, len, &md);
-        if (st != NIXL_OK)
-            return st;
-        nixl_peer_t *p = md->partial ? NULL : nixl_peer_find(a, md->name);
-        const nixl_md_t *old = p && p->cur ? p->cur->md : NULL;
-        if (old && (old->instance_id != md->instance_id || !nixl_host_id_same(&old->host, &md->host)) &&
-            inc_process_alive(p->cur) == 1) {
-            NIXL_WARN("agent %s: refused metadata from %s under the name of peer %s: it is another instance (pid "
-                      "%u, was %u) while the known one still runs; set NIXL_MD_SECRET_FILE to authenticate peers "
-                      "(docs/trust.md)",
-                      a->name, from && *from ? from : "?", md->name, md->pid, old->pid);
-            nixl_md_free(md);
-            return NIXL_ERR_NAME_TAKEN;
-        }
-        nixl_md_free(md);
-    }
-    nixl_status_t st = nixl_md_load_remote_locked(a, blob, len, name);
-    if (st == NIXL_OK) {
-        peer_note_from(a, name, from);
-        if (name_out)
-            memcpy(name_out, name, sizeof(name));
-    }
+    return md_load_locked(a, blob, len, from, name_out);
+}
+
+NIXL_API nixl_status_t nixl_md_load_remote(nixl_agent_t *agent, const void *blob, size_t len,
+                                           char name_out[NIXL_NAME_MAX + 1])
+{
+    if (!agent || !blob)
+        return NIXL_ERR_NULL;
+    nixl_agent_lock(agent);
+    nixl_status_t st = nixl_md_load_remote_locked(agent, blob, len, name_out);
+    nixl_agent_unlock(agent);
     return st;
 }
 
