@@ -474,9 +474,12 @@ static void px_reap(px_be_t *be)
         px_complete(be, cqe);
 }
 
-/* Where r stands (lock held): a failed request reports once nothing of it is in flight. */
-static nixl_status_t px_state(px_req_t *r)
+/* Reap what completed, submit what r has left, and say where r stands
+ * (lock held): a failed request reports once nothing of it is in flight. */
+static nixl_status_t px_advance(px_be_t *be, px_req_t *r)
 {
+    px_reap(be);
+    px_submit(be, r);
     if (r->status != NIXL_OK)
         return r->inflight ? NIXL_IN_PROG : r->status;
     return r->left == 0 && r->inflight == 0 ? NIXL_OK : NIXL_IN_PROG;
@@ -508,9 +511,7 @@ static nixl_status_t px_post(void *bev, nixl_be_req_t *hdr, const void *notif, s
     for (size_t i = 0; i < r->nops; i++)
         r->ops[i].done = 0;
     px_submit(be, r);
-    px_reap(be);
-    px_submit(be, r);
-    nixl_status_t st = px_state(r);
+    nixl_status_t st = px_advance(be, r);
     pthread_mutex_unlock(&be->lock);
     return st;
 #else
@@ -526,9 +527,7 @@ static nixl_status_t px_status(void *bev, nixl_be_req_t *hdr)
         return NIXL_OK; /* sync and staged requests are over when their post returns */
 #ifdef NIXL_POSIX_HAVE_URING
     pthread_mutex_lock(&be->lock);
-    px_reap(be);
-    px_submit(be, r);
-    nixl_status_t st = px_state(r);
+    nixl_status_t st = px_advance(be, r);
     pthread_mutex_unlock(&be->lock);
     return st;
 #else
