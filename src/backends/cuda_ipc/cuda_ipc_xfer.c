@@ -169,6 +169,18 @@ static void cip_req_free(cip_be_t *be, cip_req_t *r)
     free(r);
 }
 
+/* A request of this backend to peer, nothing built yet; NULL: no memory. */
+static cip_req_t *cip_req_new(cip_be_t *be, void *peer, nixl_op_t op)
+{
+    cip_req_t *r = calloc(1, sizeof(*r));
+    if (r) {
+        r->be = be;
+        r->peer = peer;
+        r->write = op == NIXL_OP_WRITE;
+    }
+    return r;
+}
+
 /* The context a piece is copied in: its local memory's (the context rule),
  * or, for local DRAM, the one chosen for the peer's GPU.  NULL on failure. */
 static void *cip_piece_ctx(cip_be_t *be, const cip_req_t *r, const nixl_be_iov_t *v, int *device)
@@ -323,12 +335,9 @@ nixl_status_t cip_xfer_prepare(void *bev, const nixl_be_xfer_t *x, nixl_be_req_t
         return x->count == 0 ? NIXL_ERR_ZERO_LENGTH : NIXL_ERR_NULL;
     if (!cip_api(be))
         return NIXL_ERR_NO_CUDA;
-    cip_req_t *r = calloc(1, sizeof(*r));
+    cip_req_t *r = cip_req_new(be, x->peer, x->op);
     if (!r)
         return NIXL_ERR_NO_MEMORY;
-    r->be = be;
-    r->peer = x->peer;
-    r->write = x->op == NIXL_OP_WRITE;
     r->host_local = x->local_mem == NIXL_MEM_DRAM;
     nixl_status_t st = NIXL_OK;
     /* The core resolved every piece inside registrations of this backend on
@@ -493,12 +502,9 @@ nixl_status_t cip_xfer_prepare_indexed(void *bev, const nixl_be_xfer_indexed_t *
     void *ctx = cip_ix_ctx(x, &device);
     if (!ctx)
         return NIXL_ERR_NOT_SUPPORTED; /* layers in several contexts: one group each, in pieces */
-    cip_req_t *r = calloc(1, sizeof(*r));
+    cip_req_t *r = cip_req_new(be, x->peer, x->op);
     if (!r)
         return NIXL_ERR_NO_MEMORY;
-    r->be = be;
-    r->peer = x->peer;
-    r->write = x->op == NIXL_OP_WRITE;
     cip_group_t *g = cip_group_of(r, ctx, device);
     nixl_be_ctx_scope_t scope = {NULL, 0};
     nixl_status_t st = nixl_be_ctx_enter(be->host->cuda, (CUcontext)ctx, &scope);
