@@ -42,6 +42,9 @@
 #ifdef NIXL_BUILTIN_POSIX
 #include "backends/posix/posix.h"
 #endif
+#ifdef NIXL_BUILTIN_GDS
+#include "backends/gds/gds.h"
+#endif
 
 #ifndef NIXL_INSTALL_PLUGIN_DIR
 #define NIXL_INSTALL_PLUGIN_DIR ""
@@ -197,6 +200,9 @@ static void impls_init(void)
 #endif
 #ifdef NIXL_BUILTIN_POSIX
     impl_add(nixl_backend_posix_ops(), "built-in");
+#endif
+#ifdef NIXL_BUILTIN_GDS
+    impl_add(nixl_backend_gds_ops(), "built-in");
 #endif
     /* NIXL_PLUGIN_DIR may list several directories, separated by ':'. */
     const char *env = getenv("NIXL_PLUGIN_DIR");

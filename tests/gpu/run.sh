@@ -30,8 +30,12 @@ if [ ! -f "$B/build.ninja" ]; then
     $MESON setup "$B" --buildtype=debugoptimized >"$R/setup.log" 2>&1 || { tail -30 "$R/setup.log"; exit 1; }
 fi
 # Only what the GPU run needs: the rest of the tree is CI's.
-$MESON compile -C "$B" nixl test_gpu test_posix_vram test_cuda_ipc conformance >"$R/build.log" 2>&1 ||
+$MESON compile -C "$B" nixl test_gpu test_posix_vram test_gds_vram test_cuda_ipc conformance >"$R/build.log" 2>&1 ||
     { grep -E 'error|FAILED' "$R/build.log" | head -30; exit 1; }
+# Our cuFile declarations against <cufile.h>: a target only where the header is.
+if grep -q cufile_layout "$B/build.ninja"; then
+    $MESON compile -C "$B" cufile_layout >>"$R/build.log" 2>&1 || { say "cufile_layout does not build:"; grep -E 'error' "$R/build.log" | head; status=1; }
+fi
 NB="$B/tools/nixlbench/nixlbench"
 if ! $MESON compile -C "$B" nixlbench >>"$R/build.log" 2>&1; then
     # nixlbench's optional etcd mode may not build here (no cJSON): the GPU
@@ -90,6 +94,12 @@ for op in write read; do
         --alloc malloc --block 64M --batch 1 --iters 20 --json "$R/bench-host-$op.json" >"$R/bench-host-$op.log" 2>&1 ||
         status=1
     cat "$R/bench-host-$op.log"
+done
+# GPU memory to a file and back through gds, against a raw cuFile loop in the
+# same run (page cache, then O_DIRECT); the path says direct or compat.
+for d in "" --direct; do
+    timeout 240 "$NB" --gds --size 256M --pairs 3 $d >"$R/bench-gds$d.log" 2>&1 || status=1
+    cat "$R/bench-gds$d.log"
 done
 # The staged fallback (NIXL_CUDA_IPC_MAP=0 forces it): its speed, for the record.
 NIXL_CUDA_IPC_MAP=0 timeout 120 "$NB" --backend cuda_ipc --initiator-mem vram --initiator-dev $i_dev --target-mem vram \

@@ -641,6 +641,15 @@ NIXL_PLUGINS = ["UCX", "UCX_MO", "LIBFABRIC", "UCCL", "MOONCAKE", "GPUNETIO", "P
                 "GDS_MT", "GUSLI", "OBJ", "AZURE_BLOB", "INFINIA"]
 
 
+def have_cufile():
+    import ctypes
+    try:
+        ctypes.CDLL(os.environ.get("NIXL_GDS_CUFILE_LIB") or "libcufile.so.0")
+        return True
+    except OSError:
+        return False
+
+
 @pytest.mark.parametrize("name", NIXL_PLUGINS)
 def test_every_nixl_backend_name_maps_or_names_what_is_missing(name):
     from nixl._lowlevel import BACKEND_ALIASES, targets
@@ -648,7 +657,12 @@ def test_every_nixl_backend_name_maps_or_names_what_is_missing(name):
     avail = nixl.available_backends()
     a = nixl_agent(unique("be"), nixl_agent_config(enable_prog_thread=False, backends=[]))
     try:
-        if targets(avail, name):
+        if targets(avail, name) and name.startswith("GDS") and not have_cufile():
+            # Built, but cuFile is loaded at run time and is not here: a clear refusal.
+            with pytest.raises(nixl.nixlNotSupportedError):
+                a.create_backend(name)
+            assert name not in a.backends
+        elif targets(avail, name):
             a.create_backend(name)
             assert name in a.get_plugin_list() and a.backends[name]
             made = {a._name_of[h] for h in a.backends[name]}

@@ -24,7 +24,7 @@ collector; its multi-agent form (backends=[], create_backend with UCX device
 parameters, items sharded over the agents); the L2 NixlTransferBackend
 (create_backend("UCX", {}), register_memory of one region, handles
 released); and the storage agents, whose file and object backends (POSIX,
-GDS, GDS_MT, HF3FS, OBJ) this libnixl does not have yet: those tests skip
+GDS, GDS_MT, HF3FS, OBJ) this libnixl does not have yet (or GDS without cuFile here): those tests skip
 saying which backend is missing, after checking the error NIXL's names give.
 
 MEM is DRAM (numpy); the VRAM runs (torch on cuda:0) skip, with the reason
@@ -389,6 +389,17 @@ def storage_agent(backend, params):
         why = f"LMCache's {backend} storage needs a libnixl storage backend not built yet ({e.value})"
         print(f"SKIP LMCache {backend}: {why}")
         pytest.skip(why)
+    if backend.startswith("GDS"):
+        import ctypes
+        try:
+            ctypes.CDLL(os.environ.get("NIXL_GDS_CUFILE_LIB") or "libcufile.so.0")
+        except OSError as e:
+            with pytest.raises(nixlBind.nixlNotSupportedError):  # built, but cuFile is loaded at run time
+                agent.create_backend(backend, params)
+            agent.close()
+            why = f"LMCache's {backend} storage runs on our gds backend, which needs cuFile: {e}"
+            print(f"SKIP LMCache {backend}: {why}")
+            pytest.skip(why)
     agent.create_backend(backend, params)
     return name, agent
 

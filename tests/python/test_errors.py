@@ -72,9 +72,9 @@ def test_not_found(ready):
         xfer(a, b, np.zeros(1 << 16, np.uint8), dst)
     with pytest.raises(nixl.nixlNotFoundError, match="REG_MISMATCH"):
         a.deregister_memory(a.get_reg_descs(src[:100]))
-    with pytest.raises(nixl.nixlNotFoundError, match="GDS .files to GPU memory .GPUDirect Storage.. maps to our gds, "
+    with pytest.raises(nixl.nixlNotFoundError, match="OBJ .object storage .S3.. maps to our obj, "
                                                      "which is not built"):
-        a.create_backend("GDS")
+        a.create_backend("OBJ")
 
 
 def test_mismatch(ready):

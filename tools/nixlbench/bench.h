@@ -147,6 +147,8 @@ int bench_run_etcd(const bench_opts_t *o);
 /* Load the CUDA driver; the number of GPUs.  Exits with a message when there
  * is no driver. */
 int bench_vram_init(void);
+/* Make GPU dev's primary context current on this thread (and leave it). */
+void bench_vram_bind(int dev);
 void *bench_vram_alloc(int dev, size_t len);
 void bench_vram_free(int dev, void *p);
 void bench_vram_put(int dev, void *dst, const void *src, size_t len);

@@ -24,6 +24,7 @@
 #include "bench.h"
 #include "bench_reg.h"
 #include "bench_storage.h"
+#include "bench_gds.h"
 #ifdef BENCH_HAVE_OFI
 #include "bench_ofi.h"
 #endif
@@ -153,6 +154,8 @@ static void usage(FILE *f)
           "                         peak threads (nixlbench --reg-replay --help for its options)\n"
           "  --storage              host memory to and from a file (posix) against a raw io_uring loop\n"
           "                         (nixlbench --storage --help for its options)\n"
+          "  --gds                  GPU memory to and from a file (gds) against a raw cuFile loop\n"
+          "                         (nixlbench --gds --help for its options)\n"
           "  --param KEY=VALUE      backend parameter, both sides (repeatable; e.g. threads=0)\n"
           "  --json FILE            one JSON object per row per line\n"
           "  --quiet                no table on stdout (errors still go to stderr)\n"
@@ -483,6 +486,11 @@ int main(int argc, char **argv)
     /* So have the storage rows (bench_storage.c). */
     if (bench_storage_wanted(argc, argv))
         return bench_storage_main(argc, argv);
+#ifdef BENCH_HAVE_GDS
+    /* And GPU memory to files through gds (bench_gds.c). */
+    if (bench_gds_wanted(argc, argv))
+        return bench_gds_main(argc, argv);
+#endif
     parse_opts(argc, argv, &o, ip, sizeof(ip));
     /* A vanished peer must be an error return, not a signal. */
     signal(SIGPIPE, SIG_IGN);

@@ -155,7 +155,13 @@ class nixl_agent:
                 key = "num_threads" if b not in self._plugins else "threads"
                 if key == "num_threads" or "threads" in self._plugins[b]["params"]:
                     init[key] = str(conf.num_threads)
-            self.create_backend(b, init)
+            try:
+                self.create_backend(b, init)
+            except nixlNotSupportedError as e:
+                # Built, but what it loads at run time is not here (gds without
+                # cuFile): as NIXL skips a plugin that does not load.
+                log.warning("nixl_agent %s: backend %s skipped: it cannot run here (%s; its log line says why)",
+                            agent_name, b, e)
 
     # ---- life cycle (close and the context manager are our additions) ----
     def close(self) -> None:
