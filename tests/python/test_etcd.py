@@ -1,6 +1,7 @@
 """Metadata through etcd: NIXL's send/fetch/invalidate without an address.
 Needs a libnixl with the etcd calls and the etcd binary (a private server is
-started); otherwise the calls must say why they cannot work."""
+started); otherwise the calls must say why they cannot work.  The TLS and
+etcd-user tests also need openssl and etcdctl (they skip, saying so)."""
 
 import os
 import shutil
@@ -217,7 +218,7 @@ def secure_etcd(tmp_path, monkeypatch):
         env = dict(os.environ, ETCDCTL_API="3")
         for args in (["user", "add", "root:rootpw", "--interactive=false"],
                      ["user", "add", "alice:alicepw", "--interactive=false"], ["role", "add", "nixl"],
-                     ["role", "grant-permission", "nixl", "--prefix=true", "readwrite", "/nixl"],
+                     ["role", "grant-permission", "nixl", "--prefix=true", "readwrite", "/nixl/"],
                      ["user", "grant-role", "alice", "nixl"], ["auth", "enable"]):
             subprocess.run(ctl + args, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         password = tmp_path / "alice.password"
@@ -255,7 +256,8 @@ def test_tls_and_user_publish_fetch_transfer_token_renewed(secure_etcd):
         wait_notif(b, a.name, b"over-tls")
         assert int(dst.min()) == int(dst.max()) == 7
 
-        time.sleep(2 * TOKEN_TTL_S)  # idle: etcd forgets both tokens (lease keep-alives carry none)
+        # Idle past the TTL (etcd drops tokens on a 1 s tick; keep-alives carry no auth): both expire.
+        time.sleep(2 * TOKEN_TTL_S + 1)
         b.send_partial_agent_metadata(reg, label="kv")
         a.fetch_remote_metadata(b.name, label="kv")
         until(lambda: a.check_remote_metadata(b.name, reg.trim()), "no partial metadata after the token expired")

@@ -242,16 +242,17 @@ static void test_auth(const char *url)
     CHECK_ST(put(c, "/other", "x"), NIXL_ERR_IO);
     CHECK(nixl_etcd_last_code(c) == 7);
 
-    /* Past the token's TTL (2 s; etcd checks each second): the next call
-     * is refused for its token, authenticates again and goes through. */
-    sleep(4);
+    /* Idle past the token's TTL (2 s; etcd drops tokens on a 1 s tick, so
+     * at 3.2 s at the latest here): the next call is refused for its
+     * token, authenticates again and goes through. */
+    sleep(5);
     CHECK_ST(get(c, "/nixl/auth", v, sizeof(v)), NIXL_OK);
     CHECK(!strcmp(v, "as-alice"));
     CHECK(nixl_etcd_auth_count(c) == 2);
 
     /* A watch started with an expired token is canceled at once; the one
      * started after that authenticates first and delivers. */
-    sleep(4);
+    sleep(5);
     seen_t s = {0};
     nixl_status_t st = nixl_etcd_watch_start(c, "/nixl/w", 7, NULL, 0, 0);
     CHECK_ST(st, NIXL_OK);
