@@ -12,7 +12,7 @@ set -eu
 PACKAGES="meson ninja-build pkg-config gcc clang libclang-rt-14-dev python3 libssl-dev liburing-dev
 python3-pytest python3-numpy
 libfabric-dev libfabric-bin libhwloc-dev
-etcd-server etcd-client libcurl4-openssl-dev libcjson-dev
+etcd-server etcd-client libcurl4-openssl-dev libcjson-dev openssl
 iproute2 nftables"
 
 cd "$(dirname "$0")/.."

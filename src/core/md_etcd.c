@@ -987,6 +987,44 @@ static nixl_status_t etcd_config(nixl_md_etcd_t *e, const char **endpoints_out)
     return NIXL_OK;
 }
 
+/* The client, with TLS and the etcd user from the environment (checked
+ * by nixl_etcd_create; the password file here, like NIXL_MD_SECRET_FILE). */
+static nixl_status_t etcd_client_create(nixl_md_etcd_t *e, const char *endpoints)
+{
+    const char *pw_file = nixl_cfg_get("NIXL_ETCD_PASSWORD_FILE");
+    /* Room for the longest password and its line end; a longer one is refused. */
+    char pw[NIXL_ETCD_PASSWORD_MAX + 3];
+    size_t pw_len = 0;
+    nixl_etcd_security_t sec = {
+        .ca_file = nixl_cfg_get("NIXL_ETCD_CA_FILE"),
+        .cert_file = nixl_cfg_get("NIXL_ETCD_CERT_FILE"),
+        .key_file = nixl_cfg_get("NIXL_ETCD_KEY_FILE"),
+        .user = nixl_cfg_get("NIXL_ETCD_USER"),
+    };
+    if (pw_file && pw_file[0]) {
+        nixl_status_t st = nixl_secret_file_read("NIXL_ETCD_PASSWORD_FILE", pw_file, (uint8_t *)pw, sizeof(pw) - 1,
+                                                 &pw_len);
+        if (st != NIXL_OK) {
+            NIXL_ERROR("agent %s: the etcd password cannot be used; etcd is not reached", e->agent->name);
+            return st;
+        }
+        pw[pw_len] = '\0';
+        if (pw_len == 0) {
+            NIXL_ERROR("agent %s: NIXL_ETCD_PASSWORD_FILE=%s is empty", e->agent->name, pw_file);
+            return NIXL_ERR_INVALID_PARAM;
+        }
+        if (strlen(pw) != pw_len) {
+            memset(pw, 0, sizeof(pw));
+            NIXL_ERROR("agent %s: NIXL_ETCD_PASSWORD_FILE=%s holds a NUL byte", e->agent->name, pw_file);
+            return NIXL_ERR_INVALID_PARAM;
+        }
+        sec.password = pw;
+    }
+    nixl_status_t st = nixl_etcd_create(endpoints, e->timeout_ms, &sec, &e->cli);
+    memset(pw, 0, sizeof(pw));
+    return st;
+}
+
 /* The agent's etcd state, created with its thread on first use.  Agent
  * lock held. */
 static nixl_status_t etcd_state_locked(nixl_agent_t *a, nixl_md_etcd_t **out)
@@ -1004,7 +1042,7 @@ static nixl_status_t etcd_state_locked(nixl_agent_t *a, nixl_md_etcd_t **out)
     nixl_status_t st = etcd_config(e, &endpoints);
     if (st != NIXL_OK)
         goto err_free;
-    st = nixl_etcd_create(endpoints, e->timeout_ms, &e->cli);
+    st = etcd_client_create(e, endpoints);
     if (st != NIXL_OK)
         goto err_free;
     pthread_mutex_init(&e->mu, NULL);
@@ -1019,8 +1057,8 @@ static nixl_status_t etcd_state_locked(nixl_agent_t *a, nixl_md_etcd_t **out)
         st = NIXL_ERR_NO_MEMORY;
         goto err_client;
     }
-    NIXL_INFO("agent %s: etcd at %s, namespace \"%s\", lease TTL %lld s", a->name, endpoints, e->ns,
-              (long long)e->ttl_s);
+    NIXL_INFO("agent %s: etcd at %s, namespace \"%s\", lease TTL %lld s%s%s", a->name, endpoints, e->ns,
+              (long long)e->ttl_s, nixl_cfg_get("NIXL_ETCD_USER")[0] ? ", user " : "", nixl_cfg_get("NIXL_ETCD_USER"));
     a->etcd = e;
     *out = e;
     return NIXL_OK;

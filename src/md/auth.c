@@ -92,50 +92,71 @@ nixl_status_t nixl_md_key_from_bytes(const void *secret, size_t len, nixl_md_key
 #endif
 }
 
-nixl_status_t nixl_md_key_load(const char *path, nixl_md_key_t **key_out)
+nixl_status_t nixl_secret_file_read(const char *var, const char *path, uint8_t *buf, size_t cap, size_t *len_out)
 {
-    if (!path || !key_out)
-        return NIXL_ERR_NULL;
-    *key_out = NULL;
+    *len_out = 0;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         int e = errno;
-        NIXL_ERROR("md auth: cannot open the metadata secret NIXL_MD_SECRET_FILE=%s: %s", path, strerror(e));
+        NIXL_ERROR("cannot open the secret %s=%s: %s", var, path, strerror(e));
         return e == EACCES ? NIXL_ERR_PERMISSION : NIXL_ERR_INVALID_PARAM;
     }
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        NIXL_ERROR("md auth: NIXL_MD_SECRET_FILE=%s is not a regular file", path);
+        NIXL_ERROR("%s=%s is not a regular file", var, path);
         close(fd);
         return NIXL_ERR_INVALID_PARAM;
     }
     if (st.st_mode & 077) {
-        NIXL_ERROR("md auth: NIXL_MD_SECRET_FILE=%s can be read or written by others (mode %04o): a secret "
-                   "others can read is none; run chmod 600 %s",
-                   path, (unsigned)(st.st_mode & 07777), path);
+        NIXL_ERROR("%s=%s can be read or written by others (mode %04o): a secret others can read is none; run "
+                   "chmod 600 %s",
+                   var, path, (unsigned)(st.st_mode & 07777), path);
         close(fd);
         return NIXL_ERR_PERMISSION;
     }
-    uint8_t buf[NIXL_MD_SECRET_MAX + 2];
     size_t len = 0;
+    uint8_t extra;
     for (;;) {
-        ssize_t n = read(fd, buf + len, sizeof(buf) - len);
+        /* Once buf is full, one more byte tells a file that fits from one that does not. */
+        ssize_t n = len < cap ? read(fd, buf + len, cap - len) : read(fd, &extra, 1);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0) {
-            NIXL_ERROR("md auth: reading NIXL_MD_SECRET_FILE=%s failed: %s", path, strerror(errno));
+            NIXL_ERROR("reading %s=%s failed: %s", var, path, strerror(errno));
             close(fd);
+            memset(buf, 0, len);
             return NIXL_ERR_IO;
         }
-        if (n == 0 || (len += (size_t)n) == sizeof(buf))
+        if (n == 0)
             break;
+        if (len == cap) {
+            NIXL_ERROR("%s=%s holds more than %zu bytes", var, path, cap);
+            close(fd);
+            memset(buf, 0, len);
+            return NIXL_ERR_INVALID_PARAM;
+        }
+        len += (size_t)n;
     }
     close(fd);
     if (len && buf[len - 1] == '\n')
         len--;
     if (len && buf[len - 1] == '\r')
         len--;
-    nixl_status_t s = nixl_md_key_from_bytes(buf, len, key_out);
+    *len_out = len;
+    return NIXL_OK;
+}
+
+nixl_status_t nixl_md_key_load(const char *path, nixl_md_key_t **key_out)
+{
+    if (!path || !key_out)
+        return NIXL_ERR_NULL;
+    *key_out = NULL;
+    /* Room for the longest secret and its line end: a longer one is refused below. */
+    uint8_t buf[NIXL_MD_SECRET_MAX + 2];
+    size_t len;
+    nixl_status_t s = nixl_secret_file_read("NIXL_MD_SECRET_FILE", path, buf, sizeof(buf), &len);
+    if (s == NIXL_OK)
+        s = nixl_md_key_from_bytes(buf, len, key_out);
     memset(buf, 0, sizeof(buf));
     if (s == NIXL_ERR_INVALID_PARAM)
         NIXL_ERROR("md auth: (the secret was read from NIXL_MD_SECRET_FILE=%s)", path);

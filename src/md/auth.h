@@ -30,6 +30,13 @@ int nixl_md_auth_available(void);
  * dropped (else NIXL_ERR_INVALID_PARAM).  Every failure is logged with the
  * path and why. */
 nixl_status_t nixl_md_key_load(const char *path, nixl_md_key_t **key_out);
+/* A secret kept in a file (NIXL_MD_SECRET_FILE, NIXL_ETCD_PASSWORD_FILE):
+ * a regular file that neither group nor others may read or write (else
+ * NIXL_ERR_PERMISSION, with the chmod to run), at most cap bytes (else
+ * NIXL_ERR_INVALID_PARAM); one trailing newline (\n or \r\n) is dropped.
+ * var names the setting in the log line of every failure.  The caller
+ * wipes buf when done. */
+nixl_status_t nixl_secret_file_read(const char *var, const char *path, uint8_t *buf, size_t cap, size_t *len_out);
 /* The same from bytes (tests). */
 nixl_status_t nixl_md_key_from_bytes(const void *secret, size_t len, nixl_md_key_t **key_out);
 void nixl_md_key_free(nixl_md_key_t *key);

@@ -14,6 +14,14 @@
  * Statuses: NIXL_ERR_IO (no endpoint answered, or etcd refused the
  * request: nixl_etcd_last_code gives etcd's gRPC code), NIXL_ERR_TIMEOUT,
  * NIXL_ERR_BAD_METADATA (malformed reply), NIXL_ERR_CANCELED (interrupted).
+ *
+ * Security (nixl_etcd_security_t): https:// endpoints are verified against
+ * a CA file (or the system's CAs), peer and host name both, always; a
+ * client certificate and key may be presented.  With a user, the client
+ * authenticates (POST /v3/auth/authenticate) before its first call and
+ * sends the token in the Authorization header of every request; a call
+ * refused for its token (expired: gRPC code 16) authenticates again and is
+ * tried once more, within the same timeout.
  */
 #ifndef NIXL_MD_ETCD_H
 #define NIXL_MD_ETCD_H
@@ -25,7 +33,12 @@
 #include "nixl.h"
 
 /* gRPC codes etcd answers with that callers act on. */
-#define NIXL_ETCD_CODE_NOT_FOUND 5 /* e.g. "requested lease not found" */
+#define NIXL_ETCD_CODE_INVALID_ARGUMENT 3 /* e.g. "authentication failed, invalid user ID or password" */
+#define NIXL_ETCD_CODE_NOT_FOUND 5        /* e.g. "requested lease not found" */
+#define NIXL_ETCD_CODE_UNAUTHENTICATED 16 /* "invalid auth token": expired, or etcd restarted */
+
+#define NIXL_ETCD_USER_MAX 128
+#define NIXL_ETCD_PASSWORD_MAX 1024
 
 typedef struct nixl_etcd nixl_etcd_t;
 
@@ -63,15 +76,32 @@ typedef struct nixl_etcd_cmp {
     int64_t value;
 } nixl_etcd_cmp_t;
 
-/* endpoints: comma-separated URLs ("http://10.0.0.1:2379,http://..."); a
- * bare host:port gets http://.  timeout_ms bounds each call. */
-nixl_status_t nixl_etcd_create(const char *endpoints, uint32_t timeout_ms, nixl_etcd_t **client_out);
+/* TLS and etcd users; NULL or "" leaves a setting out. */
+typedef struct nixl_etcd_security {
+    const char *ca_file;   /* PEM CAs that sign the servers' certificates (default: the system's) */
+    const char *cert_file; /* PEM client certificate, with key_file */
+    const char *key_file;  /* its private key (PEM, not encrypted) */
+    const char *user;      /* etcd user: authenticate with password */
+    const char *password;  /* copied; the caller may wipe its own copy */
+} nixl_etcd_security_t;
+
+/* endpoints: comma-separated URLs ("http://10.0.0.1:2379,https://..."); a
+ * bare host:port gets https:// when a TLS file is set, http:// otherwise.
+ * timeout_ms bounds each call.  sec may be NULL.  Refused, with a log line
+ * saying why (NIXL_ERR_INVALID_PARAM): a certificate without its key or a
+ * key without its certificate, a TLS file that cannot be read, a TLS file
+ * with an http:// endpoint, a user without a password or the reverse, a
+ * user or password with control bytes or over the limits above. */
+nixl_status_t nixl_etcd_create(const char *endpoints, uint32_t timeout_ms, const nixl_etcd_security_t *sec,
+                               nixl_etcd_t **client_out);
 void nixl_etcd_destroy(nixl_etcd_t *client);
 void nixl_etcd_set_timeout(nixl_etcd_t *client, uint32_t timeout_ms);
 /* The endpoint calls go to now (for log lines). */
 const char *nixl_etcd_endpoint(const nixl_etcd_t *client);
 /* etcd's gRPC code for the last refused call (0: none). */
 int nixl_etcd_last_code(const nixl_etcd_t *client);
+/* How many times the client authenticated so far (tests). */
+unsigned nixl_etcd_auth_count(const nixl_etcd_t *client);
 
 /* Any thread: make the owner's current or next nixl_etcd_wait return. */
 void nixl_etcd_wakeup(nixl_etcd_t *client);

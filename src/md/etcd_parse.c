@@ -601,7 +601,8 @@ nixl_status_t nixl_etcd_parse_watch(const char *buf, size_t len, nixl_etcd_watch
         goto out;
     }
     if ((st = parse_header(res, 0, &m.header, detail)) != NIXL_OK ||
-        (st = js_int64(res, "watch_id", 0, &m.watch_id, detail)) != NIXL_OK ||
+        /* -1: a watch refused at creation (etcd 3.4, e.g. for its auth token). */
+        (st = js_int64(res, "watch_id", -1, &m.watch_id, detail)) != NIXL_OK ||
         (st = js_bool(res, "created", &m.created, detail)) != NIXL_OK ||
         (st = js_bool(res, "canceled", &m.canceled, detail)) != NIXL_OK ||
         (st = js_int64(res, "compact_revision", 0, &m.compact_revision, detail)) != NIXL_OK ||
@@ -636,6 +637,53 @@ out:
     }
     *out = m;
     return NIXL_OK;
+}
+
+static int token_char(unsigned char c)
+{
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || strchr("._-+/=", c);
+}
+
+nixl_status_t nixl_etcd_parse_auth(const char *buf, size_t len, char token[NIXL_ETCD_TOKEN_MAX + 1],
+                                   char why[NIXL_ETCD_WHY_MAX])
+{
+    char detail[NIXL_ETCD_WHY_MAX];
+    nixl_etcd_header_t h;
+    nixl_status_t st;
+    detail[0] = '\0';
+    token[0] = '\0';
+    cJSON *root = parse_json(buf, len, detail);
+    if (!root) {
+        snprintf(why, NIXL_ETCD_WHY_MAX, "authenticate reply: %.120s", detail);
+        return NIXL_ERR_BAD_METADATA;
+    }
+    const cJSON *t = js_field(root, "token");
+    if ((st = parse_header(root, 1, &h, detail)) != NIXL_OK)
+        goto out;
+    if (!t || !cJSON_IsString(t)) {
+        st = bad(detail, "no \"token\" string");
+        goto out;
+    }
+    size_t n = strlen(t->valuestring);
+    if (n == 0 || n > NIXL_ETCD_TOKEN_MAX) {
+        st = bad(detail, "a token of %zu bytes (1 to %u expected)", n, NIXL_ETCD_TOKEN_MAX);
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (!token_char((unsigned char)t->valuestring[i])) {
+            st = bad(detail, "a token with a byte 0x%02x at %zu", (unsigned char)t->valuestring[i], i);
+            goto out;
+        }
+    }
+    memcpy(token, t->valuestring, n + 1);
+out:
+    /* The tree held the token: leave no copy behind. */
+    if (t && cJSON_IsString(t))
+        memset(t->valuestring, 0, strlen(t->valuestring));
+    cJSON_Delete(root);
+    if (st != NIXL_OK)
+        snprintf(why, NIXL_ETCD_WHY_MAX, "authenticate reply: %.120s", detail);
+    return st;
 }
 
 int nixl_etcd_parse_error(const char *buf, size_t len, int *code_out, char msg[NIXL_ETCD_WHY_MAX])

@@ -29,6 +29,8 @@
 /* A whole reply (base64 inflates by 4/3, plus JSON around it). */
 #define NIXL_ETCD_REPLY_MAX (96u << 20)
 #define NIXL_ETCD_WHY_MAX 160
+/* An auth token: etcd's simple tokens are ~20 bytes, its JWTs a few hundred. */
+#define NIXL_ETCD_TOKEN_MAX 2048u
 
 typedef struct nixl_etcd_header {
     uint64_t cluster_id;
@@ -109,6 +111,13 @@ void nixl_etcd_reply_free(nixl_etcd_reply_t *r);
 nixl_status_t nixl_etcd_parse_watch(const char *buf, size_t len, nixl_etcd_watch_msg_t *out,
                                     char why[NIXL_ETCD_WHY_MAX]);
 void nixl_etcd_watch_msg_free(nixl_etcd_watch_msg_t *m);
+
+/* The reply to /v3/auth/authenticate: {"header": {...}, "token": "..."}.
+ * The token (1 to NIXL_ETCD_TOKEN_MAX bytes of the characters simple and
+ * JWT tokens use: letters, digits and "._-+/=") is copied to token,
+ * NUL-terminated; it goes into an HTTP header, so nothing else passes. */
+nixl_status_t nixl_etcd_parse_auth(const char *buf, size_t len, char token[NIXL_ETCD_TOKEN_MAX + 1],
+                                   char why[NIXL_ETCD_WHY_MAX]);
 
 /* The body of a non-200 reply: {"error": ..., "code": N, "message": ...}.
  * Writes the gRPC code and a printable message (cut to fit); 0 on success,

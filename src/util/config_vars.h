@@ -41,6 +41,11 @@
     X(NIXL_ETCD_NAMESPACE, "/nixl", "prefix of every etcd key nixl writes or reads")            \
     X(NIXL_ETCD_LEASE_TTL_S, "10", "TTL of an agent's etcd lease, in seconds: a dead agent's keys expire after at most this") \
     X(NIXL_ETCD_TIMEOUT_MS, "2000", "timeout of one etcd request, in milliseconds (all endpoints together)") \
-    X(NIXL_ETCD_FETCH_TIMEOUT_MS, "30000", "how long an etcd fetch waits for the peer's metadata to appear, by default")
+    X(NIXL_ETCD_FETCH_TIMEOUT_MS, "30000", "how long an etcd fetch waits for the peer's metadata to appear, by default") \
+    X(NIXL_ETCD_CA_FILE, "", "PEM file of the CAs that sign the etcd servers' certificates (https:// endpoints; empty: the system's CAs); the peer and its host name are always verified") \
+    X(NIXL_ETCD_CERT_FILE, "", "PEM client certificate presented to etcd (etcd --client-cert-auth); needs NIXL_ETCD_KEY_FILE") \
+    X(NIXL_ETCD_KEY_FILE, "", "PEM private key (not encrypted) of NIXL_ETCD_CERT_FILE") \
+    X(NIXL_ETCD_USER, "", "etcd user to authenticate as (etcd auth enabled); needs NIXL_ETCD_PASSWORD_FILE") \
+    X(NIXL_ETCD_PASSWORD_FILE, "", "a file (mode 600 or stricter) holding the password of NIXL_ETCD_USER, one trailing newline dropped; there is no variable holding the password itself")
 
 #endif

@@ -7,9 +7,11 @@
  *   7     nixl_etcd_parse_watch (one watch stream line)
  *   8     nixl_etcd_parse_error (the body of a non-200 reply)
  *   9     base64: decode, then encode and decode again
+ *   10    nixl_etcd_parse_auth (the reply to /v3/auth/authenticate)
  * Beyond "does not crash", a successful parse must keep etcd_parse.h's
  * promises: keys present and within the limits, NUL-terminated copies,
- * revisions and leases not negative, a reason for every failure.
+ * revisions and leases not negative, a reason for every failure, a token
+ * only of the characters an HTTP header can carry as they are.
  * replay.c runs the same function over tests/fuzz/etcd_corpus in every build.
  */
 #include <stdio.h>
@@ -49,7 +51,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char why[NIXL_ETCD_WHY_MAX];
     if (size < 1)
         return 0;
-    unsigned sel = data[0] % 10;
+    unsigned sel = data[0] % 11;
     const char *buf = (const char *)data + 1;
     size_t len = size - 1;
     why[0] = '\0';
@@ -104,6 +106,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 if (*p < 0x20 || *p > 0x7e)
                     fail("a non-printable byte in the error message");
         }
+    } else if (sel == 10) {
+        char token[NIXL_ETCD_TOKEN_MAX + 1];
+        nixl_status_t st = nixl_etcd_parse_auth(buf, len, token, why);
+        if (st != NIXL_OK) {
+            if (st != NIXL_ERR_BAD_METADATA && st != NIXL_ERR_NO_MEMORY)
+                fail("parse_auth returned an unexpected status");
+            if (token[0])
+                fail("parse_auth failed but left a token");
+            check_why(why);
+            return 0;
+        }
+        size_t n = strlen(token);
+        if (n == 0 || n > NIXL_ETCD_TOKEN_MAX)
+            fail("an empty or oversized token");
+        for (size_t i = 0; i < n; i++)
+            if (!strchr("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-+/=", token[i]))
+                fail("a token byte an HTTP header must not carry");
     } else {
         uint8_t *dec = malloc(len / 4 * 3 + 1), *dec2;
         char *enc;

@@ -111,7 +111,11 @@ out:
 int etcd_server_healthy(const etcd_server_t *s, int timeout_ms)
 {
     char resp[1024];
-    if (http_exchange(s->ip, s->client_port, "GET", "/health", NULL, resp, sizeof(resp), timeout_ms))
+    if (s->metrics_port && http_exchange("127.0.0.1", s->metrics_port, "GET", "/health", NULL, resp, sizeof(resp),
+                                         timeout_ms))
+        return 0;
+    if (!s->metrics_port &&
+        http_exchange(s->ip, s->client_port, "GET", "/health", NULL, resp, sizeof(resp), timeout_ms))
         return 0;
     return strstr(resp, " 200 ") && strstr(resp, "\"health\":\"true\"");
 }
@@ -218,10 +222,14 @@ static void print_log(const etcd_server_t *s)
 
 static int launch(etcd_server_t *s)
 {
-    char data[300], logp[300], client[128], peer[128], cluster[160];
+    char data[300], logp[300], client[128], peer[128], cluster[160], metrics[64], ttl[16];
+    const etcd_server_opts_t *o = &s->opts;
+    int tls = o->cert_file[0] != '\0';
     snprintf(data, sizeof(data), "%s/data", s->dir);
     snprintf(logp, sizeof(logp), "%s/etcd.log", s->dir);
-    snprintf(client, sizeof(client), "http://%s:%u", s->ip, (unsigned)s->client_port);
+    snprintf(client, sizeof(client), "%s://%s:%u", tls ? "https" : "http", s->ip, (unsigned)s->client_port);
+    snprintf(metrics, sizeof(metrics), "http://127.0.0.1:%u", (unsigned)s->metrics_port);
+    snprintf(ttl, sizeof(ttl), "%d", o->auth_token_ttl_s);
     snprintf(peer, sizeof(peer), "http://127.0.0.1:%u", (unsigned)s->peer_port);
     snprintf(cluster, sizeof(cluster), "t=%s", peer);
     snprintf(s->url, sizeof(s->url), "%s", client);
@@ -243,10 +251,33 @@ static int launch(etcd_server_t *s)
         int nul = open("/dev/null", O_RDONLY);
         if (nul >= 0)
             dup2(nul, 0);
-        execlp(ETCD_BIN, ETCD_BIN, "--name", "t", "--data-dir", data, "--listen-client-urls", client,
-               "--advertise-client-urls", client, "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-               "--initial-cluster", cluster, "--initial-cluster-state", "new", "--log-level", "error",
-               (char *)NULL);
+        const char *argv[48] = {ETCD_BIN, "--name", "t", "--data-dir", data, "--listen-client-urls", client,
+                                "--advertise-client-urls", client, "--listen-peer-urls", peer,
+                                "--initial-advertise-peer-urls", peer, "--initial-cluster", cluster,
+                                "--initial-cluster-state", "new", "--log-level", "error"};
+        int argc = 19;
+        if (tls) {
+            const char *more[] = {"--cert-file", o->cert_file, "--key-file", o->key_file, "--listen-metrics-urls",
+                                  metrics};
+            for (size_t i = 0; i < sizeof(more) / sizeof(more[0]); i++)
+                argv[argc++] = more[i];
+        }
+        if (o->trusted_ca_file[0]) {
+            argv[argc++] = "--trusted-ca-file";
+            argv[argc++] = o->trusted_ca_file;
+            argv[argc++] = "--client-cert-auth";
+        }
+        if (o->auth_token_ttl_s > 0) {
+            argv[argc++] = "--auth-token";
+            argv[argc++] = "simple";
+            argv[argc++] = "--auth-token-ttl";
+            argv[argc++] = ttl;
+            /* Users are made by the test: the cheapest hashing will do. */
+            argv[argc++] = "--bcrypt-cost";
+            argv[argc++] = "4";
+        }
+        argv[argc] = NULL;
+        execvp(ETCD_BIN, (char *const *)argv);
         fprintf(stderr, "exec etcd: %s\n", strerror(errno));
         _exit(127);
     }
@@ -268,7 +299,14 @@ static int launch(etcd_server_t *s)
 
 int etcd_server_start(etcd_server_t *s, const char *ip)
 {
+    return etcd_server_start_opts(s, ip, NULL);
+}
+
+int etcd_server_start_opts(etcd_server_t *s, const char *ip, const etcd_server_opts_t *o)
+{
     memset(s, 0, sizeof(*s));
+    if (o)
+        s->opts = *o;
     if (!etcd_in_path()) {
         printf("SKIP: the etcd binary is not in PATH (Debian package etcd-server)\n");
         return 77;
@@ -284,7 +322,10 @@ int etcd_server_start(etcd_server_t *s, const char *ip)
     for (int attempt = 0; attempt < 3; attempt++) {
         s->client_port = free_port(s->ip);
         s->peer_port = free_port("127.0.0.1");
-        if (!s->client_port || !s->peer_port || s->client_port == s->peer_port)
+        s->metrics_port = s->opts.cert_file[0] ? free_port("127.0.0.1") : 0;
+        if (!s->client_port || !s->peer_port || s->client_port == s->peer_port ||
+            (s->opts.cert_file[0] && (!s->metrics_port || s->metrics_port == s->client_port ||
+                                      s->metrics_port == s->peer_port)))
             continue;
         if (launch(s) == 0)
             return 0;

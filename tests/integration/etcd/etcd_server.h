@@ -12,18 +12,29 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+/* What etcd_server_start_opts adds to a plain etcd ("" or 0: left out). */
+typedef struct etcd_server_opts {
+    char cert_file[256], key_file[256]; /* https:// client URLs with this certificate */
+    char trusted_ca_file[256];          /* --client-cert-auth: clients need a certificate it signed */
+    int auth_token_ttl_s;               /* --auth-token simple --auth-token-ttl N (auth itself: etcdctl) */
+} etcd_server_opts_t;
+
 typedef struct etcd_server {
     pid_t pid; /* 0 when stopped */
     char dir[256];
     char ip[64];
     uint16_t client_port, peer_port;
-    char url[128]; /* http://ip:client_port */
+    uint16_t metrics_port; /* plain HTTP /health when the client URLs are https:// (0: none) */
+    char url[128];         /* http(s)://ip:client_port */
+    etcd_server_opts_t opts;
 } etcd_server_t;
 
 /* Start etcd on ip (NULL: 127.0.0.1) and wait until it is healthy.
  * 0 on success; 77 with the reason printed when the etcd binary is missing;
  * -1 on failure (with etcd's log printed). */
 int etcd_server_start(etcd_server_t *s, const char *ip);
+/* The same with TLS or token settings (o may be NULL). */
+int etcd_server_start_opts(etcd_server_t *s, const char *ip, const etcd_server_opts_t *o);
 /* Stop with sig (SIGKILL: a crash) and reap it; the data dir stays. */
 void etcd_server_stop(etcd_server_t *s, int sig);
 /* Start again on the same ports; wipe: with an empty data dir (etcd lost

@@ -234,9 +234,9 @@ int main(void)
     char endpoints[300];
     snprintf(endpoints, sizeof(endpoints), "127.0.0.1:1, %s", srv.url);
     nixl_etcd_t *c;
-    CHECK_ST(nixl_etcd_create("", 1000, &c), NIXL_ERR_INVALID_PARAM);
-    CHECK_ST(nixl_etcd_create("ftp://x:1", 1000, &c), NIXL_ERR_INVALID_PARAM);
-    nixl_status_t st = nixl_etcd_create(endpoints, 2000, &c);
+    CHECK_ST(nixl_etcd_create("", 1000, NULL, &c), NIXL_ERR_INVALID_PARAM);
+    CHECK_ST(nixl_etcd_create("ftp://x:1", 1000, NULL, &c), NIXL_ERR_INVALID_PARAM);
+    nixl_status_t st = nixl_etcd_create(endpoints, 2000, NULL, &c);
     CHECK(st == NIXL_OK);
     if (st != NIXL_OK) {
         etcd_server_cleanup(&srv);

@@ -228,6 +228,13 @@ static void test_watch(void)
                 &m) == NIXL_OK);
     CHECK(m.canceled && m.compact_revision == 3 && !strcmp(m.cancel_reason, "comp?"));
     nixl_etcd_watch_msg_free(&m);
+    /* A watch refused at creation for its token (etcd 3.4): watch_id -1. */
+    CHECK(watch("{\"result\":{" HDR ",\"watch_id\":\"-1\",\"created\":true,\"canceled\":true,\"cancel_reason\":"
+                "\"rpc error: code = Unauthenticated desc = etcdserver: invalid auth token\"}}",
+                &m) == NIXL_OK);
+    CHECK(m.canceled && m.watch_id == -1 && strstr(m.cancel_reason, "invalid auth token"));
+    nixl_etcd_watch_msg_free(&m);
+    CHECK(watch("{\"result\":{\"watch_id\":\"-2\"}}", &m) == NIXL_ERR_BAD_METADATA);
     CHECK(watch("{\"error\":{\"grpc_code\":14,\"message\":\"etcdserver: no leader\"}}", &m) == NIXL_ERR_IO);
     CHECK(watch("{\"result\":{\"events\":[{\"type\":\"EXPIRE\",\"kv\":{\"key\":\"YQ==\"}}]}}", &m) ==
           NIXL_ERR_BAD_METADATA);
@@ -251,6 +258,67 @@ static void test_error_body(void)
     CHECK(nixl_etcd_parse_error("{\"code\":1e9,\"message\":\"x\"}", 26, &code, msg) == 0 && code == -1);
 }
 
+static nixl_status_t auth(const char *json, char *token)
+{
+    char why[NIXL_ETCD_WHY_MAX];
+    why[0] = '\0';
+    nixl_status_t st = nixl_etcd_parse_auth(json, strlen(json), token, why);
+    if (st != NIXL_OK && (!why[0] || token[0])) {
+        fprintf(stderr, "a failure without a reason, or with a token, for %s\n", json);
+        failures++;
+    }
+    return st;
+}
+
+/* /v3/auth/authenticate: the token goes into an HTTP header as it is, so
+ * nothing but the characters of simple and JWT tokens passes. */
+static void test_auth(void)
+{
+    char token[NIXL_ETCD_TOKEN_MAX + 1];
+    CHECK_ST(auth("{" HDR ",\"token\":\"NstKuDBvPigSwszm.14\"}", token), NIXL_OK);
+    CHECK(!strcmp(token, "NstKuDBvPigSwszm.14"));
+    CHECK_ST(auth("{" HDR ",\"token\":\"eyJhbGciOiJSUzI1NiJ9.eyJ1c2VybmFtZSI6ImEifQ.c2ln-_+/=\",\"new\":1}", token),
+             NIXL_OK);
+    CHECK(!strcmp(token, "eyJhbGciOiJSUzI1NiJ9.eyJ1c2VybmFtZSI6ImEifQ.c2ln-_+/="));
+    /* cJSON ends a string at an escaped NUL: "abc\u0000def" reads as the
+     * token "abc", harmless (etcd refuses it, the client authenticates once
+     * more and the call fails). */
+    const char *bad[] = {
+        "{" HDR "}",                                   /* no token */
+        "{" HDR ",\"token\":\"\"}",                      /* empty */
+        "{" HDR ",\"token\":12}",                        /* not a string */
+        "{" HDR ",\"token\":\"abc\\r\\nX-Injected: 1\"}", /* header injection */
+        "{" HDR ",\"token\":\"abc def\"}",               /* space */
+        "{" HDR ",\"token\":\"t\\u00e9\"}",               /* not ASCII */
+        "{\"token\":\"abc.1\"}",                         /* no header */
+        "{" HDR ",\"token\":\"abc.1\"",                  /* truncated */
+        "{" HDR ",\"token\":\"abc.1\"} x",               /* trailing bytes */
+        "[\"abc.1\"]",
+        "",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        nixl_status_t st = auth(bad[i], token);
+        if (st != NIXL_ERR_BAD_METADATA) {
+            fprintf(stderr, "authenticate reply accepted or misjudged (%s): %s\n", nixl_status_name(st), bad[i]);
+            failures++;
+        }
+    }
+    /* The longest token passes, one byte more does not. */
+    size_t cap = NIXL_ETCD_TOKEN_MAX + 256;
+    char *j = malloc(cap);
+    CHECK(j != NULL);
+    if (!j)
+        return;
+    for (int extra = 0; extra <= 1; extra++) {
+        int n = snprintf(j, cap, "{" HDR ",\"token\":\"");
+        memset(j + n, 'A', NIXL_ETCD_TOKEN_MAX + extra);
+        snprintf(j + n + NIXL_ETCD_TOKEN_MAX + extra, cap - (size_t)n - NIXL_ETCD_TOKEN_MAX - extra, "\"}");
+        CHECK_ST(auth(j, token), extra ? NIXL_ERR_BAD_METADATA : NIXL_OK);
+        CHECK(extra || strlen(token) == NIXL_ETCD_TOKEN_MAX);
+    }
+    free(j);
+}
+
 int main(void)
 {
     test_b64();
@@ -259,6 +327,7 @@ int main(void)
     test_txn_and_lease();
     test_watch();
     test_error_body();
+    test_auth();
     if (failures) {
         fprintf(stderr, "%d check(s) failed\n", failures);
         return 1;
