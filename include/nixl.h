@@ -442,6 +442,27 @@ NIXL_API nixl_status_t nixl_xfer_create(nixl_agent_t *agent, nixl_op_t op, const
                                         const nixl_dlist_t *remote, const char *peer, const nixl_opt_args_t *opt,
                                         nixl_xfer_t **xfer_out);
 
+/* A caller-owned list of descriptors as rows of 64-bit integers, the form
+ * engines hold them in (an N x 3 numpy array): row i is the words
+ * rows[i * stride + 0, 1, 2] = (addr, len, dev), stride >= 3.  With
+ * is_signed the words are int64 and a negative field is refused; a device
+ * id of 2^32 or more always is. */
+typedef struct nixl_rows {
+    nixl_mem_t mem_type;
+    size_t count;
+    const uint64_t *rows;
+    size_t stride; /* words from one row to the next (3: a C-ordered N x 3 array) */
+    int is_signed;
+} nixl_rows_t;
+
+/* nixl_xfer_create of two row lists, read where they lie: the same request
+ * and errors as nixl_xfer_create of the lists nixl_descs_from_rows would
+ * make, without making them (the rows are read once, every row checked in
+ * the same pass).  A refused row is INVALID_PARAM, the log names it. */
+NIXL_API nixl_status_t nixl_xfer_create_rows(nixl_agent_t *agent, nixl_op_t op, const nixl_rows_t *local,
+                                             const nixl_rows_t *remote, const char *peer,
+                                             const nixl_opt_args_t *opt, nixl_xfer_t **xfer_out);
+
 /* Two-step: prepare a list once per side (peer NULL = local side), then make
  * requests from index arrays. */
 /* Indexed requests: the shape paged KV caches have.  A side is `layers`

@@ -3,8 +3,10 @@
  *
  * SGLang builds, per request, an N x 3 int64 array of (addr, len, dev)
  * rows: 221,184 of them for one KV request.  Turning it into nixl_desc_t
- * is one pass here, with the range checks folded in, so a Python
- * get_xfer_descs costs about what reading the array once costs.
+ * is one pass here, with the range checks folded in, so a list the Python
+ * binding must convert costs about what reading the array once costs.  Its
+ * transfer lists of such rows are not converted at all: initialize_xfer
+ * hands them to nixl_xfer_create_rows (xfer.c), which reads them in place.
  */
 #include "nixl.h"
 

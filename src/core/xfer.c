@@ -14,6 +14,8 @@
  * the post fail), and the registration epoch (a deregistration since makes
  * the post re-resolve its local descriptors first).
  */
+#include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -764,6 +766,7 @@ typedef struct piece_acc {
     void *lmd, *rmd;
     nixl_be_iov_t *iov;
     size_t n;
+    int high; /* a region reached ends above 2^63 (rows of int64 must then be read for signs) */
 } piece_acc_t;
 
 enum { PIECE_OK, PIECE_LOCAL, PIECE_REMOTE };
@@ -791,6 +794,7 @@ static inline __attribute__((always_inline)) int piece_add(piece_acc_t *p, uint6
         p->lsize = r->len;
         p->lmd = r->md[p->bi];
         p->lnext = ~0ull;
+        p->high |= (int)((r->addr + r->len - 1) >> 63);
     }
     uint64_t ro = ra - p->rbase;
     if (nixl_unlikely(ro >= p->rsize || len > p->rsize - ro)) {
@@ -801,6 +805,7 @@ static inline __attribute__((always_inline)) int piece_add(piece_acc_t *p, uint6
         p->rsize = p->bk->mdb->regions[r].len;
         p->rmd = p->bk->rmd[r];
         p->rnext = ~0ull;
+        p->high |= (int)((p->rbase + p->rsize - 1) >> 63);
     }
     p->bytes += len;
     /* Merging is the exception with paged KV (slots are scattered). */
@@ -833,18 +838,104 @@ static nixl_status_t xfer_from_pieces(nixl_agent_t *a, nixl_xfer_t *x, const pie
  * two-step way, which tries them all and says why none fits. */
 typedef enum { FUSED_DONE, FUSED_TWO_STEP } fused_t;
 
-static int xfer_create_rows_indexed(nixl_agent_t *a, nixl_op_t op, const nixl_dlist_t *local,
-                                    const nixl_dlist_t *remote, nixl_peer_t *peer, const nixl_peer_backend_t *bk,
-                                    const nixl_opt_args_t *opt, const void *notif, size_t notif_len,
-                                    nixl_status_t *st_out, nixl_xfer_t **out);
+/* One side of a one-shot request as its passes read it: descriptor i's
+ * address, length and device are the words w[i * stride + 0, 1, 2].  A
+ * nixl_desc_t list is stride 4 (its device word also holds meta_len, never
+ * looked at); rows (nixl_xfer_create_rows) are stride >= 3 and checked as
+ * they are read: no field with `sign` set, no device id of 2^32 or more. */
+typedef struct {
+    nixl_mem_t mem;
+    const uint64_t *w;
+    size_t stride;
+    int rows;
+    uint64_t sign; /* rows of int64: 1 << 63 */
+} side_t;
 
-static fused_t xfer_create_fused(nixl_agent_t *a, nixl_op_t op, const nixl_dlist_t *local,
-                                 const nixl_dlist_t *remote, nixl_peer_t *peer, const nixl_opt_args_t *opt,
-                                 nixl_status_t *st_out, nixl_xfer_t **out)
+#define DEV_HI 0xffffffff00000000ull
+
+static side_t side_of_dlist(const nixl_dlist_t *d)
+{
+    /* nixl_desc_t is four 64-bit words: addr, len, dev_id | meta_len, meta. */
+    _Static_assert(sizeof(nixl_desc_t) == 4 * sizeof(uint64_t) && offsetof(nixl_desc_t, len) == 8,
+                   "nixl_desc_t is read as 4 words");
+    return (side_t){d->mem_type, (const uint64_t *)(const void *)d->descs, 4, 0, 0};
+}
+
+/* The first refused row of rows side s (count rows), or count. */
+static size_t rows_first_bad(const side_t *s, size_t count)
+{
+    if (!s->rows)
+        return count;
+    for (size_t i = 0; i < count; i++) {
+        const uint64_t *r = s->w + i * s->stride;
+        if (((r[0] | r[1] | r[2]) & s->sign) || (r[2] & DEV_HI))
+            return i;
+    }
+    return count;
+}
+
+/* INVALID_PARAM (logged, naming the row) when a row of side s is refused, else NIXL_OK. */
+static nixl_status_t rows_check_side(nixl_agent_t *a, const char *side, const side_t *s, size_t count)
+{
+    size_t i = rows_first_bad(s, count);
+    if (i == count)
+        return NIXL_OK;
+    const uint64_t *r = s->w + i * s->stride;
+    char row[96];
+    snprintf(row, sizeof(row), s->sign ? "%lld, %lld, %lld" : "%llu, %llu, %llu", (unsigned long long)r[0],
+             (unsigned long long)r[1], (unsigned long long)r[2]);
+    NIXL_ERROR("agent %s: transfer: %s row %zu (%s): %s", a->name, side, i, row,
+               ((r[0] | r[1] | r[2]) & s->sign) ? "a field is negative" : "device id out of range");
+    return NIXL_ERR_INVALID_PARAM;
+}
+
+static nixl_status_t rows_check(nixl_agent_t *a, const side_t *L, const side_t *R, size_t count)
+{
+    nixl_status_t st = rows_check_side(a, "local", L, count);
+    return st != NIXL_OK ? st : rows_check_side(a, "remote", R, count);
+}
+
+/* The pieces pass: pairs [0, count) into p, reading descriptor words at
+ * strides ls / rs (constants where inlined); chk: OR the rows' device
+ * words into *dev.  A row whose piece lies inside a region below 2^63
+ * has no address or length with the sign bit set, so only the device
+ * word needs reading for the rows' check (p->high says when it is not
+ * enough).  The index of the first pair that stopped it (count: none)
+ * and *why. */
+static inline __attribute__((always_inline)) size_t pieces_pass(piece_acc_t *p, const uint64_t *lw, size_t ls,
+                                                                 const uint64_t *rw, size_t rs, size_t count,
+                                                                 const int chk, int *why, uint64_t *dev)
+{
+    uint64_t d_acc = 0;
+    size_t i = 0;
+    *why = PIECE_OK;
+    for (; i < count; i++) {
+        const uint64_t *l = lw + i * ls, *r = rw + i * rs;
+        uint64_t len = l[1];
+        if (chk)
+            d_acc |= l[2] | r[2];
+        if (nixl_unlikely(len != r[1] || len == 0))
+            break;
+        *why = piece_add(p, l[0], r[0], len);
+        if (nixl_unlikely(*why != PIECE_OK))
+            break;
+    }
+    if (chk)
+        *dev = d_acc;
+    return i;
+}
+
+static int xfer_create_rows_indexed(nixl_agent_t *a, nixl_op_t op, const side_t *L, const side_t *R, size_t count,
+                                    nixl_peer_t *peer, const nixl_peer_backend_t *bk, const nixl_opt_args_t *opt,
+                                    const void *notif, size_t notif_len, nixl_status_t *st_out, nixl_xfer_t **out);
+
+static fused_t xfer_create_fused(nixl_agent_t *a, nixl_op_t op, const side_t *L, const side_t *R, size_t count,
+                                 nixl_peer_t *peer, const nixl_opt_args_t *opt, nixl_status_t *st_out,
+                                 nixl_xfer_t **out)
 {
     nixl_peer_inc_t *inc = peer->cur;
     const nixl_peer_backend_t *order[NIXL_AGENT_MAX_BACKENDS];
-    if (backend_order(a, inc, opt, remote->mem_type, order) == 0)
+    if (backend_order(a, inc, opt, R->mem, order) == 0)
         return FUSED_TWO_STEP;
     const void *notif;
     size_t notif_len;
@@ -853,9 +944,8 @@ static fused_t xfer_create_fused(nixl_agent_t *a, nixl_op_t op, const nixl_dlist
         *st_out = st;
         return FUSED_DONE;
     }
-    size_t count = local->count;
     if (count >= ROWS_INDEXED_MIN && be_can_indexed(order[0]->backend) &&
-        xfer_create_rows_indexed(a, op, local, remote, peer, order[0], opt, notif, notif_len, st_out, out))
+        xfer_create_rows_indexed(a, op, L, R, count, peer, order[0], opt, notif, notif_len, st_out, out))
         return FUSED_DONE;
     nixl_xfer_t *x = calloc(1, sizeof(*x));
     if (x)
@@ -866,37 +956,42 @@ static fused_t xfer_create_fused(nixl_agent_t *a, nixl_op_t op, const nixl_dlist
         return FUSED_DONE;
     }
     piece_acc_t p;
-    piece_acc_init(&p, a, local->mem_type, remote->mem_type, order[0], x->iov);
-    const nixl_desc_t *ld = local->descs, *rd = remote->descs;
-    size_t i = 0;
-    int why = PIECE_OK;
-    for (; i < count; i++) {
-        uint64_t len = ld[i].len;
-        if (nixl_unlikely(len != rd[i].len || len == 0))
-            break;
-        why = piece_add(&p, ld[i].addr, rd[i].addr, len);
-        if (nixl_unlikely(why != PIECE_OK))
-            break;
-    }
-    if (i == count) {
-        *st_out = xfer_from_pieces(a, x, &p, count, op, peer, inc, local->mem_type, opt, notif, notif_len, out);
+    piece_acc_init(&p, a, L->mem, R->mem, order[0], x->iov);
+    int why;
+    uint64_t dev = 0;
+    size_t i;
+    if (!L->rows)
+        i = pieces_pass(&p, L->w, 4, R->w, 4, count, 0, &why, &dev);
+    else if (L->stride == 3 && R->stride == 3)
+        i = pieces_pass(&p, L->w, 3, R->w, 3, count, 1, &why, &dev);
+    else
+        i = pieces_pass(&p, L->w, L->stride, R->w, R->stride, count, 1, &why, &dev);
+    int bad = L->rows && ((dev & DEV_HI) || (p.high && (L->sign | R->sign) &&
+                                             (rows_first_bad(L, count) < count || rows_first_bad(R, count) < count)));
+    if (i == count && !bad) {
+        *st_out = xfer_from_pieces(a, x, &p, count, op, peer, inc, L->mem, opt, notif, notif_len, out);
         return FUSED_DONE;
     }
     iov_put(a, x->iov, x->iov_cap);
     free(x);
+    /* A refused row is the error, whatever else stopped the pass. */
+    if ((st = rows_check(a, L, R, count)) != NIXL_OK) {
+        *st_out = st;
+        return FUSED_DONE;
+    }
     if (why == PIECE_REMOTE)
         return FUSED_TWO_STEP;
-    const nixl_desc_t *L = &ld[i];
-    if (L->len == 0 || rd[i].len == 0) {
+    const uint64_t *ld = L->w + i * L->stride, *rd = R->w + i * R->stride;
+    if (ld[1] == 0 || rd[1] == 0) {
         NIXL_ERROR("agent %s: transfer: descriptor pair %zu has length 0", a->name, i);
         st = NIXL_ERR_ZERO_LENGTH;
-    } else if (L->len != rd[i].len) {
+    } else if (ld[1] != rd[1]) {
         NIXL_ERROR("agent %s: transfer: pair %zu: local length %llu != remote length %llu", a->name, i,
-                   (unsigned long long)L->len, (unsigned long long)rd[i].len);
+                   (unsigned long long)ld[1], (unsigned long long)rd[1]);
         st = NIXL_ERR_LENGTH_MISMATCH;
-    } else if (!nixl_region_find(p.idx, L->addr, L->len)) {
+    } else if (!nixl_region_find(p.idx, ld[0], ld[1])) {
         NIXL_ERROR("agent %s: local descriptor %zu [0x%llx, +%llu) is not inside registered memory", a->name, i,
-                   (unsigned long long)L->addr, (unsigned long long)L->len);
+                   (unsigned long long)ld[0], (unsigned long long)ld[1]);
         st = NIXL_ERR_NOT_REGISTERED;
     } else {
         NIXL_ERROR("agent %s: local memory of this request is not registered with backend %s", a->name,
@@ -1069,74 +1164,135 @@ pieces:
  * layer must repeat the first layer's offsets on both sides, every length
  * be the same, every offset a multiple of it.  Anything else, or a decline,
  * and the lists are made the usual way.  1: made (or failed: *st_out). */
-static int xfer_create_rows_indexed(nixl_agent_t *a, nixl_op_t op, const nixl_dlist_t *local,
-                                    const nixl_dlist_t *remote, nixl_peer_t *peer, const nixl_peer_backend_t *bk,
-                                    const nixl_opt_args_t *opt, const void *notif, size_t notif_len,
-                                    nixl_status_t *st_out, nixl_xfer_t **out)
+
+/* The later layers' pass: every layer l in [1, layers) repeats the first
+ * layer's offsets (off[t], roff[t]) from its first row, every length is
+ * item; with chk the rows' device words are OR-ed into *dev (their
+ * addresses and lengths are then known: the caller checks each layer's
+ * span for signs).  1: they all do.  Branch-free inside a layer: the
+ * differences are OR-ed and tested once. */
+static inline __attribute__((always_inline)) int layers_repeat(const uint64_t *lw, size_t ls, const uint64_t *rw,
+                                                               size_t rs, size_t n, size_t layers, uint64_t item,
+                                                               const uint64_t *loff, const uint64_t *roff,
+                                                               const int chk, uint64_t *dev)
 {
-    const nixl_desc_t *ld = local->descs, *rd = remote->descs;
-    const size_t count = local->count;
-    const uint64_t item = ld[0].len;
-    if (item == 0 || rd[0].len != item)
+    uint64_t d_acc = 0;
+    for (size_t l = 1; l < layers; l++) {
+        const uint64_t *lL = lw + l * n * ls, *rL = rw + l * n * rs;
+        const uint64_t lb = lL[0], rb = rL[0];
+        uint64_t diff = 0;
+        for (size_t t = 0; t < n; t++) {
+            const uint64_t *x = lL + t * ls, *y = rL + t * rs;
+            diff |= ((x[0] - lb) ^ loff[t]) | ((y[0] - rb) ^ roff[t]) | (x[1] ^ item) | (y[1] ^ item);
+            if (chk)
+                d_acc |= x[2] | y[2];
+        }
+        if (diff)
+            return 0;
+    }
+    if (chk)
+        *dev |= d_acc;
+    return 1;
+}
+
+static int xfer_create_rows_indexed(nixl_agent_t *a, nixl_op_t op, const side_t *L, const side_t *R, size_t count,
+                                    nixl_peer_t *peer, const nixl_peer_backend_t *bk, const nixl_opt_args_t *opt,
+                                    const void *notif, size_t notif_len, nixl_status_t *st_out, nixl_xfer_t **out)
+{
+    const uint64_t *lw = L->w, *rw = R->w;
+    const size_t ls = L->stride, rs = R->stride;
+    const uint64_t item = lw[1];
+    if (item == 0 || rw[1] != item || item > INT64_MAX)
         return 0;
-    const nixl_region_t *r0 = nixl_region_find(&a->regs[local->mem_type], ld[0].addr, item);
+    const nixl_region_t *r0 = nixl_region_find(&a->regs[L->mem], lw[0], item);
     if (!r0)
         return 0;
     size_t n = 1;
-    while (n < count && ld[n].addr - r0->addr < r0->len)
+    while (n < count && lw[n * ls] - r0->addr < r0->len)
         n++;
     /* One layer (every row in one region) gains nothing over pieces. */
     if (count % n != 0 || count / n < 2)
         return 0;
     const size_t layers = count / n;
-    /* The first layer's offsets, each side: the slots, once divided. */
-    int64_t lmin = 0, rmin = 0, lmax = 0, rmax = 0;
-    const uint64_t l0 = ld[0].addr, q0 = rd[0].addr;
-    for (size_t t = 0; t < n; t++) {
-        int64_t lo = (int64_t)(ld[t].addr - l0), ro = (int64_t)(rd[t].addr - q0);
-        if (ld[t].len != item || rd[t].len != item || lo % (int64_t)item || ro % (int64_t)item)
-            return 0;
-        lmin = lo < lmin ? lo : lmin;
-        lmax = lo > lmax ? lo : lmax;
-        rmin = ro < rmin ? ro : rmin;
-        rmax = ro > rmax ? ro : rmax;
-    }
-    if ((uint64_t)(lmax - lmin) / item > UINT32_MAX || (uint64_t)(rmax - rmin) / item > UINT32_MAX)
+    /* Scratch (the agent's, reused): the first layer's offsets, quotients and slots, each side. */
+    if (n > SIZE_MAX / (5 * sizeof(uint64_t)))
         return 0;
-    /* Every later layer repeats them. */
-    for (size_t l = 1; l < layers; l++) {
-        const nixl_desc_t *lL = ld + l * n, *rL = rd + l * n;
-        const uint64_t lb = lL[0].addr, rb = rL[0].addr;
-        size_t t = 0;
-        for (; t < n; t++)
-            if (nixl_unlikely((lL[t].addr - lb) != (ld[t].addr - l0) || (rL[t].addr - rb) != (rd[t].addr - q0) ||
-                              lL[t].len != item || rL[t].len != item))
-                break;
-        if (t < n)
+    uint64_t *loff = buf_reserve(&a->create_buf[0], 5 * n * sizeof(uint64_t));
+    if (!loff)
+        return 0;
+    uint64_t *roff = loff + n;
+    int64_t *lq = (int64_t *)(roff + n), *rq = lq + n;
+    uint32_t *slots = (uint32_t *)(rq + n);
+    /* The first layer: offsets from its first row, each a multiple of item (one division each). */
+    const uint64_t l0 = lw[0], q0 = rw[0];
+    int64_t lmin = 0, rmin = 0, lmax = 0, rmax = 0;
+    uint64_t ls_acc = 0, rs_acc = 0, d_acc = 0;
+    const int64_t sitem = (int64_t)item;
+    for (size_t t = 0; t < n; t++) {
+        const uint64_t *x = lw + t * ls, *y = rw + t * rs;
+        loff[t] = x[0] - l0;
+        roff[t] = y[0] - q0;
+        int64_t lo = (int64_t)loff[t], ro = (int64_t)roff[t];
+        int64_t lqt = lo / sitem, rqt = ro / sitem;
+        if (x[1] != item || y[1] != item || lo - lqt * sitem || ro - rqt * sitem)
             return 0;
+        lq[t] = lqt;
+        rq[t] = rqt;
+        lmin = lqt < lmin ? lqt : lmin;
+        lmax = lqt > lmax ? lqt : lmax;
+        rmin = rqt < rmin ? rqt : rmin;
+        rmax = rqt > rmax ? rqt : rmax;
+        if (L->rows) {
+            ls_acc |= x[0] | x[1] | x[2];
+            rs_acc |= y[0] | y[1] | y[2];
+            d_acc |= x[2] | y[2];
+        }
     }
-    uint32_t *slots = malloc(2 * n * sizeof(uint32_t));
+    /* Slots fit a uint32; from a layer's lowest row to its highest is below
+     * 2^63 bytes (no registration is that large). */
+    const uint64_t ldq = (uint64_t)lmax - (uint64_t)lmin, rdq = (uint64_t)rmax - (uint64_t)rmin;
+    if (ldq > UINT32_MAX || rdq > UINT32_MAX || ldq > INT64_MAX / item || rdq > INT64_MAX / item)
+        return 0;
+    const uint64_t lspan = ldq * item, rspan = rdq * item;
+    uint64_t dev = d_acc;
+    int same;
+    if (!L->rows)
+        same = layers_repeat(lw, 4, rw, 4, n, layers, item, loff, roff, 0, &dev);
+    else if (ls == 3 && rs == 3)
+        same = layers_repeat(lw, 3, rw, 3, n, layers, item, loff, roff, 1, &dev);
+    else
+        same = layers_repeat(lw, ls, rw, rs, n, layers, item, loff, roff, 1, &dev);
+    /* Refused rows (the pieces path names them): a device id of 2^32 or
+     * more, anywhere, or in the first layer any signed field; later
+     * layers' addresses lie in their span, lengths are item. */
+    if (!same || (L->rows && ((dev & DEV_HI) || (ls_acc & L->sign) || (rs_acc & R->sign))))
+        return 0;
+    for (size_t t = 0; t < n; t++)
+        slots[t] = (uint32_t)((uint64_t)lq[t] - (uint64_t)lmin);
+    for (size_t t = 0; t < n; t++)
+        slots[n + t] = (uint32_t)((uint64_t)rq[t] - (uint64_t)rmin);
     uint64_t *bases = malloc(2 * layers * sizeof(uint64_t));
-    if (!slots || !bases) {
-        free(slots);
+    if (!bases)
+        return 0;
+    uint64_t high = 0;
+    for (size_t l = 0; l < layers; l++) {
+        /* the layer's lowest row: lmin <= 0 */
+        bases[l] = lw[l * n * ls] + (uint64_t)(lmin * sitem);
+        bases[layers + l] = rw[l * n * rs] + (uint64_t)(rmin * sitem);
+        /* every address of the layer's rows lies in [base, base + span]: signed when an end is */
+        high |= (L->sign & (bases[l] | (bases[l] + lspan))) |
+                (R->sign & (bases[layers + l] | (bases[layers + l] + rspan)));
+    }
+    if (high) {
         free(bases);
         return 0;
     }
-    for (size_t t = 0; t < n; t++) {
-        slots[t] = (uint32_t)((uint64_t)((int64_t)(ld[t].addr - l0) - lmin) / item);
-        slots[n + t] = (uint32_t)((uint64_t)((int64_t)(rd[t].addr - q0) - rmin) / item);
-    }
-    for (size_t l = 0; l < layers; l++) {
-        bases[l] = ld[l * n].addr + (uint64_t)lmin; /* the layer's lowest row: lmin <= 0 */
-        bases[layers + l] = rd[l * n].addr + (uint64_t)rmin;
-    }
-    const nixl_indexed_t L = {local->mem_type, layers, bases, item, slots};
-    const nixl_indexed_t R = {remote->mem_type, layers, bases + layers, item, slots + n};
-    const slot_range_t lr = {0, (uint32_t)((uint64_t)(lmax - lmin) / item)};
-    const slot_range_t rr = {0, (uint32_t)((uint64_t)(rmax - rmin) / item)};
-    native_t got = xfer_indexed_native(a, op, &L, &R, n, item, &lr, &rr, peer, peer->cur, bk, opt, notif, notif_len,
+    const nixl_indexed_t Li = {L->mem, layers, bases, item, slots};
+    const nixl_indexed_t Ri = {R->mem, layers, bases + layers, item, slots + n};
+    const slot_range_t lr = {0, (uint32_t)ldq};
+    const slot_range_t rr = {0, (uint32_t)rdq};
+    native_t got = xfer_indexed_native(a, op, &Li, &Ri, n, item, &lr, &rr, peer, peer->cur, bk, opt, notif, notif_len,
                                        st_out, out);
-    free(slots);
     free(bases);
     return got == NATIVE_DONE;
 }
@@ -1363,7 +1519,8 @@ static nixl_status_t xfer_create_keyed(nixl_agent_t *agent, nixl_op_t op, const 
     if (strcmp(peer, agent->name) != 0) {
         nixl_peer_t *p = nixl_peer_find(agent, peer);
         if (p && p->cur) {
-            if (xfer_create_fused(agent, op, local, remote, p, opt, &st, xfer_out) == FUSED_DONE) {
+            const side_t L = side_of_dlist(local), R = side_of_dlist(remote);
+            if (xfer_create_fused(agent, op, &L, &R, local->count, p, opt, &st, xfer_out) == FUSED_DONE) {
                 nixl_agent_unlock(agent);
                 return st;
             }
@@ -1380,6 +1537,74 @@ static nixl_status_t xfer_create_keyed(nixl_agent_t *agent, nixl_op_t op, const 
     if (rp)
         prep_free_locked(rp);
     nixl_agent_unlock(agent);
+    return st;
+}
+
+/* Rows made into descriptors (nixl_descs_from_rows), for the paths that
+ * take lists: a new array in *out (free it), or the error, logged. */
+static nixl_status_t rows_to_dlist(nixl_agent_t *a, const char *side, const nixl_rows_t *r, nixl_dlist_t *dl,
+                                   nixl_desc_t **out)
+{
+    *out = NULL;
+    *dl = (nixl_dlist_t){r->mem_type, r->count, NULL};
+    if (!r->count)
+        return NIXL_OK;
+    if (r->count > SIZE_MAX / sizeof(nixl_desc_t) || !(*out = malloc(r->count * sizeof(nixl_desc_t))))
+        return NIXL_ERR_NO_MEMORY;
+    size_t bad = 0;
+    nixl_status_t st = nixl_descs_from_rows(*out, r->rows, r->count, r->stride, r->is_signed, &bad);
+    if (st != NIXL_OK) {
+        const side_t s = {r->mem_type, r->rows, r->stride, 1, r->is_signed ? 1ull << 63 : 0};
+        rows_check_side(a, side, &s, r->count); /* logs the row */
+        free(*out);
+        *out = NULL;
+        return st;
+    }
+    dl->descs = *out;
+    return NIXL_OK;
+}
+
+NIXL_API nixl_status_t nixl_xfer_create_rows(nixl_agent_t *agent, nixl_op_t op, const nixl_rows_t *local,
+                                             const nixl_rows_t *remote, const char *peer,
+                                             const nixl_opt_args_t *opt, nixl_xfer_t **xfer_out)
+{
+    if (!agent || !local || !remote || !peer || !xfer_out || (local->count && !local->rows) ||
+        (remote->count && !remote->rows))
+        return NIXL_ERR_NULL;
+    if (local->stride < 3 || remote->stride < 3) {
+        NIXL_ERROR("agent %s: transfer: rows are at least 3 words apart (stride %zu, %zu)", agent->name,
+                   local->stride, remote->stride);
+        return NIXL_ERR_INVALID_PARAM;
+    }
+    if (local->count != remote->count) {
+        NIXL_ERROR("agent %s: transfer: local list has %zu descriptors, remote list %zu", agent->name, local->count,
+                   remote->count);
+        return NIXL_ERR_LENGTH_MISMATCH;
+    }
+    /* Memory to a peer: read in place, in the one-pass paths. */
+    if ((op == NIXL_OP_READ || op == NIXL_OP_WRITE) && local->count && (unsigned)local->mem_type < NIXL_MEM_FILE &&
+        (unsigned)remote->mem_type < NIXL_MEM_FILE && strcmp(peer, agent->name) != 0) {
+        const side_t L = {local->mem_type, local->rows, local->stride, 1, local->is_signed ? 1ull << 63 : 0};
+        const side_t R = {remote->mem_type, remote->rows, remote->stride, 1, remote->is_signed ? 1ull << 63 : 0};
+        nixl_status_t st;
+        nixl_agent_lock(agent);
+        nixl_peer_t *p = nixl_peer_find(agent, peer);
+        fused_t f = p && p->cur ? xfer_create_fused(agent, op, &L, &R, local->count, p, opt, &st, xfer_out)
+                                : FUSED_TWO_STEP;
+        nixl_agent_unlock(agent);
+        if (f == FUSED_DONE)
+            return st;
+    }
+    /* Anything else (files, loopback, another backend, an error to name): as lists. */
+    nixl_dlist_t ll, rl;
+    nixl_desc_t *lt, *rt = NULL;
+    nixl_status_t st = rows_to_dlist(agent, "local", local, &ll, &lt);
+    if (st == NIXL_OK)
+        st = rows_to_dlist(agent, "remote", remote, &rl, &rt);
+    if (st == NIXL_OK)
+        st = nixl_xfer_create(agent, op, &ll, &rl, peer, opt, xfer_out);
+    free(lt);
+    free(rt);
     return st;
 }
 

@@ -130,12 +130,18 @@ def test_nx3_array_is_rows_with_a_mem_type_and_a_buffer_without(agent):
     assert list(agent.get_reg_descs(rows.astype(np.int64), "DRAM")) == [(0x1000, 64, 0, b""), (0x2000, 32, 0, b"")]
     assert list(agent.get_xfer_descs(rows)) == [(rows.ctypes.data, rows.nbytes, 0)]
     assert list(agent.get_xfer_descs([rows], "DRAM")) == [(rows.ctypes.data, rows.nbytes, 0)]
-    assert agent.get_xfer_descs(np.array([[-5, 1, 0]]), "DRAM") is None  # logged: non-negative
+    assert agent.get_reg_descs(np.array([[-5, 1, 0]]), "DRAM") is None  # logged: non-negative
+    # A transfer list of int64 rows keeps them as they are: checked where it is used.
+    d = agent.get_xfer_descs(np.array([[-5, 1, 0]]), "DRAM")
+    assert len(d) == 1 and d[0] == (-5, 1, 0)
+    with pytest.raises(nixl.nixlInvalidParamError, match="non-negative"):
+        agent.prep_xfer_dlist("", d)
 
 
 def test_nx3_rows_of_every_layout(agent, refused):
-    """C-ordered int64 / uint64 rows go through libnixl's one-pass copy, any other layout through
-    numpy; the list is the same, and a copy (changing the array afterwards changes nothing)."""
+    """int64 / uint64 rows with 8-byte columns (C order, or a column slice) are kept as they are
+    and read in place when used; any other layout is converted through numpy at once.  The list
+    is the same either way; a list of rows sees the array as it is when used."""
     n = 1000
     base = np.empty((n, 4), np.int64)
     base[:, 0] = 0x10000 + 64 * np.arange(n)
@@ -148,20 +154,33 @@ def test_nx3_rows_of_every_layout(agent, refused):
         d = agent.get_xfer_descs(rows, "DRAM")
         assert list(d) == want, (rows.dtype, rows.strides)
         assert all(type(x) is int for x in d[0])
-    rows = np.ascontiguousarray(base[:, :3])
-    d = agent.get_xfer_descs(rows, "DRAM")
-    rows[:] = 7
-    assert list(d) == want
-    d.append((1, 2, 3))  # a numpy-backed list grows like any other
-    assert len(d) == n + 1 and d[n] == (1, 2, 3) and d[0] == want[0]
-    d.remDesc(0)
-    assert d[0] == want[1]
+    for view in (True, False):
+        rows = np.ascontiguousarray(base[:, :3]) if view else np.asfortranarray(base[:, :3])
+        d = agent.get_xfer_descs(rows, "DRAM")
+        assert (d._rows is rows) == view
+        rows[0] = 7  # a list of rows reads the array when used; a converted one was copied
+        assert d[0] == ((7, 7, 7) if view else want[0]) and list(d)[1:] == want[1:]
+        rows[0] = base[0, :3]
+        d.append((1, 2, 3))  # grows like any other: its own words now, the array is not written
+        assert len(d) == n + 1 and d[n] == (1, 2, 3) and d[0] == want[0] and d._rows is None
+        rows[1] = 9
+        assert d[1] == want[1]
+        d.remDesc(0)
+        assert d[0] == want[1] and rows[0, 0] == want[0][0]
+        d[0] = (5, 6, 7)
+        assert d[0] == (5, 6, 7) and rows[0, 0] == want[0][0]
+    # Refused rows: a list of words refuses them when made, a list of rows when used.
     bad = np.ascontiguousarray(base[:, :3])
     bad[700, 1] = -5
-    refused(agent.get_xfer_descs, bad, "DRAM", why="row 700")
+    refused(agent.get_reg_descs, bad, "DRAM", why="row 700")
+    refused(agent.get_xfer_descs, np.asfortranarray(bad), "DRAM", why="non-negative")
+    d = agent.get_xfer_descs(bad, "DRAM")
+    with pytest.raises(nixl.nixlInvalidParamError, match="row 700"):
+        agent.prep_xfer_dlist("", d)
     bad[700, 1] = 64
     bad[3, 2] = 1 << 32
-    refused(agent.get_xfer_descs, bad, "DRAM", why="device id out of range (row 3")
+    with pytest.raises(nixl.nixlInvalidParamError, match=r"device id out of range \(row 3"):
+        agent.prep_xfer_dlist("", agent.get_xfer_descs(bad.astype(np.uint64), "DRAM"))
 
 
 def test_index_arrays_of_every_integer_type(agent):

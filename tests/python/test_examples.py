@@ -56,6 +56,23 @@ def test_kv_e2e_tool_moves_and_verifies_every_slot():
     assert any(line.startswith("indexed ") for line in r.stdout.splitlines()), r.stdout
 
 
+def test_kv_create_tool_runs(build_root):
+    """tools/kv_create.py (SGLang's request made from Python, no copy) at a small shape, on shm
+    and, where the build has it, on the unit tests' fake_indexed module (the indexed path)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.join(SRC, "bindings", "python"),
+                                                      os.environ.get("PYTHONPATH", "")]))
+    cmd = [sys.executable, os.path.join(SRC, "tools", "kv_create.py"), "--layers", "3", "--tokens", "256",
+           "--item", "64", "--reqs", "2"]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "# kv_create: shm (shm." in r.stdout and "total" in r.stdout, r.stdout + r.stderr
+    plugins = os.path.join(build_root, "tests", "unit", "core")
+    if os.path.exists(os.path.join(plugins, "libnixl_backend_fake_indexed.so")):
+        env["NIXL_PLUGIN_DIR"] = plugins + os.pathsep + os.environ.get("NIXL_PLUGIN_DIR", "")
+        r = subprocess.run(cmd + ["--backend", "fake_indexed", "--param", "indexed=1"], env=env, capture_output=True,
+                           text=True, timeout=120)
+        assert r.returncode == 0 and "(fake.indexed)" in r.stdout, r.stdout + r.stderr
+
+
 def test_listener_on_a_reachable_address_warns_once(tmp_path):
     """An agent whose unauthenticated listener binds an address other hosts reach says so once per
     process, naming the risk and the fixes (docs/trust.md); on loopback, or with a shared secret

@@ -2,13 +2,19 @@
  * reqcost.c - nixl-reqcost: what building a KV-shaped request costs the CPU,
  * without the copy (issue 13, part 1).
  *
- * One process, two agents ("pre" and "dec") with the shm backend, a KV
- * cache of N pieces of PIECE bytes on each side in nixl_mem_alloc memory,
- * slots shuffled on both sides so that no two descriptors merge (the
- * honest worst case of page size 1).  It times, over REPS rounds, the
- * library calls an engine makes per request:
+ * One process, two agents ("pre" and "dec") with the shm backend (or
+ * --backend NAME, with --param KEY=VALUE), a KV cache of N pieces of
+ * PIECE bytes on each side in nixl_mem_alloc memory, slots shuffled on
+ * both sides so that no two descriptors merge (the honest worst case of
+ * page size 1).  With --layers L the cache is L registrations of N / L
+ * pieces and the request SGLang's: every layer, the same shuffled slots
+ * in each (an indexed request, which a backend taking that form, such as
+ * cuda_ipc or the unit tests' fake_indexed, is handed as one).  It times,
+ * over REPS rounds, the library calls an engine makes per request:
  *
  *   create   nixl_xfer_create of two N-descriptor lists (SGLang's pattern)
+ *   rows     nixl_xfer_create_rows of the same pairs as two N x 3 int64
+ *            arrays (SGLang's arrays as Python hands them over)
  *   make     nixl_xfer_make from lists prepared once, every slot in order,
  *            with the request's slots as shuffled index arrays (vLLM's
  *            pattern: block ids into the lists of all blocks)
@@ -22,7 +28,8 @@
  *   valgrind --tool=callgrind --collect-atstart=no --toggle-collect=nixl_xfer_make \
  *       nixl-reqcost --reps 3       # Ir / (3 x N) = instructions per descriptor
  *
- * usage: nixl-reqcost [--descs N] [--piece BYTES] [--reps R] [--seed S]
+ * usage: nixl-reqcost [--descs N] [--piece BYTES] [--reps R] [--seed S] [--layers L]
+ *                     [--backend NAME] [--param KEY=VALUE]
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -81,13 +88,13 @@ static uint32_t *shuffled(size_t n, uint64_t seed)
     return p;
 }
 
-static nixl_agent_t *agent(const char *name)
+static nixl_agent_t *agent(const char *name, const char *backend, const nixl_param_t *param)
 {
     nixl_agent_config_t cfg = {.field_mask = NIXL_AGENT_CONFIG_NAME, .name = name};
     nixl_agent_t *a;
     CALL(nixl_agent_create(&cfg, &a));
     nixl_backend_t *b;
-    CALL(nixl_backend_create(a, "shm", NULL, 0, &b));
+    CALL(nixl_backend_create(a, backend, param, param ? 1 : 0, &b));
     return a;
 }
 
@@ -102,8 +109,11 @@ static void introduce(nixl_agent_t *from, nixl_agent_t *to)
 
 int main(int argc, char **argv)
 {
-    size_t n = 221184, piece = 1152, reps = 10;
+    size_t n = 221184, piece = 1152, reps = 10, layers = 1;
     uint64_t seed = 1;
+    const char *backend = "shm";
+    nixl_param_t param = {NULL, NULL};
+    char pkey[64];
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--descs") == 0)
             n = strtoull(argv[i + 1], NULL, 0);
@@ -113,39 +123,73 @@ int main(int argc, char **argv)
             reps = strtoull(argv[i + 1], NULL, 0);
         else if (strcmp(argv[i], "--seed") == 0)
             seed = strtoull(argv[i + 1], NULL, 0);
-        else {
-            fprintf(stderr, "usage: nixl-reqcost [--descs N] [--piece BYTES] [--reps R] [--seed S]\n");
+        else if (strcmp(argv[i], "--layers") == 0)
+            layers = strtoull(argv[i + 1], NULL, 0);
+        else if (strcmp(argv[i], "--backend") == 0)
+            backend = argv[i + 1];
+        else if (strcmp(argv[i], "--param") == 0 && strchr(argv[i + 1], '=') &&
+                 (size_t)(strchr(argv[i + 1], '=') - argv[i + 1]) < sizeof(pkey)) {
+            size_t k = (size_t)(strchr(argv[i + 1], '=') - argv[i + 1]);
+            memcpy(pkey, argv[i + 1], k);
+            pkey[k] = 0;
+            param = (nixl_param_t){pkey, argv[i + 1] + k + 1};
+        } else {
+            fprintf(stderr, "usage: nixl-reqcost [--descs N] [--piece BYTES] [--reps R] [--seed S] [--layers L]\n"
+                            "                    [--backend NAME] [--param KEY=VALUE]\n");
             return 2;
         }
     }
-    if (n == 0 || piece == 0 || reps == 0 || n > UINT32_MAX) {
-        fprintf(stderr, "nixl-reqcost: --descs, --piece and --reps must be > 0 (descs < 2^32)\n");
+    if (n == 0 || piece == 0 || reps == 0 || n > UINT32_MAX || layers == 0 || n % layers) {
+        fprintf(stderr, "nixl-reqcost: --descs, --piece, --reps and --layers must be > 0 (descs < 2^32, a "
+                        "multiple of layers)\n");
         return 2;
     }
-    nixl_agent_t *pre = agent("pre"), *dec = agent("dec");
+    const nixl_param_t *pp = param.key ? &param : NULL;
+    nixl_agent_t *pre = agent("pre", backend, pp), *dec = agent("dec", backend, pp);
     void *src, *dst;
     CALL(nixl_mem_alloc(n * piece, &src));
     CALL(nixl_mem_alloc(n * piece, &dst));
-    nixl_desc_t rs = {.addr = (uintptr_t)src, .len = n * piece}, rd = {.addr = (uintptr_t)dst, .len = n * piece};
-    nixl_dlist_t regs = {NIXL_MEM_DRAM, 1, &rs}, regd = {NIXL_MEM_DRAM, 1, &rd};
+    /* One registration per layer, each of the layer's slots. */
+    const size_t ns = n / layers;
+    nixl_desc_t *lreg = malloc(layers * sizeof(*lreg)), *rreg = malloc(layers * sizeof(*rreg));
+    if (!lreg || !rreg)
+        return 1;
+    for (size_t l = 0; l < layers; l++) {
+        lreg[l] = (nixl_desc_t){.addr = (uintptr_t)src + l * ns * piece, .len = ns * piece};
+        rreg[l] = (nixl_desc_t){.addr = (uintptr_t)dst + l * ns * piece, .len = ns * piece};
+    }
+    nixl_dlist_t regs = {NIXL_MEM_DRAM, layers, lreg}, regd = {NIXL_MEM_DRAM, layers, rreg};
     CALL(nixl_mem_register(pre, &regs, NULL));
     CALL(nixl_mem_register(dec, &regd, NULL));
     introduce(dec, pre);
     introduce(pre, dec);
 
-    uint32_t *ls = shuffled(n, seed), *rsl = shuffled(n, seed + 1);
+    /* Request pair i = (layer l, k): slot ls[k] of layer l to slot rsl[k] of layer l. */
+    uint32_t *lsl = shuffled(ns, seed), *rsl0 = shuffled(ns, seed + 1);
+    uint32_t *ls = malloc(n * sizeof(*ls)), *rsl = malloc(n * sizeof(*rsl));
     nixl_desc_t *ld = malloc(n * sizeof(*ld)), *rdd = malloc(n * sizeof(*rdd));
     nixl_desc_t *lall = malloc(n * sizeof(*lall)), *rall = malloc(n * sizeof(*rall));
+    int64_t *lrows = malloc(3 * n * sizeof(*lrows)), *rrows = malloc(3 * n * sizeof(*rrows));
     double *t_create = calloc(reps, sizeof(double)), *t_make = calloc(reps, sizeof(double));
-    double *t_rel = calloc(reps, sizeof(double));
-    if (!ld || !rdd || !lall || !rall || !t_create || !t_make || !t_rel)
+    double *t_rel = calloc(reps, sizeof(double)), *t_rows = calloc(reps, sizeof(double));
+    if (!ls || !rsl || !ld || !rdd || !lall || !rall || !lrows || !rrows || !t_create || !t_make || !t_rel ||
+        !t_rows)
         return 1;
     for (size_t i = 0; i < n; i++) {
+        size_t l = i / ns, k = i % ns;
+        ls[i] = (uint32_t)(l * ns + lsl[k]); /* index into the lists of every slot */
+        rsl[i] = (uint32_t)(l * ns + rsl0[k]);
         ld[i] = (nixl_desc_t){.addr = (uintptr_t)src + (uint64_t)ls[i] * piece, .len = piece};
         rdd[i] = (nixl_desc_t){.addr = (uintptr_t)dst + (uint64_t)rsl[i] * piece, .len = piece};
         lall[i] = (nixl_desc_t){.addr = (uintptr_t)src + (uint64_t)i * piece, .len = piece};
         rall[i] = (nixl_desc_t){.addr = (uintptr_t)dst + (uint64_t)i * piece, .len = piece};
+        lrows[3 * i] = (int64_t)ld[i].addr;
+        rrows[3 * i] = (int64_t)rdd[i].addr;
+        lrows[3 * i + 1] = rrows[3 * i + 1] = (int64_t)piece;
+        lrows[3 * i + 2] = rrows[3 * i + 2] = 0;
     }
+    nixl_rows_t lr = {NIXL_MEM_DRAM, n, (const uint64_t *)lrows, 3, 1};
+    nixl_rows_t rr = {NIXL_MEM_DRAM, n, (const uint64_t *)rrows, 3, 1};
     nixl_dlist_t ll = {NIXL_MEM_DRAM, n, ld}, rl = {NIXL_MEM_DRAM, n, rdd};
     nixl_dlist_t lal = {NIXL_MEM_DRAM, n, lall}, ral = {NIXL_MEM_DRAM, n, rall};
     nixl_prep_t *lp, *rp;
@@ -163,6 +207,10 @@ int main(int argc, char **argv)
         double t2 = now_s();
         CALL(nixl_xfer_make(pre, NIXL_OP_WRITE, lp, ls, rp, rsl, n, NULL, &x));
         double t3 = now_s();
+        nixl_xfer_release(x);
+        double t4 = now_s();
+        CALL(nixl_xfer_create_rows(pre, NIXL_OP_WRITE, &lr, &rr, "dec", NULL, &x));
+        t_rows[r] = now_s() - t4;
         nixl_xfer_info_t info;
         CALL(nixl_xfer_info(x, &info));
         descs_after = info.descs;
@@ -173,11 +221,13 @@ int main(int argc, char **argv)
         t_make[r] = t3 - t2;
     }
     double c = median(t_create, reps), m = median(t_make, reps), rel = median(t_rel, reps);
-    printf("# nixl-reqcost: %s, %zu descriptors of %zu B, slots shuffled on both sides (%zu after merging), "
-           "median of %zu rounds\n",
-           path, n, piece, descs_after, reps);
+    double rw = median(t_rows, reps);
+    printf("# nixl-reqcost: %s, %zu descriptors of %zu B in %zu layers, slots shuffled on both sides (%zu after "
+           "merging), median of %zu rounds\n",
+           path, n, piece, layers, descs_after, reps);
     printf("%-8s %10s %12s\n", "call", "ms", "ns/desc");
     printf("%-8s %10.3f %12.1f\n", "create", c * 1e3, c * 1e9 / (double)n);
+    printf("%-8s %10.3f %12.1f\n", "rows", rw * 1e3, rw * 1e9 / (double)n);
     printf("%-8s %10.3f %12.1f\n", "make", m * 1e3, m * 1e9 / (double)n);
     printf("%-8s %10.3f %12.1f\n", "release", rel * 1e3, rel * 1e9 / (double)n);
     nixl_prep_release(lp);
@@ -188,6 +238,13 @@ int main(int argc, char **argv)
     nixl_mem_free(dst, n * piece);
     free(ls);
     free(rsl);
+    free(lsl);
+    free(rsl0);
+    free(lreg);
+    free(rreg);
+    free(lrows);
+    free(rrows);
+    free(t_rows);
     free(ld);
     free(rdd);
     free(lall);

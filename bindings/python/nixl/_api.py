@@ -32,7 +32,7 @@ from typing import Any, Optional, Union
 from . import _bindings as nixlBind
 from . import _lib
 from ._descs import (_DList, base_array, index_array, is_strided, mem_type_code, nixlRegDList, nixlRemoteDList, nixlXferDList,
-                     strided_rows, to_dlist)
+                     create_xfer, strided_rows, to_dlist)
 from ._errors import (check, make_error, nixlInvalidKeyError, nixlInvalidParamError, nixlInvalidValueError,
                       nixlMismatchError, nixlNoTelemetryError, nixlNotFoundError, nixlNotImplementedYet,
                       nixlNotPostedError, nixlNotSupportedError, nixlRepostActiveError)
@@ -587,10 +587,8 @@ class nixl_agent:
 
         def make(msg: bytes) -> int:
             opt, _keep = self._opt(backends, msg if msg else None, call, timeout_ms=timeout_ms)
-            lc, rc = ld._c(), rd._c()
             out = ctypes.c_void_p()
-            check(L.nixl_xfer_create(self._ptr(call), op, ctypes.byref(lc), ctypes.byref(rc), remote_agent.encode(),
-                                     opt, ctypes.byref(out)), call,
+            check(create_xfer(self._ptr(call), op, ld, rd, remote_agent.encode(), opt, ctypes.byref(out)), call,
                   f"{operation} of {len(ld)} descriptors with {remote_agent!r}")
             return out.value
 

@@ -6,7 +6,11 @@ hands the library a pointer to it with no per-descriptor work: an
 array('Q'), or, for a list made from a numpy array, a 1-D uint64 numpy
 array filled by libnixl's nixl_descs_from_rows in one pass (221,184 rows of
 an SGLang request in about the time of arr.copy(); it becomes an array('Q')
-the first time the list is appended to or shrunk).  Callers give any of:
+the first time the list is appended to or shrunk).  A transfer list made
+from an int64 / uint64 N x 3 array with 8-byte columns (SGLang's) is not
+converted at all: it keeps the array (rows_view) and initialize_xfer hands
+libnixl the rows where they lie (nixl_xfer_create_rows, which checks each);
+whatever else needs its words converts it then, once.  Callers give any of:
 
   - a list of (addr, len, dev) or (addr, len, dev, meta) tuples, with mem_type;
   - an N x 3 integer numpy array of rows (addr, len, dev), with mem_type;
@@ -75,14 +79,17 @@ def _split_dev_word(w: int) -> tuple[int, int]:
 
 
 class _DList:
-    """Descriptors of one memory type, stored as C nixl_desc_t words."""
+    """Descriptors of one memory type, stored as C nixl_desc_t words, or (a transfer list made
+    from an N x 3 int64 / uint64 array) as that array's rows until something needs the words."""
 
-    __slots__ = ("_mem", "_words", "_keep", "__weakref__")
+    __slots__ = ("_mem", "_w", "_rows", "_keep", "__weakref__")
     _with_meta = False
+    _rows_ok = False  # lists of this class may keep numpy rows as they are
 
     def __init__(self, type: Any = _lib.MEM_DRAM, descs: Any = None, init_size: int = 0):
         self._mem = mem_type_code(type, self.__class__.__name__)
-        self._words = array("Q")
+        self._w: Any = array("Q")
+        self._rows: Any = None  # an N x 3 int64 / uint64 array read in place (rows_view), or None
         self._keep: list[bytes] = []  # meta bytes the words point into
         if isinstance(descs, int) and not isinstance(descs, bool):  # NIXL's (type, init_size)
             descs, init_size = None, descs
@@ -92,11 +99,37 @@ class _DList:
             self._words = array("Q", bytes(32 * init_size))  # that many (0, 0, 0) descriptors
         if descs is not None:
             if _is_ndarray(descs):
-                self._words = _rows_from_ndarray(descs, self.__class__.__name__)
-                if not isinstance(self._words, array) and self._words.nbytes >= _POOL_MIN:
-                    weakref.finalize(self, _pool_put, self._words)
+                rows = rows_view(descs) if self._rows_ok else None
+                if rows is not None:
+                    self._rows, self._w = rows, None
+                else:
+                    self._set_numpy_words(_rows_from_ndarray(descs, self.__class__.__name__))
             else:
                 self._add_rows(descs)
+
+    def _set_numpy_words(self, w: Any) -> None:
+        self._w, self._rows = w, None
+        if not isinstance(w, array) and w.nbytes >= _POOL_MIN:
+            weakref.finalize(self, _pool_put, w)
+
+    @property
+    def _words(self) -> Any:
+        """The nixl_desc_t words; a list of rows becomes words here (each row checked: a refused
+        one raises nixlInvalidParamError naming it, and the list stays rows)."""
+        if self._rows is not None:
+            self._set_numpy_words(_rows_from_ndarray(self._rows, self.__class__.__name__))
+        return self._w
+
+    @_words.setter
+    def _words(self, w: Any) -> None:
+        self._w, self._rows = w, None
+
+    def _rows_c(self) -> Optional[_lib.nixl_rows_t]:
+        """The C view of a list of rows (nixl_xfer_create_rows), or None for a list of words."""
+        r = self._rows
+        if r is None:
+            return None
+        return _lib.nixl_rows_t(self._mem, r.shape[0], r.ctypes.data, r.strides[0] // 8, int(r.dtype.kind == "i"))
 
     def _mutable(self) -> array:
         """The words as an array('Q') (a numpy-backed list becomes one), to grow or shrink."""
@@ -142,16 +175,21 @@ class _DList:
         return _lib.MEM_NAMES[self._mem]
 
     def descCount(self) -> int:
-        return len(self._words) // 4
+        return len(self)
 
     def isEmpty(self) -> bool:
-        return len(self._words) == 0
+        return len(self) == 0
 
     def __len__(self) -> int:
-        return len(self._words) // 4
+        r = self._rows
+        return r.shape[0] if r is not None else len(self._w) // 4
 
     def _row(self, i: int) -> tuple:
-        w = self._words[4 * i:4 * i + 4]
+        r = self._rows
+        if r is not None:  # read in place, as it is (checked where the list is used)
+            a, ln, dev = r[i].tolist()
+            return (a, ln, dev)
+        w = self._w[4 * i:4 * i + 4]
         dev, mlen = _split_dev_word(int(w[2]))
         if not self._with_meta:
             return (int(w[0]), int(w[1]), dev)
@@ -241,6 +279,7 @@ class nixlXferDList(_DList):
     """Descriptors of a transfer: (addr, len, dev) rows."""
 
     __slots__ = ()
+    _rows_ok = True
 
 
 class nixlRegDList(_DList):
@@ -438,6 +477,19 @@ def words_addr(w: Any) -> int:
     return w.buffer_info()[0] if isinstance(w, array) else w.ctypes.data
 
 
+def rows_view(a: Any) -> Any:
+    """a itself when libnixl reads its rows in place (nixl_xfer_create_rows): a non-empty N x 3
+    int64 / uint64 array of aligned 8-byte columns, rows a multiple of 8 bytes apart (C order,
+    or a column slice of a wider array); else None.  Nothing is read or copied here."""
+    import numpy as np
+    if a.ndim != 2 or a.shape[1] != 3 or a.shape[0] == 0 or a.dtype not in (np.int64, np.uint64):
+        return None
+    s0, s1 = a.strides
+    if s1 != 8 or s0 < 24 or s0 % 8 or not a.flags.aligned:
+        return None
+    return a
+
+
 def _rows_from_ndarray(a: Any, call: str) -> Any:
     """nixl_desc_t words of an N x 3 (or N x 5) integer array: one pass in libnixl for C-ordered
     int64 / uint64 rows (the engines' arrays), numpy for anything else."""
@@ -462,6 +514,20 @@ def _rows_from_ndarray(a: Any, call: str) -> Any:
                 raise _invalid(call, f"descriptor fields must be non-negative (row {bad.value}: {r})")
             raise _invalid(call, f"device id out of range (row {bad.value}: {r})")
     return w
+
+
+def create_xfer(agent: Any, op: int, ld: _DList, rd: _DList, peer: bytes, opt: Any, out: Any) -> int:
+    """libnixl's one-shot create of two transfer lists (the status): lists of rows go as rows
+    (nixl_xfer_create_rows reads them where they lie, checking each), others as their words.  A
+    refused row raises nixlInvalidParamError naming it, as the list's words would."""
+    lr, rr = ld._rows_c(), rd._rows_c()
+    if lr is not None and rr is not None:
+        st = _lib.lib.nixl_xfer_create_rows(agent, op, ctypes.byref(lr), ctypes.byref(rr), peer, opt, out)
+        if st == _lib.ERR_INVALID_PARAM:
+            ld._words, rd._words  # noqa: B018  (a refused row raises, naming it)
+        return st
+    lc, rc = ld._c(), rd._c()
+    return _lib.lib.nixl_xfer_create(agent, op, ctypes.byref(lc), ctypes.byref(rc), peer, opt, out)
 
 
 def _is_tensor(o: Any) -> bool:
@@ -549,8 +615,16 @@ def to_dlist(obj: Any, mem_type: Any, reg: bool, call: str) -> _DList:
         if reg:
             return nixlRegDList(obj._mem, list(obj))
         return obj.trim()
-    if _is_desc_array(obj) and mem_type is not None:
-        return cls(mem_type_code(mem_type, call), obj)
+    if _is_ndarray(obj) and mem_type is not None:
+        if _is_desc_array(obj):
+            return cls(mem_type_code(mem_type, call), obj)
+        # Rows gone wrong, not a buffer: 64-bit integers of another shape, or N x 3 non-integers.
+        if obj.dtype.kind in "iu" and obj.dtype.itemsize == 8:
+            raise _invalid(call, f"descriptor rows are an N x 3 (addr, len, dev) or strided N x 5 integer array, "
+                                 f"not {obj.shape} {obj.dtype} (for the array's own memory, pass [arr])")
+        if obj.ndim == 2 and obj.shape[1] == 3:
+            raise _invalid(call, f"descriptor rows are integers, not {obj.dtype} (for the array's own memory, "
+                                 "pass [arr])")
     one = buffer_desc(obj, call)
     if one is not None:
         return cls(one[0], [one[1:]])

@@ -96,6 +96,11 @@ class nixl_dlist_t(Structure):
     _fields_ = [("mem_type", c_int), ("count", c_size_t), ("descs", c_void_p)]
 
 
+class nixl_rows_t(Structure):
+    _fields_ = [("mem_type", c_int), ("count", c_size_t), ("rows", c_void_p), ("stride", c_size_t),
+                ("is_signed", c_int)]
+
+
 class nixl_indexed_t(Structure):
     _fields_ = [("mem_type", c_int), ("layers", c_size_t), ("bases", c_void_p), ("stride", c_uint64),
                 ("slots", c_void_p)]
@@ -207,6 +212,8 @@ _PROTOTYPES = {
     "nixl_prep_create": (_STATUS, [_P, c_char_p, POINTER(nixl_dlist_t), POINTER(nixl_opt_args_t), _PP]),
     "nixl_prep_release": (None, [_P]),
     "nixl_descs_from_rows": (_STATUS, [_P, _P, c_size_t, c_size_t, c_int, POINTER(c_size_t)]),
+    "nixl_xfer_create_rows": (_STATUS, [_P, c_int, POINTER(nixl_rows_t), POINTER(nixl_rows_t), c_char_p,
+                                        POINTER(nixl_opt_args_t), _PP]),
     "nixl_xfer_create_indexed": (_STATUS, [_P, c_int, POINTER(nixl_indexed_t), POINTER(nixl_indexed_t), c_size_t,
                                            c_uint64, c_char_p, POINTER(nixl_opt_args_t), _PP]),
     "nixl_xfer_make": (_STATUS, [_P, c_int, _P, _P, _P, _P, c_size_t, POINTER(nixl_opt_args_t), _PP]),

@@ -24,7 +24,7 @@ import time
 from typing import Any, Optional
 
 from . import _lib
-from ._descs import index_array, is_strided, nixlRegDList, nixlXferDList, strided_rows, to_dlist
+from ._descs import create_xfer, index_array, is_strided, nixlRegDList, nixlXferDList, strided_rows, to_dlist
 from ._errors import (check, make_error, nixlInvalidKeyError, nixlInvalidParamError, nixlInvalidValueError,
                       nixlMismatchError, nixlNoTelemetryError, nixlNotFoundError, nixlNotSupportedError,
                       nixlRepostActiveError)
@@ -808,10 +808,9 @@ class nixlAgent:
 
         def make(msg: bytes) -> int:
             opt, _k = make_opt(hs, msg if msg else None, call, timeout_ms)
-            lc, rc = local_descs._c(), remote_descs._c()
             out = ctypes.c_void_p()
-            check(L.nixl_xfer_create(self._p(call), op, ctypes.byref(lc), ctypes.byref(rc), remote_agent.encode(),
-                                     opt, ctypes.byref(out)), call,
+            check(create_xfer(self._p(call), op, local_descs, remote_descs, remote_agent.encode(), opt,
+                              ctypes.byref(out)), call,
                   f"{len(local_descs)} descriptors with {remote_agent!r}")
             return out.value
 

@@ -172,6 +172,7 @@ static void shm_destroy(void *bev)
     }
     shm_maps_fini(&be->maps);
     pthread_mutex_destroy(&be->reg_lock);
+    shm_spare_free(be);
     free(be);
 }
 

@@ -102,7 +102,16 @@ typedef struct shm_be {
     shm_maps_t maps;
 
     shm_pool_t *pool; /* NULL: every copy runs inline in post */
+
+    /* The block of a released request, kept for the next prepare that
+     * fits in it (the larger one is kept, up to SHM_SPARE_MAX): a shm.cma
+     * request of 221,184 pieces is 7 MB of iovecs, which glibc may hand
+     * back to the kernel at each release and fault in again (2-3 ms) at
+     * the next prepare.  Exchanged atomically; freed with the backend. */
+    _Atomic(struct shm_req *) spare;
 } shm_be_t;
+
+#define SHM_SPARE_MAX ((size_t)64 << 20)
 
 typedef struct shm_peer {
     char name[SHM_NAME_MAX + 1];
@@ -136,6 +145,7 @@ typedef struct shm_item {
 
 typedef struct shm_req {
     nixl_be_req_t hdr; /* first: the core sees only this */
+    size_t alloc;      /* bytes of the block (shm_req_alloc) */
     shm_be_t *be;
     shm_peer_t *peer;
     nixl_op_t op;
@@ -188,6 +198,8 @@ nixl_status_t shm_xfer_prepare(void *be, const nixl_be_xfer_t *xfer, nixl_be_req
 nixl_status_t shm_xfer_post(void *be, nixl_be_req_t *req, const void *notif, size_t notif_len);
 nixl_status_t shm_xfer_status(void *be, nixl_be_req_t *req);
 void shm_xfer_release(void *be, nixl_be_req_t *req);
+/* The spare request block (shm_be_t.spare), freed; at destroy. */
+void shm_spare_free(shm_be_t *be);
 void shm_xfer_cancel(void *be, nixl_be_req_t *req);
 /* Run item i of r; called by the poster or a worker. */
 nixl_status_t shm_req_run_item(shm_req_t *r, size_t i);

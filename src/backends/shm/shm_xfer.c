@@ -101,6 +101,46 @@ static size_t shm_iov_append(struct iovec *iov, size_t *n, size_t in_item, void 
     return 1;
 }
 
+/* Keep r's block as the spare when it is larger than the one kept (and
+ * not too large), else free it. */
+static void shm_req_put(shm_be_t *be, shm_req_t *r)
+{
+    if (r->alloc > SHM_SPARE_MAX) {
+        free(r);
+        return;
+    }
+    shm_req_t *old = atomic_exchange(&be->spare, r);
+    if (old && old->alloc > r->alloc) {
+        old = atomic_exchange(&be->spare, old); /* r (or a block another thread kept meanwhile) */
+    }
+    free(old);
+}
+
+/* A request block of at least `size` bytes, its header zeroed (the spare
+ * when it fits, else a new one); zero the rest that needs it.  NULL when
+ * memory is short. */
+static shm_req_t *shm_req_alloc(shm_be_t *be, size_t size)
+{
+    shm_req_t *r = atomic_exchange(&be->spare, NULL);
+    if (r && r->alloc >= size) {
+        size_t cap = r->alloc;
+        memset(r, 0, sizeof(*r));
+        r->alloc = cap;
+        return r;
+    }
+    if (r)
+        shm_req_put(be, r); /* too small for this one: kept for smaller ones */
+    r = calloc(1, size);
+    if (r)
+        r->alloc = size;
+    return r;
+}
+
+void shm_spare_free(shm_be_t *be)
+{
+    free(atomic_exchange(&be->spare, NULL));
+}
+
 static void shm_req_init(shm_req_t *r, shm_be_t *be, const nixl_be_xfer_t *x, int mapped, int fallback,
                          uint64_t bytes)
 {
@@ -126,10 +166,11 @@ static nixl_status_t shm_prepare_mapped(shm_be_t *be, const nixl_be_xfer_t *x, i
         return NIXL_ERR_ZERO_LENGTH;
     }
     size_t nitems = (size_t)((bytes + be->chunk - 1) / be->chunk);
-    shm_req_t *r = calloc(1, sizeof(*r) + nitems * sizeof(shm_item_t));
+    shm_req_t *r = shm_req_alloc(be, sizeof(*r) + nitems * sizeof(shm_item_t));
     if (!r)
         return NIXL_ERR_NO_MEMORY;
     r->items = (shm_item_t *)(r + 1);
+    memset(r->items, 0, nitems * sizeof(shm_item_t));
     r->iov = x->iov;
     r->niov = x->count;
     /* Cut the byte stream every 'chunk' bytes: item k starts at byte
@@ -147,7 +188,7 @@ static nixl_status_t shm_prepare_mapped(shm_be_t *be, const nixl_be_xfer_t *x, i
             if (nixl_unlikely(piece == x->count)) {
                 SHM_ERROR(be, "shm: the request's byte count %llu exceeds the sum of its %zu pieces",
                           (unsigned long long)bytes, x->count);
-                free(r);
+                shm_req_put(be, r);
                 return NIXL_ERR_INVALID_PARAM;
             }
             uint64_t in_piece = x->iov[piece].len - off;
@@ -221,7 +262,7 @@ nixl_status_t shm_xfer_prepare(void *bev, const nixl_be_xfer_t *x, nixl_be_req_t
         return NIXL_ERR_TOO_BIG;
     }
     size_t size = sizeof(shm_req_t) + lay.nseg * seg_size + lay.nitems * sizeof(shm_item_t);
-    shm_req_t *r = calloc(1, size);
+    shm_req_t *r = shm_req_alloc(be, size);
     if (!r)
         return NIXL_ERR_NO_MEMORY;
     uint8_t *tail = (uint8_t *)(r + 1);
@@ -229,6 +270,7 @@ nixl_status_t shm_xfer_prepare(void *bev, const nixl_be_xfer_t *x, nixl_be_req_t
     r->riov = r->liov + lay.nseg;
     tail += lay.nseg * 2 * sizeof(struct iovec);
     r->items = (shm_item_t *)tail;
+    memset(r->items, 0, lay.nitems * sizeof(shm_item_t)); /* the iovecs are written before they are read */
 
     shm_layout_t fill = {0};
     size_t nliov = 0, nriov = 0;
@@ -377,5 +419,5 @@ void shm_xfer_release(void *bev, nixl_be_req_t *hdr)
     if (r->pooled)
         shm_pool_cancel(be->pool, r);
     samehost_notif_msg_free(&r->notif);
-    free(r);
+    shm_req_put(be, r);
 }

@@ -994,6 +994,141 @@ static void test_indexed_native(void)
             }
         }
 
+        /* The same request as rows read in place (nixl_xfer_create_rows):
+         * int64 rows of three words and uint64 rows of four (a column
+         * slice), indexed (made as one) or not (two rows of a layer
+         * swapped on both sides: pieces), the same bytes either way; a
+         * refused row in any layer, on either side, makes nothing. */
+        {
+            enum { N = LAYERS * NS };
+            static uint64_t lr3[N * 3], rr3[N * 3], lr4[N * 4], rr4[N * 4];
+            for (int l = 0; l < LAYERS; l++)
+                for (int k = 0; k < NS; k++) {
+                    size_t i = (size_t)l * NS + (size_t)k;
+                    uint64_t la = lb[l] + (uint64_t)ls[k] * STRIDE, ra = rb[l] + (uint64_t)rs[k] * STRIDE;
+                    uint64_t lv[4] = {la, STRIDE, 0, 0xdead}, rv[4] = {ra, STRIDE, 0, 0xbeef};
+                    memcpy(&lr3[3 * i], lv, 3 * sizeof(uint64_t));
+                    memcpy(&rr3[3 * i], rv, 3 * sizeof(uint64_t));
+                    memcpy(&lr4[4 * i], lv, sizeof(lv));
+                    memcpy(&rr4[4 * i], rv, sizeof(rv));
+                }
+            for (int form = 0; form < 4; form++) {
+                int wide = form & 1, swapped = form >> 1;
+                uint64_t *lw = wide ? lr4 : lr3, *rw = wide ? rr4 : rr3;
+                size_t st = wide ? 4 : 3;
+                if (swapped)
+                    for (int side = 0; side < 2; side++) {
+                        uint64_t *w = side ? rw : lw, tmp[4];
+                        size_t u = (2 * NS + 3) * st, v = (2 * NS + 7) * st;
+                        memcpy(tmp, &w[u], st * sizeof(uint64_t));
+                        memcpy(&w[u], &w[v], st * sizeof(uint64_t));
+                        memcpy(&w[v], tmp, st * sizeof(uint64_t));
+                    }
+                nixl_rows_t LR = {NIXL_MEM_DRAM, N, lw, st, !wide}, RR = {NIXL_MEM_DRAM, N, rw, st, !wide};
+                ctr(&c, 1);
+                memset(dst, 0, sizeof(dst));
+                x = NULL;
+                CHECK_ST(nixl_xfer_create_rows(a, NIXL_OP_WRITE, &LR, &RR, "ix-target", NULL, &x), NIXL_OK);
+                ctr(&c, 0);
+                CHECK(c.indexed_prepares == (swapped ? 0u : 1u));
+                indexed_round(x, lb, ls, rb, rs, LAYERS, NS, STRIDE, STRIDE, swapped ? "fake.copy" : "fake.indexed",
+                              swapped ? "rows, not indexed" : "rows, indexed");
+                nixl_xfer_release(x);
+                /* Refused rows: a negative field (int64 rows) or a device id of 2^32 (either). */
+                const size_t where[] = {5, 2 * NS + 9, (size_t)N - 1};
+                for (int k = 0; k < 3; k++)
+                    for (int side = 0; side < 2; side++)
+                        for (int field = 0; field < 2; field++) {
+                            uint64_t *w = (side ? rw : lw) + where[k] * st;
+                            int col = field ? 2 : (k == 1 ? 1 : 0);
+                            if (!field && wide)
+                                continue; /* uint64: no sign to refuse */
+                            uint64_t keep = w[col];
+                            w[col] = field ? 1ull << 32 : (uint64_t)-4096;
+                            memset(dst, 0, sizeof(dst));
+                            x = NULL;
+                            nixl_status_t got =
+                                nixl_xfer_create_rows(a, NIXL_OP_WRITE, &LR, &RR, "ix-target", NULL, &x);
+                            if (got != NIXL_ERR_INVALID_PARAM)
+                                fprintf(stderr, "rows: form %d row %zu side %d field %d: %s\n", form, where[k], side,
+                                        field, nixl_strerror(got));
+                            CHECK(got == NIXL_ERR_INVALID_PARAM && x == NULL);
+                            w[col] = keep;
+                        }
+            }
+            /* Rows and the lists made of them are one request: for rows
+             * changed at random (a length, an address moved by less than
+             * an item, out of the registration or into another layer, two
+             * rows swapped), create_rows and create of the converted lists
+             * give the same status and, when made, the same path, pieces
+             * and bytes. */
+            {
+                static nixl_desc_t ldl[N], rdl[N];
+                uint64_t seed = 0x9e3779b97f4a7c15ull;
+                int same = 1;
+                for (int trial = 0; trial < 200; trial++) {
+                    for (int l = 0; l < LAYERS; l++)
+                        for (int k = 0; k < NS; k++) {
+                            size_t i = (size_t)l * NS + (size_t)k;
+                            lr3[3 * i] = lb[l] + (uint64_t)ls[k] * STRIDE;
+                            rr3[3 * i] = rb[l] + (uint64_t)rs[k] * STRIDE;
+                            lr3[3 * i + 1] = rr3[3 * i + 1] = STRIDE;
+                            lr3[3 * i + 2] = rr3[3 * i + 2] = 0;
+                        }
+                    for (int m = 0; m < 1 + trial % 3; m++) {
+                        seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+                        uint64_t *w = (seed & 1) ? rr3 : lr3;
+                        size_t i = (size_t)((seed >> 8) % N), j = (size_t)((seed >> 24) % N);
+                        switch ((seed >> 40) % 5) {
+                        case 0: w[3 * i + 1] = STRIDE / 2; break;
+                        case 1: w[3 * i] += 8; break;
+                        case 2: w[3 * i] += (uint64_t)LB * LAYERS * 4; break;
+                        case 3: w[3 * i] = w[3 * j]; break;
+                        default: {
+                            uint64_t t0 = lr3[3 * i], t1 = rr3[3 * i];
+                            lr3[3 * i] = lr3[3 * j], rr3[3 * i] = rr3[3 * j];
+                            lr3[3 * j] = t0, rr3[3 * j] = t1;
+                        }
+                        }
+                    }
+                    nixl_rows_t LR = {NIXL_MEM_DRAM, N, lr3, 3, 1}, RR = {NIXL_MEM_DRAM, N, rr3, 3, 1};
+                    CHECK_ST(nixl_descs_from_rows(ldl, lr3, N, 3, 1, NULL), NIXL_OK);
+                    CHECK_ST(nixl_descs_from_rows(rdl, rr3, N, 3, 1, NULL), NIXL_OK);
+                    nixl_dlist_t LD = dl(ldl, N), RD = dl(rdl, N);
+                    nixl_xfer_t *xr = NULL, *xd = NULL;
+                    nixl_status_t sr = nixl_xfer_create_rows(a, NIXL_OP_WRITE, &LR, &RR, "ix-target", NULL, &xr);
+                    nixl_status_t sd = nixl_xfer_create(a, NIXL_OP_WRITE, &LD, &RD, "ix-target", NULL, &xd);
+                    int ok = sr == sd && (xr == NULL) == (xd == NULL);
+                    if (ok && xr) {
+                        nixl_xfer_info_t ir, id;
+                        ok = nixl_xfer_info(xr, &ir) == NIXL_OK && nixl_xfer_info(xd, &id) == NIXL_OK &&
+                             strcmp(ir.path, id.path) == 0 && ir.descs == id.descs && ir.bytes == id.bytes &&
+                             ir.descs_in == id.descs_in;
+                    }
+                    if (!ok)
+                        fprintf(stderr, "rows trial %d: create_rows %s, create %s\n", trial, nixl_strerror(sr),
+                                nixl_strerror(sd));
+                    same &= ok;
+                    nixl_xfer_release(xr);
+                    nixl_xfer_release(xd);
+                }
+                CHECK(same);
+            }
+            nixl_rows_t LR = {NIXL_MEM_DRAM, N, lr3, 3, 1}, RR = {NIXL_MEM_DRAM, N - 1, rr3, 3, 1};
+            x = NULL;
+            CHECK_ST(nixl_xfer_create_rows(a, NIXL_OP_WRITE, &LR, &RR, "ix-target", NULL, &x),
+                     NIXL_ERR_LENGTH_MISMATCH);
+            RR.count = N;
+            RR.stride = 2;
+            CHECK_ST(nixl_xfer_create_rows(a, NIXL_OP_WRITE, &LR, &RR, "ix-target", NULL, &x), NIXL_ERR_INVALID_PARAM);
+            RR.stride = 3;
+            RR.rows = NULL;
+            CHECK_ST(nixl_xfer_create_rows(a, NIXL_OP_WRITE, &LR, &RR, "ix-target", NULL, &x), NIXL_ERR_NULL);
+            RR.rows = rr3;
+            CHECK_ST(nixl_xfer_create_rows(a, NIXL_OP_WRITE, &LR, &RR, "nobody", NULL, &x), NIXL_ERR_UNKNOWN_PEER);
+            CHECK(x == NULL);
+        }
+
         /* vLLM's make: lists of every slot of every layer (one run per
          * layer) and slot indices per layer: made as one indexed request;
          * with two pairs of one layer swapped, in pieces. */
