@@ -481,7 +481,7 @@ static nixl_status_t xfer_backend_prepare(nixl_xfer_t *x)
     return NIXL_OK;
 }
 
-/* local_idx / remote_idx NULL = identity. */
+/* local_idx and remote_idx: both NULL (identity) or neither. */
 /* ---- building a request's pieces ----
  *
  * The hot loop of every request (221,184 descriptors for one KV request of
@@ -509,7 +509,7 @@ iovs_build_at(const nixl_prep_t *lp, const uint32_t *li, const nixl_prep_t *rp, 
     void *lmd = NULL, *prmd = NULL, *plmd = NULL;
     nixl_be_iov_t *cur = iov; /* written before it is read: the first pair has plmd NULL */
     for (size_t i = 0; i < count; i++) {
-        size_t l = li ? li[i] : i, r = ri ? ri[i] : i;
+        size_t l = li ? li[i] : i, r = li ? ri[i] : i;
         if (nixl_unlikely((l >= lc) | (r >= rc)))
             return i;
         /* Index arrays are block ids in no order (vLLM's): each pair is two
@@ -556,15 +556,70 @@ iovs_build_at(const nixl_prep_t *lp, const uint32_t *li, const nixl_prep_t *rp, 
     return count;
 }
 
+/* Both lists run-shaped (vLLM's lists of every block: one run per layer):
+ * descriptor k of a side is its run's base + (k - first) x stride, so a
+ * pair costs its two indices, their bounds, whether each is still in the
+ * run of the previous pair (index arrays walk a layer's blocks before the
+ * next layer's), and the piece written.  A side that changes run loads
+ * that run; the lengths of the two runs must then agree. */
+static size_t iovs_build_runs(const nixl_prep_t *lp, const uint32_t *li, const nixl_prep_t *rp, const uint32_t *ri,
+                              size_t count, int bi, nixl_be_iov_t *iov, size_t *n_out, uint64_t *bytes_out)
+{
+    /* The runs of the previous pair: descriptors [first, first + n) (none
+     * yet).  An index outside them, in range or not, takes the slow way. */
+    uint64_t lfirst = 0, rfirst = 0, ln = 0, rn = 0, lbase = 0, rbase = 0, lst = 0, rst = 0, len = 0, bytes = 0;
+    void *lmd = NULL, *rmd = NULL;
+    nixl_be_iov_t *end = iov;
+    uint64_t lend = ~0ull, rend = ~0ull; /* where the last piece ends: none yet */
+    for (size_t i = 0; i < count; i++) {
+        const uint64_t l = li[i], r = ri[i];
+        uint64_t lo = l - lfirst, ro = r - rfirst;
+        if (nixl_unlikely((lo >= ln) | (ro >= rn))) {
+            if ((l >= lp->count) | (r >= rp->count))
+                return i;
+            const uint64_t lrl = lp->run_len, rrl = rp->run_len;
+            const prep_run_t *lrun = &lp->runs[l / lrl], *rrun = &rp->runs[r / rrl];
+            if (lrun->len != rrun->len)
+                return i;
+            lfirst = l - l % lrl;
+            rfirst = r - r % rrl;
+            ln = lp->count - lfirst < lrl ? lp->count - lfirst : lrl;
+            rn = rp->count - rfirst < rrl ? rp->count - rfirst : rrl;
+            lo = l - lfirst;
+            ro = r - rfirst;
+            lbase = lrun->addr;
+            lst = lrun->stride;
+            rbase = rrun->addr;
+            rst = rrun->stride;
+            len = lrun->len;
+            lmd = ((const nixl_region_t *)lrun->h)->md[bi];
+            rmd = rrun->h;
+            lend = rend = ~0ull;
+        }
+        const uint64_t la = lbase + lo * lst, ra = rbase + ro * rst;
+        bytes += len;
+        if (nixl_unlikely(la == lend) && ra == rend)
+            end[-1].len += len;
+        else
+            *end++ = (nixl_be_iov_t){.laddr = la, .raddr = ra, .len = len, .lmd = lmd, .rmd = rmd};
+        lend = la + len;
+        rend = ra + len;
+    }
+    *n_out = (size_t)(end - iov);
+    *bytes_out = bytes;
+    return count;
+}
+
 /* One instance per shape, so the compiler drops what a shape does not
  * need: the index loads of the identity form (the two-step
  * nixl_xfer_create pairs descriptor i with descriptor i), the loads of a
- * run-shaped side. */
+ * run-shaped side, the run lookup and the length and region checks of
+ * two lists of one run each (one layer's blocks on each side). */
 static size_t iovs_build(const nixl_prep_t *lp, const uint32_t *li, const nixl_prep_t *rp, const uint32_t *ri,
                          size_t count, int bi, nixl_be_iov_t *iov, size_t *n_out, uint64_t *bytes_out)
 {
     if (lp->runs && rp->runs)
-        return iovs_build_at(lp, li, rp, ri, 1, 1, count, bi, iov, n_out, bytes_out);
+        return iovs_build_runs(lp, li, rp, ri, count, bi, iov, n_out, bytes_out);
     if (lp->runs)
         return iovs_build_at(lp, li, rp, ri, 1, 0, count, bi, iov, n_out, bytes_out);
     if (rp->runs)
@@ -765,7 +820,7 @@ typedef struct piece_acc {
     uint64_t lbase, lsize, rbase, rsize, lnext, rnext, bytes;
     void *lmd, *rmd;
     nixl_be_iov_t *iov;
-    size_t n;
+    nixl_be_iov_t *end; /* the next piece to write */
     int high; /* a region reached ends above 2^63 (rows of int64 must then be read for signs) */
 } piece_acc_t;
 
@@ -775,7 +830,7 @@ static void piece_acc_init(piece_acc_t *p, nixl_agent_t *a, nixl_mem_t lmem, nix
                            const nixl_peer_backend_t *bk, nixl_be_iov_t *iov)
 {
     *p = (piece_acc_t){.idx = &a->regs[lmem], .bk = bk, .rmem = rmem, .bi = bk->backend->index,
-                       .lnext = ~0ull, .rnext = ~0ull, .iov = iov};
+                       .lnext = ~0ull, .rnext = ~0ull, .iov = iov, .end = iov};
 }
 
 /* Add one pair.  A piece continues the previous one when both addresses
@@ -810,9 +865,9 @@ static inline __attribute__((always_inline)) int piece_add(piece_acc_t *p, uint6
     p->bytes += len;
     /* Merging is the exception with paged KV (slots are scattered). */
     if (nixl_unlikely(la == p->lnext && ra == p->rnext))
-        p->iov[p->n - 1].len += len;
+        p->end[-1].len += len;
     else
-        p->iov[p->n++] = (nixl_be_iov_t){.laddr = la, .raddr = ra, .len = len, .lmd = p->lmd, .rmd = p->rmd};
+        *p->end++ = (nixl_be_iov_t){.laddr = la, .raddr = ra, .len = len, .lmd = p->lmd, .rmd = p->rmd};
     p->lnext = la + len;
     p->rnext = ra + len;
     return PIECE_OK;
@@ -824,7 +879,7 @@ static nixl_status_t xfer_from_pieces(nixl_agent_t *a, nixl_xfer_t *x, const pie
                                       const nixl_opt_args_t *opt, const void *notif, size_t notif_len,
                                       nixl_xfer_t **out)
 {
-    x->count = p->n;
+    x->count = (size_t)(p->end - p->iov);
     x->descs_in = pairs;
     x->bytes = p->bytes;
     /* With VRAM, the context of the first local piece (the two-step form's choice). */
@@ -906,23 +961,28 @@ static inline __attribute__((always_inline)) size_t pieces_pass(piece_acc_t *p, 
                                                                  const uint64_t *rw, size_t rs, size_t count,
                                                                  const int chk, int *why, uint64_t *dev)
 {
+    /* The accumulator lives in registers for the pass: p's address is
+     * taken elsewhere, so through p every store of a piece (uint64_t
+     * words) would force its fields to be loaded again. */
+    piece_acc_t q = *p;
     uint64_t d_acc = 0;
-    size_t i = 0;
-    *why = PIECE_OK;
-    for (; i < count; i++) {
-        const uint64_t *l = lw + i * ls, *r = rw + i * rs;
+    int w = PIECE_OK;
+    const uint64_t *l = lw, *r = rw, *const lstop = lw + count * ls;
+    for (; l != lstop; l += ls, r += rs) {
         uint64_t len = l[1];
         if (chk)
             d_acc |= l[2] | r[2];
         if (nixl_unlikely(len != r[1] || len == 0))
             break;
-        *why = piece_add(p, l[0], r[0], len);
-        if (nixl_unlikely(*why != PIECE_OK))
+        w = piece_add(&q, l[0], r[0], len);
+        if (nixl_unlikely(w != PIECE_OK))
             break;
     }
+    *p = q;
+    *why = w;
     if (chk)
         *dev = d_acc;
-    return i;
+    return (size_t)(l - lw) / ls;
 }
 
 static int xfer_create_rows_indexed(nixl_agent_t *a, nixl_op_t op, const side_t *L, const side_t *R, size_t count,

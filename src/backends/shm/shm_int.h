@@ -118,6 +118,7 @@ typedef struct shm_peer {
     pid_t pid;
     samehost_proc_t proc;        /* pidfd and liveness */
     samehost_notif_peer_t notif; /* our socket towards its notification socket */
+    size_t cma_regions;          /* its regions loaded here that are not mapped (CMA, fallback or not) */
 } shm_peer_t;
 
 /* rkey_load() output. */

@@ -327,6 +327,8 @@ nixl_status_t shm_rkey_load(void *bev, void *peerv, const nixl_be_region_t *regi
             be->host->fallback(be->host->ctx, "shm.cma", cause);
         }
     }
+    if (!rmd->base)
+        peer->cma_regions++;
     *rmd_out = rmd;
     return NIXL_OK;
 }
@@ -337,6 +339,8 @@ void shm_rkey_unload(void *bev, void *rmdv)
     (void)bev;
     if (!rmd)
         return;
+    if (!rmd->base)
+        rmd->peer->cma_regions--;
     if (rmd->map)
         munmap(rmd->map, rmd->map_len);
     free(rmd);

@@ -49,9 +49,12 @@ static void shm_layout_add(shm_layout_t *l, uint64_t seg_len, uint64_t chunk)
  * backend on both sides (and merged only within one region), so ranges are
  * not checked again here (backend.h: a backend may trust its iovs).  What
  * is looked at is per region, not per piece: whether each one is mapped
- * here, and whether reaching it is a fallback.  Consecutive pieces almost
- * always share their regions, so a region is looked at when it changes. */
-static nixl_status_t shm_check_xfer(shm_be_t *be, const nixl_be_xfer_t *x, int *mapped_out, int *fallback_out)
+ * here, and whether reaching it is a fallback.  When every region of the
+ * peer is mapped (the peer counts those that are not), neither needs a
+ * look; else consecutive pieces almost always share their regions, so a
+ * region is looked at when it changes. */
+static nixl_status_t shm_check_xfer(shm_be_t *be, const nixl_be_xfer_t *x, int *mapped_out, int *fallback_out,
+                                     uint64_t *uniform_out)
 {
     int mapped = be->map_enabled, fallback = 0;
     if (x->op != NIXL_OP_READ && x->op != NIXL_OP_WRITE) {
@@ -65,8 +68,23 @@ static nixl_status_t shm_check_xfer(shm_be_t *be, const nixl_be_xfer_t *x, int *
     if (!x->peer || !x->iov || x->count == 0)
         return x->count == 0 ? NIXL_ERR_ZERO_LENGTH : NIXL_ERR_NULL;
     const void *last_l = NULL, *last_r = NULL;
+    /* In the same pass: whether every piece has one length (paged KV),
+     * which lets the mapped path find its items by arithmetic. */
+    const uint64_t len0 = x->iov[0].len;
+    uint64_t other = 0;
+    if (mapped && ((const shm_peer_t *)x->peer)->cma_regions == 0) {
+        /* Every region of the peer is mapped here, none is a fallback:
+         * nothing per region to look at. */
+        for (size_t i = 0; i < x->count; i++)
+            other |= x->iov[i].len ^ len0;
+        *mapped_out = 1;
+        *fallback_out = 0;
+        *uniform_out = other ? 0 : len0;
+        return NIXL_OK;
+    }
     for (size_t i = 0; i < x->count; i++) {
         const nixl_be_iov_t *v = &x->iov[i];
+        other |= v->len ^ len0;
         if (nixl_likely(v->lmd == last_l && v->rmd == last_r))
             continue;
         const shm_rmd_t *r = v->rmd;
@@ -83,6 +101,7 @@ static nixl_status_t shm_check_xfer(shm_be_t *be, const nixl_be_xfer_t *x, int *
     }
     *mapped_out = mapped;
     *fallback_out = mapped ? 0 : fallback;
+    *uniform_out = other ? 0 : len0;
     return NIXL_OK;
 }
 
@@ -156,8 +175,9 @@ static void shm_req_init(shm_req_t *r, shm_be_t *be, const nixl_be_xfer_t *x, in
     atomic_init(&r->cancel, 0);
 }
 
-/* shm.map: items are windows over x->iov; nothing per descriptor is kept. */
-static nixl_status_t shm_prepare_mapped(shm_be_t *be, const nixl_be_xfer_t *x, int fallback,
+/* shm.map: items are windows over x->iov; nothing per descriptor is kept.
+ * uniform: the one length of every piece, or 0. */
+static nixl_status_t shm_prepare_mapped(shm_be_t *be, const nixl_be_xfer_t *x, int fallback, uint64_t uniform,
                                         nixl_be_req_t **req_out)
 {
     uint64_t bytes = x->bytes; /* the core's sum of the pieces */
@@ -173,6 +193,23 @@ static nixl_status_t shm_prepare_mapped(shm_be_t *be, const nixl_be_xfer_t *x, i
     memset(r->items, 0, nitems * sizeof(shm_item_t));
     r->iov = x->iov;
     r->niov = x->count;
+    if (uniform) {
+        /* Pieces of one length: item k starts at byte k x chunk, in piece
+         * (k x chunk) / length; nothing to walk. */
+        if (nixl_unlikely(bytes / uniform != x->count || bytes % uniform)) {
+            SHM_ERROR(be, "shm: the request's byte count %llu is not its %zu pieces of %llu bytes",
+                      (unsigned long long)bytes, x->count, (unsigned long long)uniform);
+            shm_req_put(be, r);
+            return NIXL_ERR_INVALID_PARAM;
+        }
+        for (size_t k = 0; k < nitems; k++) {
+            uint64_t start = (uint64_t)k * be->chunk, want = bytes - start;
+            r->items[k].first = (size_t)(start / uniform);
+            r->items[k].rfirst = (size_t)(start % uniform);
+            r->items[k].bytes = (size_t)(want < be->chunk ? want : be->chunk);
+        }
+        goto done;
+    }
     /* Cut the byte stream every 'chunk' bytes: item k starts at byte
      * k * chunk, found by walking the pieces once. */
     size_t piece = 0;
@@ -201,6 +238,7 @@ static nixl_status_t shm_prepare_mapped(shm_be_t *be, const nixl_be_xfer_t *x, i
             off = 0;
         }
     }
+done:
     r->nitems = nitems;
     shm_req_init(r, be, x, 1, fallback, bytes);
     *req_out = &r->hdr;
@@ -234,14 +272,15 @@ nixl_status_t shm_xfer_prepare(void *bev, const nixl_be_xfer_t *x, nixl_be_req_t
 {
     shm_be_t *be = bev;
     int mapped, fallback;
+    uint64_t uniform;
     if (!x || !req_out)
         return NIXL_ERR_NULL;
-    nixl_status_t st = shm_check_xfer(be, x, &mapped, &fallback);
+    nixl_status_t st = shm_check_xfer(be, x, &mapped, &fallback, &uniform);
     if (st != NIXL_OK)
         return st;
 
     if (mapped)
-        return shm_prepare_mapped(be, x, fallback, req_out);
+        return shm_prepare_mapped(be, x, fallback, uniform, req_out);
 
     shm_layout_t lay = {0};
     uint64_t bytes = 0;

@@ -727,6 +727,48 @@ static void test_run_shaped_lists(void)
         nixl_prep_release(lp);
         nixl_prep_release(rp);
     }
+
+    /* Contiguous runs (blocks back to back) read in order merge into one
+     * piece per run pair; a local run whose pieces are longer than the
+     * remote run's is refused, nothing made. */
+    for (int i = 0; i < N; i++) {
+        uint64_t k = (uint64_t)i;
+        l[i] = (nixl_desc_t){(uintptr_t)src + (k / 100) * SPAN / 2 + (k % 100) * PIECE, PIECE, 0, 0, NULL};
+        r[i] = (nixl_desc_t){(uintptr_t)dst + k * PIECE, PIECE, 0, 0, NULL};
+        li[i] = ri[i] = (uint32_t)i;
+    }
+    for (size_t i = 0; i < 2 * SPAN; i++)
+        src[i] = (unsigned char)(i * 7 + 1);
+    memset(dst, 0, 2 * SPAN);
+    nixl_dlist_t L = dl(l, N), R = dl(r, N);
+    nixl_prep_t *lp = NULL, *rp = NULL;
+    CHECK_ST(nixl_prep_create(a, NULL, &L, NULL, &lp), NIXL_OK);
+    CHECK_ST(nixl_prep_create(a, "runs", &R, NULL, &rp), NIXL_OK);
+    nixl_xfer_t *x = NULL;
+    CHECK_ST(nixl_xfer_make(a, NIXL_OP_WRITE, lp, li, rp, ri, N, NULL, &x), NIXL_OK);
+    nixl_xfer_info_t info;
+    CHECK_ST(x ? nixl_xfer_info(x, &info) : NIXL_ERR_NULL, NIXL_OK);
+    /* Remote pieces are one contiguous span; the local runs are not: 4 pieces. */
+    CHECK(x && info.descs == 4 && info.descs_in == N && info.bytes == (uint64_t)N * PIECE);
+    nixl_status_t st = x ? nixl_xfer_post(x) : NIXL_ERR_NULL;
+    for (int k = 0; st == NIXL_IN_PROG && k < 100000; k++)
+        st = nixl_xfer_status(x);
+    CHECK_ST(st, NIXL_OK);
+    int bad = 0;
+    for (int j = 0; j < N; j++)
+        bad += memcmp((void *)(uintptr_t)r[j].addr, (void *)(uintptr_t)l[j].addr, PIECE) != 0;
+    CHECK(bad == 0);
+    nixl_xfer_release(x);
+    nixl_prep_release(lp);
+    for (int i = 200; i < N; i++)
+        l[i].len = PIECE + 8; /* the third and fourth local runs */
+    CHECK_ST(nixl_prep_create(a, NULL, &L, NULL, &lp), NIXL_OK);
+    nixl_xfer_t *y = NULL;
+    CHECK_ST(nixl_xfer_make(a, NIXL_OP_WRITE, lp, li, rp, ri, N, NULL, &y), NIXL_ERR_LENGTH_MISMATCH);
+    CHECK(y == NULL);
+    nixl_prep_release(lp);
+    nixl_prep_release(rp);
+
     CHECK_ST(nixl_mem_deregister(a, &rl, NULL), NIXL_OK);
     nixl_agent_destroy(a);
     nixl_mem_free(src, 2 * SPAN);
