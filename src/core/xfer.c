@@ -961,10 +961,6 @@ static inline __attribute__((always_inline)) size_t pieces_pass(piece_acc_t *p, 
                                                                  const uint64_t *rw, size_t rs, size_t count,
                                                                  const int chk, int *why, uint64_t *dev)
 {
-    /* The accumulator lives in registers for the pass: p's address is
-     * taken elsewhere, so through p every store of a piece (uint64_t
-     * words) would force its fields to be loaded again. */
-    piece_acc_t q = *p;
     uint64_t d_acc = 0;
     int w = PIECE_OK;
     const uint64_t *l = lw, *r = rw, *const lstop = lw + count * ls;
@@ -974,11 +970,10 @@ static inline __attribute__((always_inline)) size_t pieces_pass(piece_acc_t *p, 
             d_acc |= l[2] | r[2];
         if (nixl_unlikely(len != r[1] || len == 0))
             break;
-        w = piece_add(&q, l[0], r[0], len);
+        w = piece_add(p, l[0], r[0], len);
         if (nixl_unlikely(w != PIECE_OK))
             break;
     }
-    *p = q;
     *why = w;
     if (chk)
         *dev = d_acc;
