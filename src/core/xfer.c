@@ -833,15 +833,28 @@ static void piece_acc_init(piece_acc_t *p, nixl_agent_t *a, nixl_mem_t lmem, nix
                        .lnext = ~0ull, .rnext = ~0ull, .iov = iov, .end = iov};
 }
 
-/* Add one pair.  A piece continues the previous one when both addresses
- * are where the previous one ended and neither side changed region (a
- * region change sets the ends to ~0, which no address equals).
+/* Whether [a, a + len) with len >= 1 lies inside [base, base + size), in
+ * one test: a region ends at or below 2^64 - 1 (registration and the
+ * metadata decoder refuse wrapping ranges), so an address below base
+ * gives an offset of at least size, and a zero len fails too (its
+ * len - 1 is 2^64 - 1, never below a size). */
+static inline int piece_outside(uint64_t a, uint64_t len, uint64_t base, uint64_t size)
+{
+    uint64_t off = a - base, last = off + (len - 1);
+    return (last < off) | (last >= size);
+}
+
+/* Add one pair (len 0 is refused as PIECE_LOCAL).  A piece continues the
+ * previous one when both addresses are where the previous one ended and
+ * neither side changed region (a region change sets the ends to ~0,
+ * which no address equals).
  * PIECE_LOCAL: la is not in a region registered with the backend;
  * PIECE_REMOTE: ra is not in the backend's view of the peer. */
 static inline __attribute__((always_inline)) int piece_add(piece_acc_t *p, uint64_t la, uint64_t ra, uint64_t len)
 {
-    uint64_t lo = la - p->lbase;
-    if (nixl_unlikely(lo >= p->lsize || len > p->lsize - lo)) {
+    if (nixl_unlikely(piece_outside(la, len, p->lbase, p->lsize))) {
+        if (len == 0)
+            return PIECE_LOCAL;
         const nixl_region_t *r = nixl_region_find(p->idx, la, len);
         if (!r || !(r->backend_mask & (1u << p->bi)))
             return PIECE_LOCAL;
@@ -851,8 +864,7 @@ static inline __attribute__((always_inline)) int piece_add(piece_acc_t *p, uint6
         p->lnext = ~0ull;
         p->high |= (int)((r->addr + r->len - 1) >> 63);
     }
-    uint64_t ro = ra - p->rbase;
-    if (nixl_unlikely(ro >= p->rsize || len > p->rsize - ro)) {
+    if (nixl_unlikely(piece_outside(ra, len, p->rbase, p->rsize))) {
         long r = nixl_peer_region_find(p->bk, p->rmem, ra, len);
         if (r < 0)
             return PIECE_REMOTE;
@@ -968,7 +980,7 @@ static inline __attribute__((always_inline)) size_t pieces_pass(piece_acc_t *p, 
         uint64_t len = l[1];
         if (chk)
             d_acc |= l[2] | r[2];
-        if (nixl_unlikely(len != r[1] || len == 0))
+        if (nixl_unlikely(len != r[1]))
             break;
         w = piece_add(p, l[0], r[0], len);
         if (nixl_unlikely(w != PIECE_OK))

@@ -200,6 +200,33 @@ static void test_transfer_rules(void)
     nixl_desc_t unreg = {(uintptr_t)dst, 16, 0, 0, NULL};
     nixl_dlist_t LU = dl(&unreg, 1), RU = dl(&unreg, 1);
     CHECK_ST(nixl_xfer_create(a, NIXL_OP_WRITE, &LU, &RU, "tgt", NULL, &x), NIXL_ERR_NOT_REGISTERED);
+    /* The range test at its edges, after a good pair has set the regions:
+     * a zero length, a piece one byte over either region's end, one byte
+     * below either region; the last bytes of both regions are fine. */
+    {
+        const uint64_t S = (uintptr_t)src, D = (uintptr_t)dst;
+        const struct {
+            uint64_t la, ra, len;
+            nixl_status_t want;
+        } edge[] = {{S + 64, D + 64, 0, NIXL_ERR_ZERO_LENGTH},
+                    {S + 8192 - 64, D + 64, 65, NIXL_ERR_NOT_REGISTERED},
+                    {S + 64, D + 8192 - 64, 65, NIXL_ERR_NOT_REGISTERED},
+                    {S - 1, D + 64, 64, NIXL_ERR_NOT_REGISTERED},
+                    {S + 64, D - 1, 64, NIXL_ERR_NOT_REGISTERED},
+                    {S + 8192 - 64, D + 8192 - 64, 64, NIXL_OK}};
+        for (size_t k = 0; k < sizeof(edge) / sizeof(edge[0]); k++) {
+            nixl_desc_t le[2] = {{S, 64, 0, 0, NULL}, {edge[k].la, edge[k].len, 0, 0, NULL}};
+            nixl_desc_t re[2] = {{D, 64, 0, 0, NULL}, {edge[k].ra, edge[k].len, 0, 0, NULL}};
+            nixl_dlist_t LE = dl(le, 2), RE = dl(re, 2);
+            nixl_xfer_t *e = NULL;
+            nixl_status_t st = nixl_xfer_create(a, NIXL_OP_WRITE, &LE, &RE, "tgt", NULL, &e);
+            if (st != edge[k].want)
+                fprintf(stderr, "range edge %zu: %s, expected %s\n", k, nixl_strerror(st),
+                        nixl_strerror(edge[k].want));
+            CHECK(st == edge[k].want && (st == NIXL_OK) == (e != NULL));
+            nixl_xfer_release(e);
+        }
+    }
 
     nixl_opt_args_t opt = {.field_mask = NIXL_OPT_NOTIF, .notif = "landed", .notif_len = 6};
     CHECK_ST(nixl_xfer_create(a, NIXL_OP_WRITE, &L, &R, "tgt", &opt, &x), NIXL_OK);
