@@ -58,6 +58,10 @@ typedef struct nixl_region {
     uint8_t *meta;
     uint32_t meta_len;
     nixl_be_cuda_region_t cuda; /* VRAM: device, owning context, allocation */
+    /* FILE: the fd backends use (dev_id, or the one the core opened for a
+     * path-mode registration, fd_owned, closed with the region); else -1. */
+    int fd;
+    int fd_owned;
 } nixl_region_t;
 
 typedef struct nixl_region_index {
@@ -328,12 +332,24 @@ nixl_status_t nixl_md_invalidate_from_locked(nixl_agent_t *agent, const char *pe
 /* etcd channel (md_etcd.c): stops its thread, revokes the lease; agent lock not held. */
 void nixl_md_etcd_shutdown(nixl_agent_t *agent);
 
+/* NIXL's path mode (file_path.c): a FILE descriptor whose meta is
+ * "ro|rw[,direct|sync|noatime|create]*:path" names the file the core opens
+ * at registration.  0: not path mode; 1: *out filled; -1: meant as path
+ * mode but malformed (logged with what and descriptor i). */
+typedef struct nixl_file_path {
+    char path[4096];
+    int flags; /* open(2) flags */
+} nixl_file_path_t;
+int nixl_file_path_parse(const uint8_t *meta, size_t len, nixl_file_path_t *out, const char *what, size_t i);
+
 /* Validation of a descriptor list handed to the API. */
 nixl_status_t nixl_dlist_check(const nixl_dlist_t *dl, const char *what);
 /* A FILE list as the core keys it (nixl/backend.h, nixl_file_key): a copy
  * in *tmp (free it), out pointing at it; other lists pass through (*tmp
- * NULL).  reg: a registration (len 0 = to the end, the fd must be open).
- * Checks fd and offset bounds, logged with what. */
+ * NULL).  reg: a registration or deregistration (len 0 = to the end);
+ * NIXL_KEYS_OPEN_FD in reg: the fd of a descriptor not in path mode must
+ * be open (registration).  Checks fd and offset bounds, logged with what. */
+#define NIXL_KEYS_OPEN_FD 2
 nixl_status_t nixl_dlist_file_keys(const nixl_dlist_t *in, int reg, const char *what, nixl_dlist_t *out,
                                    nixl_desc_t **tmp);
 

@@ -440,13 +440,20 @@ NIXL_API nixl_status_t nixl_backend_describe(nixl_backend_t *backend, char *buf,
 
 /* ---- nixl_mem_query ---- */
 
-/* One FILE descriptor: a path in meta, else the fd in dev_id. */
-static void mem_query_file(const nixl_desc_t *d, nixl_mem_info_t *out)
+/* One FILE descriptor: a path in meta (path mode's "rw:<path>" too), else
+ * the fd in dev_id. */
+static void mem_query_file(const nixl_desc_t *d, size_t i, nixl_mem_info_t *out)
 {
     struct stat st;
     int rc;
     *out = (nixl_mem_info_t){0};
-    if (d->meta_len) {
+    nixl_file_path_t fp;
+    int pm = nixl_file_path_parse(d->meta, d->meta_len, &fp, "memory query", i);
+    if (pm < 0)
+        return;
+    if (pm > 0) {
+        rc = stat(fp.path, &st);
+    } else if (d->meta_len) {
         char path[4096];
         size_t n = d->meta_len < sizeof(path) - 1 ? d->meta_len : 0;
         if (n == 0 || memchr(d->meta, 0, n))
@@ -493,6 +500,6 @@ NIXL_API nixl_status_t nixl_mem_query(nixl_agent_t *agent, const nixl_dlist_t *d
     if (st != NIXL_OK)
         return st;
     for (size_t i = 0; i < dlist->count; i++)
-        mem_query_file(&dlist->descs[i], &out[i]);
+        mem_query_file(&dlist->descs[i], i, &out[i]);
     return NIXL_OK;
 }

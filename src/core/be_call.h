@@ -72,7 +72,11 @@ static inline void *be_region_ctx(const nixl_region_t *r)
 
 static inline nixl_status_t be_reg(nixl_backend_t *b, const nixl_region_t *r, void **md_out)
 {
-    nixl_be_region_t br = {.mem_type = r->mem_type, .dev_id = r->dev_id, .addr = r->addr, .len = r->len,
+    /* FILE: the fd (a path-mode region's own); dev_id names the file in keys. */
+    nixl_be_region_t br = {.mem_type = r->mem_type,
+                           .dev_id = r->mem_type == NIXL_MEM_FILE ? (uint32_t)r->fd : r->dev_id,
+                           .addr = r->addr,
+                           .len = r->len,
                            .cuda = r->cuda};
     nixl_be_ctx_scope_t s = be_ctx_enter(be_region_ctx(r));
     nixl_status_t st = nixl_unlikely(b->fault) ? nixl_fault_reg(b, &br, md_out) : BE_OP(b, reg, &br, md_out);

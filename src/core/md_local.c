@@ -120,7 +120,7 @@ static nixl_status_t md_build_locked(nixl_agent_t *a, const md_select_t *s, void
                     const nixl_region_t *r = a->regs[t].v[i];
                     nixl_md_region_t *mr = &m->regions[j++];
                     mr->mem_type = r->mem_type;
-                    mr->dev_id = r->dev_id;
+                    mr->dev_id = r->mem_type == NIXL_MEM_FILE ? (uint32_t)r->fd : r->dev_id;
                     mr->addr = r->addr;
                     mr->len = r->len;
                     len = pass ? arena_len - off : 0;

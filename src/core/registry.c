@@ -15,9 +15,11 @@
  * refused while an in-flight request uses them.  It bumps reg_epoch so
  * requests made earlier re-resolve their descriptors before the next post.
  */
+#include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/agent.h"
 #include "core/be_call.h"
@@ -63,8 +65,25 @@ nixl_status_t nixl_dlist_file_keys(const nixl_dlist_t *in, int reg, const char *
     for (size_t i = 0; i < in->count; i++) {
         d[i] = in->descs[i];
         uint64_t off = d[i].addr, len = d[i].len;
-        if (d[i].dev_id > NIXL_FILE_FD_MAX || (reg && fcntl((int)d[i].dev_id, F_GETFD) < 0)) {
-            NIXL_ERROR("%s: FILE descriptor %zu: fd %u is not an open file descriptor", what, i, d[i].dev_id);
+        int path_mode = 0;
+        if (reg & NIXL_KEYS_OPEN_FD) {
+            nixl_file_path_t fp;
+            path_mode = nixl_file_path_parse(d[i].meta, d[i].meta_len, &fp, what, i);
+            if (path_mode < 0) {
+                free(d);
+                return NIXL_ERR_INVALID_PARAM;
+            }
+        }
+        if (d[i].dev_id > NIXL_FILE_FD_MAX) {
+            NIXL_ERROR("%s: FILE descriptor %zu: %s %u is above %u", what, i, path_mode ? "file id" : "fd",
+                       d[i].dev_id, NIXL_FILE_FD_MAX);
+            free(d);
+            return NIXL_ERR_INVALID_PARAM;
+        }
+        if ((reg & NIXL_KEYS_OPEN_FD) && !path_mode && fcntl((int)d[i].dev_id, F_GETFD) < 0) {
+            NIXL_ERROR("%s: FILE descriptor %zu: fd %u is not an open file descriptor (or give meta "
+                       "\"rw:<path>\" for the library to open the file)",
+                       what, i, d[i].dev_id);
             free(d);
             return NIXL_ERR_INVALID_PARAM;
         }
@@ -115,8 +134,60 @@ static int index_overlaps(const nixl_region_index_t *idx, uint64_t addr, uint64_
 
 static void region_free(nixl_region_t *r)
 {
+    if (r->fd_owned)
+        close(r->fd);
     free(r->meta);
     free(r);
+}
+
+/* Path mode: open the file meta names (validated by nixl_dlist_file_keys)
+ * for region r; the region owns the fd. */
+static nixl_status_t region_open_path(nixl_region_t *r, const nixl_desc_t *d, size_t i)
+{
+    nixl_file_path_t fp;
+    if (nixl_file_path_parse(d->meta, d->meta_len, &fp, "register", i) != 1)
+        return NIXL_OK;
+    int fd = open(fp.path, fp.flags | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        NIXL_ERROR("register: FILE descriptor %zu (file id %u): open(\"%s\"): %s", i, d->dev_id, fp.path,
+                   strerror(errno));
+        return NIXL_ERR_INVALID_PARAM;
+    }
+    r->fd = fd;
+    r->fd_owned = 1;
+    return NIXL_OK;
+}
+
+/* NIXL's rule: a file registered in path mode has a file id of its own;
+ * no other registration (of the batch or before) uses it.  So where a
+ * path-mode region is, it is the only one of its id, and one look at the
+ * first region of an id says whether the id is free, used, or a path's.
+ * batch: sorted by address (regions of one id are neighbours). */
+static nixl_status_t file_ids_check(const nixl_region_index_t *idx, nixl_region_t *const *batch, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const nixl_region_t *r = batch[i];
+        const uint64_t lo = nixl_file_key(r->dev_id, 0), hi = lo + NIXL_FILE_OFFSET_END;
+        size_t a = 0, b = idx->n;
+        while (a < b) {
+            size_t mid = (a + b) / 2;
+            if (idx->v[mid]->addr + idx->v[mid]->len <= lo)
+                a = mid + 1;
+            else
+                b = mid;
+        }
+        int before = a < idx->n && idx->v[a]->addr < hi;
+        int clash = before && (r->fd_owned || idx->v[a]->fd_owned);
+        for (size_t j = i ? i - 1 : 1; !clash && j <= i + 1 && j < n; j += 2)
+            clash = batch[j]->dev_id == r->dev_id && (r->fd_owned || batch[j]->fd_owned);
+        if (clash) {
+            NIXL_ERROR("register: file id %u is already in use: a file registered by path (meta \"rw:<path>\") "
+                       "needs a dev_id no other FILE registration uses",
+                       r->dev_id);
+            return NIXL_ERR_INVALID_PARAM;
+        }
+    }
+    return NIXL_OK;
 }
 
 /* The context rule (a backend touches VRAM only with the memory's own
@@ -372,7 +443,7 @@ NIXL_API nixl_status_t nixl_mem_register(nixl_agent_t *agent, const nixl_dlist_t
         return NIXL_ERR_NULL;
     nixl_dlist_t k;
     nixl_desc_t *tmp;
-    nixl_status_t st = nixl_dlist_file_keys(dl, 1, "register", &k, &tmp);
+    nixl_status_t st = nixl_dlist_file_keys(dl, 1 | NIXL_KEYS_OPEN_FD, "register", &k, &tmp);
     if (st == NIXL_OK)
         st = mem_register_keyed(agent, &k, opt);
     free(tmp);
@@ -414,6 +485,14 @@ static nixl_status_t mem_register_keyed(nixl_agent_t *agent, const nixl_dlist_t 
         r->dev_id = dl->mem_type == NIXL_MEM_DRAM ? 0 : d->dev_id;
         r->addr = d->addr;
         r->len = d->len;
+        r->fd = dl->mem_type == NIXL_MEM_FILE ? (int)d->dev_id : -1;
+        if (dl->mem_type == NIXL_MEM_FILE) {
+            st = region_open_path(r, d, made);
+            if (st != NIXL_OK) {
+                made++;
+                goto err_free;
+            }
+        }
         if (dl->mem_type == NIXL_MEM_VRAM) {
             st = region_classify_vram(r, made);
             if (st != NIXL_OK) {
@@ -460,6 +539,8 @@ static nixl_status_t mem_register_keyed(nixl_agent_t *agent, const nixl_dlist_t 
     uint32_t mask;
     st = reg_targets(agent, dl->mem_type, opt, &mask);
     if (st != NIXL_OK)
+        goto err_unlock;
+    if (dl->mem_type == NIXL_MEM_FILE && (st = file_ids_check(idx, batch, dl->count)) != NIXL_OK)
         goto err_unlock;
     for (size_t i = 0; i < dl->count; i++) {
         if (index_overlaps(idx, batch[i]->addr, batch[i]->len)) {
