@@ -363,6 +363,14 @@ typedef struct nixl_backend_ops {
      * that is the same backend and no fallback.  Any other error fails the
      * request.  Must set the header's path, as xfer_prepare does. */
     nixl_status_t (*xfer_prepare_indexed)(void *be, const nixl_be_xfer_indexed_t *xfer, nixl_be_req_t **req_out);
+    /* OPTIONAL (NULL: the backend cannot tell).  Whether the loaded peer's
+     * process is alive as this backend sees it: 1 it answered recently (a
+     * connection up and heard from within a few heartbeats), 0 it is gone
+     * (it said goodbye, or fell silent past the peer timeout), -1 no
+     * connection to judge by.  Must not block.  The core asks it of a peer
+     * whose process it cannot look at itself (another host or pid
+     * namespace) before it lets another instance take that peer's name. */
+    int (*peer_alive)(void *be, void *peer);
 } nixl_backend_ops_t;
 
 /* Whether ops (of struct_size bytes) has member m: members appended after

@@ -139,6 +139,15 @@ static inline nixl_status_t be_peer_connect(nixl_backend_t *b, void *peer)
     return BE_OP(b, peer_connect, peer);
 }
 
+/* No peer_alive op: the backend cannot tell (-1). */
+static inline int be_peer_alive(nixl_backend_t *b, void *peer)
+{
+    if (!peer || !BE_HAS(b, peer_alive))
+        return -1;
+    int v = BE_OP(b, peer_alive, peer);
+    return v == 0 || v == 1 ? v : -1;
+}
+
 static inline void be_peer_unload(nixl_backend_t *b, void *peer)
 {
     BE_OP(b, peer_unload, peer);

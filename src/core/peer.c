@@ -664,13 +664,35 @@ out:
     return st;
 }
 
-/* Whether the process of a loaded same-host peer still runs: 1 yes, 0 no,
- * -1 unknown (another host or pid namespace, no start time to check, or
- * this very process, where an agent may be made again under its name and
+/* A peer whose process we cannot look at (another host or pid
+ * namespace): alive if a backend that reaches it heard from it recently
+ * (peer_alive), gone if one knows it gone and none heard it; else -1. */
+static int inc_backends_alive(const nixl_peer_inc_t *inc)
+{
+    int verdict = -1;
+    for (int b = 0; b < NIXL_AGENT_MAX_BACKENDS; b++) {
+        const nixl_peer_backend_t *bk = &inc->bk[b];
+        int v = bk->backend ? be_peer_alive(bk->backend, bk->peer) : -1;
+        if (v == 1)
+            return 1;
+        if (v == 0)
+            verdict = 0;
+    }
+    return verdict;
+}
+
+/* Whether the process of a loaded peer still runs: 1 yes, 0 no, -1
+ * unknown.  A same-host peer in our pid namespace: by its pid and start
+ * time.  Another host or pid namespace: as its backends see it.  This very
+ * process: unknown (an agent may be made again under its name, and
  * whatever sends is already inside). */
 static int inc_process_alive(const nixl_peer_inc_t *inc)
 {
-    if (inc->loc.same_process || !inc->loc.same_pidns || !inc->loc.start_time || !inc->loc.pid)
+    if (inc->loc.same_process)
+        return -1;
+    if (!inc->loc.same_pidns)
+        return inc_backends_alive(inc);
+    if (!inc->loc.start_time || !inc->loc.pid)
         return -1;
     uint64_t t = 0;
     if (nixl_proc_start_time(inc->loc.pid, &t) != 0 || t != inc->loc.start_time)
@@ -706,9 +728,10 @@ static nixl_status_t takeover_check(nixl_agent_t *a, const nixl_md_t *md, const 
     if (old && (old->instance_id != md->instance_id || !nixl_host_id_same(&old->host, &md->host)) &&
         inc_process_alive(p->cur) == 1) {
         NIXL_WARN("agent %s: refused metadata from %s under the name of peer %s: it is another instance (pid "
-                  "%u, was %u) while the known one still runs; set NIXL_MD_SECRET_FILE to authenticate peers "
+                  "%u, was %u) while the known one still runs (%s); set NIXL_MD_SECRET_FILE to authenticate peers "
                   "(docs/trust.md)",
-                  a->name, *from ? from : "?", md->name, md->pid, old->pid);
+                  a->name, *from ? from : "?", md->name, md->pid, old->pid,
+                  p->cur->loc.same_pidns ? "its process is there" : "a backend heard from it just now");
         return NIXL_ERR_NAME_TAKEN;
     }
     return NIXL_OK;

@@ -283,6 +283,30 @@ nixl_status_t lf_peer_connect(void *bev, void *peer)
     return st;
 }
 
+/* The core's question before it lets another instance take this peer's
+ * name (peer_alive): heard from within three heartbeats (a live peer's
+ * progress sends one whenever it has sent us nothing for heartbeat_ms),
+ * so a crashed process stops counting as alive well before the peer
+ * timeout, and one that said goodbye at once. */
+int lf_peer_alive(void *bev, void *peer)
+{
+    lf_be_t *be = bev;
+    lf_conn_t *c = peer;
+    if (!c)
+        return -1;
+    uint64_t win = 3 * be->hb_ns < be->timeout_ns ? 3 * be->hb_ns : be->timeout_ns;
+    pthread_mutex_lock(&be->lock);
+    int v = -1;
+    if (c->state == LF_CONN_DOWN && (c->closed || c->down_status == NIXL_ERR_PEER_GONE))
+        v = 0;
+    else if (c->state == LF_CONN_UP && c->closed)
+        v = 0;
+    else if (c->state == LF_CONN_UP && nixl_now_ns() - c->last_rx_ns < win)
+        v = 1;
+    pthread_mutex_unlock(&be->lock);
+    return v;
+}
+
 static void lf_conn_free(lf_conn_t *c)
 {
     lf_conn_rx_reset(c);

@@ -450,6 +450,7 @@ nixl_status_t lf_conn_pack(void *be, void *buf, size_t *len);
 nixl_status_t lf_peer_open(void *be, const nixl_be_peer_t *peer, const void *conn, size_t conn_len, void **peer_out);
 void lf_peer_unload(void *be, void *peer);
 nixl_status_t lf_peer_connect(void *be, void *peer);
+int lf_peer_alive(void *be, void *peer);
 /* Parsed connection info (exposed for tests). */
 typedef struct lf_conn_info {
     uint64_t inst;

@@ -553,6 +553,7 @@ static const nixl_backend_ops_t lf_ops = {
     .peer_open = lf_peer_open,
     .peer_unload = lf_peer_unload,
     .peer_connect = lf_peer_connect,
+    .peer_alive = lf_peer_alive,
     .rkey_load = lf_rkey_load,
     .rkey_unload = lf_rkey_unload,
     .xfer_prepare = lf_xfer_prepare,
