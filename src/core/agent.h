@@ -306,6 +306,9 @@ static inline void nixl_agent_unlock(nixl_agent_t *a)
 nixl_status_t nixl_agent_progress_locked(nixl_agent_t *agent);
 /* Metadata calls with the agent lock held (used by the listener too). */
 nixl_status_t nixl_md_get_local_locked(nixl_agent_t *agent, void **blob_out, size_t *len_out);
+/* The same with the agent's FILE regions, which peers never get: its view of
+ * itself (loopback, nixl_peer_self). */
+nixl_status_t nixl_md_get_self_locked(nixl_agent_t *agent, void **blob_out, size_t *len_out);
 /* A partial blob (md_local.c): the regions holding dlist's descriptors for
  * the backends of opt (all when none), with connection info when flags has
  * NIXL_MD_PARTIAL_CONN_INFO or dlist is empty.  what names the caller in
