@@ -335,8 +335,12 @@ void nixl_md_etcd_shutdown(nixl_agent_t *agent);
 nixl_status_t nixl_dlist_check(const nixl_dlist_t *dl, const char *what);
 /* A FILE list as the core keys it (nixl/backend.h, nixl_file_key): a copy
  * in *tmp (free it), out pointing at it; other lists pass through (*tmp
- * NULL).  reg: a registration (len 0 = to the end, the fd must be open).
- * Checks fd and offset bounds, logged with what. */
+ * NULL).  reg: NIXL_FILE_KEYS_XFER (a transfer or prepared list),
+ * NIXL_FILE_KEYS_REG (a registration: len 0 = to the end, the fd must be
+ * open), NIXL_FILE_KEYS_DEREG (len 0 = to the end; the fd may be closed
+ * already, so that such a registration can still be removed).  Checks fd
+ * and offset bounds, logged with what. */
+enum { NIXL_FILE_KEYS_XFER = 0, NIXL_FILE_KEYS_REG = 1, NIXL_FILE_KEYS_DEREG = 2 };
 nixl_status_t nixl_dlist_file_keys(const nixl_dlist_t *in, int reg, const char *what, nixl_dlist_t *out,
                                    nixl_desc_t **tmp);
 

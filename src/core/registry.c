@@ -63,7 +63,7 @@ nixl_status_t nixl_dlist_file_keys(const nixl_dlist_t *in, int reg, const char *
     for (size_t i = 0; i < in->count; i++) {
         d[i] = in->descs[i];
         uint64_t off = d[i].addr, len = d[i].len;
-        if (d[i].dev_id > NIXL_FILE_FD_MAX || (reg && fcntl((int)d[i].dev_id, F_GETFD) < 0)) {
+        if (d[i].dev_id > NIXL_FILE_FD_MAX || (reg == NIXL_FILE_KEYS_REG && fcntl((int)d[i].dev_id, F_GETFD) < 0)) {
             NIXL_ERROR("%s: FILE descriptor %zu: fd %u is not an open file descriptor", what, i, d[i].dev_id);
             free(d);
             return NIXL_ERR_INVALID_PARAM;
@@ -372,7 +372,7 @@ NIXL_API nixl_status_t nixl_mem_register(nixl_agent_t *agent, const nixl_dlist_t
         return NIXL_ERR_NULL;
     nixl_dlist_t k;
     nixl_desc_t *tmp;
-    nixl_status_t st = nixl_dlist_file_keys(dl, 1, "register", &k, &tmp);
+    nixl_status_t st = nixl_dlist_file_keys(dl, NIXL_FILE_KEYS_REG, "register", &k, &tmp);
     if (st == NIXL_OK)
         st = mem_register_keyed(agent, &k, opt);
     free(tmp);
@@ -516,7 +516,7 @@ NIXL_API nixl_status_t nixl_mem_deregister(nixl_agent_t *agent, const nixl_dlist
         return NIXL_ERR_NULL;
     nixl_dlist_t k;
     nixl_desc_t *tmp;
-    nixl_status_t st = nixl_dlist_file_keys(dl, 1, "deregister", &k, &tmp);
+    nixl_status_t st = nixl_dlist_file_keys(dl, NIXL_FILE_KEYS_DEREG, "deregister", &k, &tmp);
     if (st == NIXL_OK)
         st = mem_deregister_keyed(agent, &k);
     free(tmp);

@@ -402,7 +402,7 @@ NIXL_API nixl_status_t nixl_prep_create(nixl_agent_t *agent, const char *peer, c
         return NIXL_ERR_NULL;
     nixl_dlist_t k;
     nixl_desc_t *tmp;
-    nixl_status_t st = nixl_dlist_file_keys(dlist, 0, "prepare", &k, &tmp);
+    nixl_status_t st = nixl_dlist_file_keys(dlist, NIXL_FILE_KEYS_XFER, "prepare", &k, &tmp);
     if (st != NIXL_OK)
         return st;
     nixl_agent_lock(agent);
@@ -1510,9 +1510,9 @@ NIXL_API nixl_status_t nixl_xfer_create(nixl_agent_t *agent, nixl_op_t op, const
         return NIXL_ERR_NULL;
     nixl_dlist_t lk, rk;
     nixl_desc_t *ltmp = NULL, *rtmp = NULL;
-    nixl_status_t st = nixl_dlist_file_keys(local, 0, "transfer (local list)", &lk, &ltmp);
+    nixl_status_t st = nixl_dlist_file_keys(local, NIXL_FILE_KEYS_XFER, "transfer (local list)", &lk, &ltmp);
     if (st == NIXL_OK)
-        st = nixl_dlist_file_keys(remote, 0, "transfer (remote list)", &rk, &rtmp);
+        st = nixl_dlist_file_keys(remote, NIXL_FILE_KEYS_XFER, "transfer (remote list)", &rk, &rtmp);
     if (st == NIXL_OK)
         st = xfer_create_keyed(agent, op, &lk, &rk, peer, opt, xfer_out);
     free(ltmp);

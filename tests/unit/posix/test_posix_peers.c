@@ -21,37 +21,7 @@
 #include "nixl/backend.h"
 
 #include "../../common/test_check.h"
-
-/* ---- what the library logs meanwhile (stderr to a file) ---- */
-
-static struct {
-    int saved_fd, file_fd;
-    char text[16384];
-} cap;
-
-static void capture_begin(void)
-{
-    char path[] = "/var/tmp/nixl-posix-log-XXXXXX";
-    int fd = mkstemp(path);
-    CHECK(fd >= 0);
-    unlink(path);
-    fflush(stderr);
-    cap.saved_fd = dup(STDERR_FILENO);
-    dup2(fd, STDERR_FILENO);
-    cap.file_fd = fd;
-}
-
-static const char *capture_end(void)
-{
-    fflush(stderr);
-    dup2(cap.saved_fd, STDERR_FILENO);
-    close(cap.saved_fd);
-    ssize_t n = pread(cap.file_fd, cap.text, sizeof(cap.text) - 1, 0);
-    cap.text[n > 0 ? n : 0] = '\0';
-    close(cap.file_fd);
-    fputs(cap.text, stderr); /* still shown in the test's log */
-    return cap.text;
-}
+#include "../../common/test_capture.h"
 
 /* ---- helpers ---- */
 
