@@ -350,8 +350,9 @@ NIXL_API nixl_status_t nixl_md_connect(nixl_agent_t *agent, const char *peer, co
  * is malloc'd (nixl_free).  Errors: NIXL_ERR_NULL, NIXL_ERR_INVALID_PARAM
  * (memory type, unknown flag bits), NIXL_ERR_UNKNOWN_BACKEND (a backend of
  * another agent), NIXL_ERR_MEM_TYPE (no chosen backend publishes that
- * memory type), NIXL_ERR_ZERO_LENGTH, NIXL_ERR_NOT_REGISTERED (a
- * descriptor outside every registration of the chosen backends). */
+ * memory type; FILE regions are never published), NIXL_ERR_ZERO_LENGTH,
+ * NIXL_ERR_NOT_REGISTERED (a descriptor outside every registration of the
+ * chosen backends). */
 enum {
     NIXL_MD_PARTIAL_CONN_INFO = 1u << 0, /* include the backends' connection info */
 };
@@ -437,7 +438,10 @@ typedef enum {
  * release requests of one agent at once, and one request may be polled from
  * several threads; releasing it ends every thread's use of it. */
 /* One-shot: both lists of equal length; descriptor i of local pairs with
- * descriptor i of remote.  Runs contiguous on both sides are merged. */
+ * descriptor i of remote.  Runs contiguous on both sides are merged.
+ * FILE memory on either side needs peer = the agent's own name (files are
+ * local: NIXL_ERR_MEM_TYPE with any other peer, as in nixl_prep_create and
+ * nixl_xfer_make). */
 NIXL_API nixl_status_t nixl_xfer_create(nixl_agent_t *agent, nixl_op_t op, const nixl_dlist_t *local,
                                         const nixl_dlist_t *remote, const char *peer, const nixl_opt_args_t *opt,
                                         nixl_xfer_t **xfer_out);

@@ -310,6 +310,9 @@ static inline void nixl_agent_unlock(nixl_agent_t *a)
 nixl_status_t nixl_agent_progress_locked(nixl_agent_t *agent);
 /* Metadata calls with the agent lock held (used by the listener too). */
 nixl_status_t nixl_md_get_local_locked(nixl_agent_t *agent, void **blob_out, size_t *len_out);
+/* The same with the agent's FILE regions, which peers never get: its view of
+ * itself (loopback, nixl_peer_self). */
+nixl_status_t nixl_md_get_self_locked(nixl_agent_t *agent, void **blob_out, size_t *len_out);
 /* A partial blob (md_local.c): the regions holding dlist's descriptors for
  * the backends of opt (all when none), with connection info when flags has
  * NIXL_MD_PARTIAL_CONN_INFO or dlist is empty.  what names the caller in
@@ -346,10 +349,13 @@ int nixl_file_path_parse(const uint8_t *meta, size_t len, nixl_file_path_t *out,
 nixl_status_t nixl_dlist_check(const nixl_dlist_t *dl, const char *what);
 /* A FILE list as the core keys it (nixl/backend.h, nixl_file_key): a copy
  * in *tmp (free it), out pointing at it; other lists pass through (*tmp
- * NULL).  reg: a registration or deregistration (len 0 = to the end);
- * NIXL_KEYS_OPEN_FD in reg: the fd of a descriptor not in path mode must
- * be open (registration).  Checks fd and offset bounds, logged with what. */
-#define NIXL_KEYS_OPEN_FD 2
+ * NULL).  reg: NIXL_FILE_KEYS_XFER (a transfer or prepared list),
+ * NIXL_FILE_KEYS_REG (a registration: len 0 = to the end, the fd must be
+ * open unless meta is in path mode, whose form is checked here),
+ * NIXL_FILE_KEYS_DEREG (len 0 = to the end; the fd may be closed already,
+ * so that such a registration can still be removed).  Checks fd and
+ * offset bounds, logged with what. */
+enum { NIXL_FILE_KEYS_XFER = 0, NIXL_FILE_KEYS_REG = 1, NIXL_FILE_KEYS_DEREG = 2 };
 nixl_status_t nixl_dlist_file_keys(const nixl_dlist_t *in, int reg, const char *what, nixl_dlist_t *out,
                                    nixl_desc_t **tmp);
 

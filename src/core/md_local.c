@@ -14,6 +14,9 @@
  * must not change while their keys are packed.  Local-only memory types
  * (a backend's local_mem_types) are registered but never published, so a
  * region appears only for the backends whose published types include it.
+ * FILE regions are never published either: files are the agent's own (a
+ * storage request names the agent itself), so only the agent's view of
+ * itself (nixl_md_get_self_locked, loopback) carries them.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +33,7 @@ typedef struct md_select {
     int partial;         /* write a PARTIAL section */
     int conn;            /* carry each backend's connection info */
     int skip_empty;      /* leave out a backend that has no region to show */
+    int files;           /* show FILE regions: only the agent's view of itself */
     nixl_mem_t mem;      /* with keep: the one memory type shown */
     const uint8_t *keep; /* NULL: every region; else one flag per index of regs[mem] */
 } md_select_t;
@@ -38,6 +42,8 @@ static int region_selected(const nixl_agent_t *a, const md_select_t *s, const ni
 {
     const nixl_region_t *r = a->regs[t].v[i];
     if (!(r->backend_mask & (1u << be->index)) || !(be_mem_types(be) & NIXL_MEM_BIT(t)))
+        return 0;
+    if (t == NIXL_MEM_FILE && !s->files)
         return 0;
     return !s->keep || ((nixl_mem_t)t == s->mem && s->keep[i]);
 }
@@ -158,6 +164,14 @@ nixl_status_t nixl_md_get_local_locked(nixl_agent_t *a, void **blob_out, size_t 
     return md_build_locked(a, &s, blob_out, len_out);
 }
 
+nixl_status_t nixl_md_get_self_locked(nixl_agent_t *a, void **blob_out, size_t *len_out)
+{
+    md_select_t s = {.conn = 1, .files = 1};
+    for (int b = 0; b < a->num_backends; b++)
+        s.backends |= 1u << b;
+    return md_build_locked(a, &s, blob_out, len_out);
+}
+
 NIXL_API nixl_status_t nixl_md_get_local(nixl_agent_t *agent, void **blob_out, size_t *len_out)
 {
     if (!agent || !blob_out || !len_out)
@@ -272,6 +286,12 @@ nixl_status_t nixl_md_get_local_partial_locked(nixl_agent_t *a, const nixl_dlist
         NIXL_ERROR("agent %s: %s: unknown flag bits 0x%x", a->name, what,
                    (unsigned)(flags & ~(uint32_t)NIXL_MD_PARTIAL_CONN_INFO));
         return NIXL_ERR_INVALID_PARAM;
+    }
+    if (dl->mem_type == NIXL_MEM_FILE && dl->count) {
+        NIXL_ERROR("agent %s: %s: FILE regions are never published to peers: files are local (a storage request "
+                   "names the agent itself as its peer)",
+                   a->name, what);
+        return NIXL_ERR_MEM_TYPE;
     }
     md_select_t s = {.partial = 1, .mem = dl->mem_type};
     nixl_status_t st = partial_backends(a, dl, opt, what, &s.backends);

@@ -192,9 +192,18 @@ static nixl_status_t bk_load(const nixl_peer_inc_t *inc, nixl_backend_t *be, con
         st = NIXL_ERR_NO_MEMORY;
         goto err;
     }
-    for (uint32_t i = 0; i < mdb->num_regions; i++)
+    for (uint32_t i = 0; i < mdb->num_regions; i++) {
+        /* Files are local: a peer's FILE regions (published by an older
+         * libnixl, or made up) are not loaded, and no request reaches them
+         * (xfer.c refuses FILE memory with any peer but the agent itself). */
+        if (mdb->regions[i].mem_type == NIXL_MEM_FILE && !inc->loopback) {
+            NIXL_DEBUG("peer %s: backend %s: FILE region %u ignored: files are local", inc->md->name, be_name(be),
+                       i);
+            continue;
+        }
         if ((st = bk_rkey_load(inc->md->name, be, peer, &mdb->regions[i], i, &bk->rmd[i])) != NIXL_OK)
             goto err;
+    }
     return NIXL_OK;
 err:
     bk_unload(bk);
@@ -289,7 +298,7 @@ nixl_peer_t *nixl_peer_self(nixl_agent_t *a, nixl_status_t *st_out)
     size_t len = 0;
     nixl_md_t *md = NULL;
     nixl_peer_inc_t *inc = NULL;
-    nixl_status_t st = nixl_md_get_local_locked(a, &blob, &len);
+    nixl_status_t st = nixl_md_get_self_locked(a, &blob, &len);
     if (st == NIXL_OK && (st = blob_decode_copy(blob, len, &copy, &md)) == NIXL_OK)
         st = inc_from_md(a, copy, md, 1, &inc);
     free(blob);
@@ -532,6 +541,8 @@ static nixl_status_t inc_extend(nixl_agent_t *a, nixl_peer_inc_t *inc, void *blo
         }
         for (uint32_t i = 0; i < mb->num_regions && st == NIXL_OK; i++) {
             const nixl_md_region_t *r = &mb->regions[i];
+            if (r->mem_type == NIXL_MEM_FILE)
+                continue; /* files are local: never loaded from a peer (bk_load) */
             long j = nixl_peer_region_find(bk, r->mem_type, r->addr, r->len);
             if (j >= 0 && region_same(&bk->mdb->regions[j], r)) {
                 grown[b].rmd[i] = bk->rmd[j];

@@ -66,7 +66,7 @@ nixl_status_t nixl_dlist_file_keys(const nixl_dlist_t *in, int reg, const char *
         d[i] = in->descs[i];
         uint64_t off = d[i].addr, len = d[i].len;
         int path_mode = 0;
-        if (reg & NIXL_KEYS_OPEN_FD) {
+        if (reg == NIXL_FILE_KEYS_REG) {
             nixl_file_path_t fp;
             path_mode = nixl_file_path_parse(d[i].meta, d[i].meta_len, &fp, what, i);
             if (path_mode < 0) {
@@ -80,7 +80,7 @@ nixl_status_t nixl_dlist_file_keys(const nixl_dlist_t *in, int reg, const char *
             free(d);
             return NIXL_ERR_INVALID_PARAM;
         }
-        if ((reg & NIXL_KEYS_OPEN_FD) && !path_mode && fcntl((int)d[i].dev_id, F_GETFD) < 0) {
+        if (reg == NIXL_FILE_KEYS_REG && !path_mode && fcntl((int)d[i].dev_id, F_GETFD) < 0) {
             NIXL_ERROR("%s: FILE descriptor %zu: fd %u is not an open file descriptor (or give meta "
                        "\"rw:<path>\" for the library to open the file)",
                        what, i, d[i].dev_id);
@@ -443,7 +443,7 @@ NIXL_API nixl_status_t nixl_mem_register(nixl_agent_t *agent, const nixl_dlist_t
         return NIXL_ERR_NULL;
     nixl_dlist_t k;
     nixl_desc_t *tmp;
-    nixl_status_t st = nixl_dlist_file_keys(dl, 1 | NIXL_KEYS_OPEN_FD, "register", &k, &tmp);
+    nixl_status_t st = nixl_dlist_file_keys(dl, NIXL_FILE_KEYS_REG, "register", &k, &tmp);
     if (st == NIXL_OK)
         st = mem_register_keyed(agent, &k, opt);
     free(tmp);
@@ -597,7 +597,7 @@ NIXL_API nixl_status_t nixl_mem_deregister(nixl_agent_t *agent, const nixl_dlist
         return NIXL_ERR_NULL;
     nixl_dlist_t k;
     nixl_desc_t *tmp;
-    nixl_status_t st = nixl_dlist_file_keys(dl, 1, "deregister", &k, &tmp);
+    nixl_status_t st = nixl_dlist_file_keys(dl, NIXL_FILE_KEYS_DEREG, "deregister", &k, &tmp);
     if (st == NIXL_OK)
         st = mem_deregister_keyed(agent, &k);
     free(tmp);

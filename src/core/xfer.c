@@ -325,9 +325,26 @@ static nixl_peer_t *peer_resolve_locked(nixl_agent_t *a, const char *name, nixl_
     return peer;
 }
 
+/* Files are the agent's own: FILE memory on either side of a request (or
+ * in a remote list) that names another agent is refused, whatever that
+ * agent's blob says (peers are never sent FILE regions, md_local.c, nor
+ * load them, peer.c).  A storage request names the agent itself. */
+static nixl_status_t files_are_local(const nixl_agent_t *a, const char *what, const char *peer, nixl_mem_t lmem,
+                                     nixl_mem_t rmem)
+{
+    if (lmem != NIXL_MEM_FILE && rmem != NIXL_MEM_FILE)
+        return NIXL_OK;
+    NIXL_ERROR("agent %s: %s: FILE memory with peer '%s': files are local; a storage request names the agent itself "
+               "('%s') as its peer",
+               a->name, what, peer, a->name);
+    return NIXL_ERR_MEM_TYPE;
+}
+
 static nixl_status_t prep_create_locked(nixl_agent_t *a, const char *peer, const nixl_dlist_t *dl,
                                         const nixl_opt_args_t *opt, struct nixl_buf *borrow, nixl_prep_t **out)
 {
+    if (peer && strcmp(peer, a->name) != 0 && dl->mem_type == NIXL_MEM_FILE)
+        return files_are_local(a, "prepare", peer, NIXL_MEM_DRAM, dl->mem_type);
     nixl_prep_t *p = calloc(1, sizeof(*p));
     if (!p)
         return NIXL_ERR_NO_MEMORY;
@@ -385,7 +402,7 @@ NIXL_API nixl_status_t nixl_prep_create(nixl_agent_t *agent, const char *peer, c
         return NIXL_ERR_NULL;
     nixl_dlist_t k;
     nixl_desc_t *tmp;
-    nixl_status_t st = nixl_dlist_file_keys(dlist, 0, "prepare", &k, &tmp);
+    nixl_status_t st = nixl_dlist_file_keys(dlist, NIXL_FILE_KEYS_XFER, "prepare", &k, &tmp);
     if (st != NIXL_OK)
         return st;
     nixl_agent_lock(agent);
@@ -687,6 +704,8 @@ static nixl_status_t xfer_make_locked(nixl_agent_t *a, nixl_op_t op, nixl_prep_t
         NIXL_ERROR("agent %s: make: peer %s was %s since the remote list was prepared", a->name, rp->peer->name,
                    rp->peer->cur ? "reloaded" : "invalidated");
         return rp->peer->cur ? NIXL_ERR_STALE : NIXL_ERR_PEER_INVALIDATED;
+    } else if (lp->mem == NIXL_MEM_FILE || rp->mem == NIXL_MEM_FILE) {
+        return files_are_local(a, "make", rp->peer->name, lp->mem, rp->mem);
     }
     if (lp->reg_epoch != a->reg_epoch) {
         nixl_status_t st = prep_resolve_local(lp, NULL);
@@ -1558,9 +1577,9 @@ NIXL_API nixl_status_t nixl_xfer_create(nixl_agent_t *agent, nixl_op_t op, const
         return NIXL_ERR_NULL;
     nixl_dlist_t lk, rk;
     nixl_desc_t *ltmp = NULL, *rtmp = NULL;
-    nixl_status_t st = nixl_dlist_file_keys(local, 0, "transfer (local list)", &lk, &ltmp);
+    nixl_status_t st = nixl_dlist_file_keys(local, NIXL_FILE_KEYS_XFER, "transfer (local list)", &lk, &ltmp);
     if (st == NIXL_OK)
-        st = nixl_dlist_file_keys(remote, 0, "transfer (remote list)", &rk, &rtmp);
+        st = nixl_dlist_file_keys(remote, NIXL_FILE_KEYS_XFER, "transfer (remote list)", &rk, &rtmp);
     if (st == NIXL_OK)
         st = xfer_create_keyed(agent, op, &lk, &rk, peer, opt, xfer_out);
     free(ltmp);
@@ -1582,6 +1601,9 @@ static nixl_status_t xfer_create_keyed(nixl_agent_t *agent, nixl_op_t op, const 
         NIXL_ERROR("agent %s: transfer: op %d is neither READ nor WRITE", agent->name, (int)op);
         return NIXL_ERR_INVALID_PARAM;
     }
+    if (strcmp(peer, agent->name) != 0 && (st = files_are_local(agent, "transfer", peer, local->mem_type,
+                                                                 remote->mem_type)) != NIXL_OK)
+        return st;
     nixl_agent_lock(agent);
     if (strcmp(peer, agent->name) != 0) {
         nixl_peer_t *p = nixl_peer_find(agent, peer);

@@ -28,6 +28,13 @@
  * the log says which piece); nothing is notified (storage requests have
  * no notifications).  Release of a request in flight waits until the
  * kernel is done with its memory.
+ *
+ * What the registration learnt about a file (O_DIRECT, its alignments)
+ * travels in the region's key to the agent's loopback view of itself, so
+ * that view never asks the fd again: a registered fd closed by the
+ * application fails the requests that touch it (EBADF at post), not every
+ * storage request of the agent.  Files are never published to peers (the
+ * core keeps FILE regions out of every blob).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -45,6 +52,7 @@
 #endif
 
 #include "nixl/backend.h"
+#include "nixl/backend_util.h"
 #include "posix.h"
 #ifdef NIXL_HAVE_CUDA_H
 #include "nixl/cuda_api.h"
@@ -211,6 +219,37 @@ static nixl_status_t px_reg(void *bev, const nixl_be_region_t *r, void **md_out)
     return px_region_make(bev, r, md_out);
 }
 
+/* A FILE region's key, read only by the agent itself (files are never
+ * published to peers): what the registration found out about the fd, so
+ * the loopback copy of the region (rkey_load, made again whenever the
+ * registrations change) never asks the fd again.  A registered fd closed
+ * since then fails only the requests that touch it (EBADF at post), not
+ * every storage request of the agent.  "PXF1", flags (bit 0: O_DIRECT),
+ * memory alignment, offset alignment: 16 bytes little-endian. */
+#define PX_RKEY_MAGIC 0x31465850u
+#define PX_RKEY_LEN 16u
+
+static nixl_status_t px_rkey_pack(void *be, void *md, void *buf, size_t *len)
+{
+    (void)be;
+    const px_region_t *g = md;
+    if (!g || !g->file) {
+        *len = 0;
+        return NIXL_OK;
+    }
+    if (!buf || *len < PX_RKEY_LEN) {
+        *len = PX_RKEY_LEN;
+        return buf ? NIXL_ERR_TOO_BIG : NIXL_OK;
+    }
+    uint8_t *p = buf;
+    nixl_put_u32(p, PX_RKEY_MAGIC);
+    nixl_put_u32(p + 4, g->direct ? 1u : 0u);
+    nixl_put_u32(p + 8, g->mem_align);
+    nixl_put_u32(p + 12, g->off_align);
+    *len = PX_RKEY_LEN;
+    return NIXL_OK;
+}
+
 static void px_dereg(void *be, void *md)
 {
     (void)be;
@@ -239,10 +278,28 @@ static void px_peer_unload(void *be, void *peer)
 static nixl_status_t px_rkey_load(void *bev, void *peer, const nixl_be_region_t *region, const void *rkey,
                                   size_t rkey_len, void **rmd_out)
 {
+    px_be_t *be = bev;
     (void)peer;
-    (void)rkey;
-    (void)rkey_len;
-    return px_region_make(bev, region, rmd_out);
+    if (region->mem_type != NIXL_MEM_FILE || rkey_len == 0)
+        return px_region_make(be, region, rmd_out);
+    const uint8_t *p = rkey;
+    uint32_t flags = rkey_len == PX_RKEY_LEN ? nixl_get_u32(p + 4) : 0, ma = 0, oa = 0;
+    if (rkey_len == PX_RKEY_LEN) {
+        ma = nixl_get_u32(p + 8);
+        oa = nixl_get_u32(p + 12);
+    }
+    if (rkey_len != PX_RKEY_LEN || nixl_get_u32(p) != PX_RKEY_MAGIC || (flags & ~1u) || !ma || (ma & (ma - 1)) ||
+        !oa || (oa & (oa - 1))) {
+        PX_ERROR(be, "posix: the key of FILE region fd %u is malformed (%zu bytes)", region->dev_id, rkey_len);
+        return NIXL_ERR_BAD_METADATA;
+    }
+    px_region_t *g = calloc(1, sizeof(*g));
+    if (!g)
+        return NIXL_ERR_NO_MEMORY;
+    *g = (px_region_t){.file = 1, .fd = (int)region->dev_id, .direct = (int)(flags & 1u), .mem_align = ma,
+                       .off_align = oa};
+    *rmd_out = g;
+    return NIXL_OK;
 }
 
 /* ---- requests ---- */
@@ -347,8 +404,9 @@ static nixl_status_t px_eof(px_be_t *be, const px_op_t *op)
 
 static nixl_status_t px_io_error(px_be_t *be, const px_req_t *r, const px_op_t *op, int err)
 {
-    PX_ERROR(be, "posix: %s fd %d [%llu, +%llu): %s", r->write ? "WRITE to" : "READ of", op->fd,
-             (unsigned long long)op->off, (unsigned long long)op->len, strerror(err));
+    PX_ERROR(be, "posix: %s fd %d [%llu, +%llu): %s%s", r->write ? "WRITE to" : "READ of", op->fd,
+             (unsigned long long)op->off, (unsigned long long)op->len, strerror(err),
+             err == EBADF ? " (closed while registered? deregister a file before closing it)" : "");
     return NIXL_ERR_XFER_FAILED;
 }
 
@@ -585,6 +643,7 @@ static const nixl_backend_ops_t px_ops = {
     .dereg = px_dereg,
     .peer_open = px_peer_open,
     .peer_unload = px_peer_unload,
+    .rkey_pack = px_rkey_pack,
     .rkey_load = px_rkey_load,
     .rkey_unload = px_dereg,
     .xfer_prepare = px_prepare,
