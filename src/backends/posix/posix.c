@@ -7,8 +7,14 @@
  * offset, the region's dev_id the fd).  WRITE moves memory to the file,
  * READ the file to memory.
  *
+ * Pieces of one request that follow each other in one file (the file
+ * offset of one is the end of the previous: KV pages laid out in order,
+ * their memory anywhere) are one vectored operation of up to 1,024 pieces
+ * and 1 GiB (readv/writev), so a request of many small pages costs a call
+ * per run of pages, not per page.
+ *
  * Two paths, never swapped silently:
- *   posix.uring  every piece is one io_uring read or write; a post submits
+ *   posix.uring  every operation is one io_uring read or write; a post submits
  *                as many as the ring holds, status reaps completions and
  *                submits the rest (short transfers are resubmitted for
  *                what is left), so many pieces and requests are in flight;
@@ -45,6 +51,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #ifdef NIXL_POSIX_HAVE_URING
@@ -66,6 +73,8 @@
 #define PX_PATH_STAGED "posix.staged" /* a fallback: local VRAM through host memory */
 #define PX_STAGE_BYTES (8u << 20)
 #define PX_DIO_ALIGN_DEFAULT 4096u
+#define PX_OP_IOV_MAX 1024u      /* pieces in one vectored operation (Linux's IOV_MAX) */
+#define PX_OP_BYTES (1ull << 30) /* bytes in one operation (below the kernel's MAX_RW_COUNT) */
 
 typedef struct px_be {
     const nixl_host_services_t *host;
@@ -89,10 +98,16 @@ typedef struct px_region {
 
 struct px_req;
 
+/* One operation: pieces [iov0, iov0 + niov0) of the request, consecutive in
+ * one file from off; iov / niov: what is left of them once done bytes moved
+ * (a window into the request's working copy of its iovecs). */
 typedef struct px_op {
     struct px_req *r;
     int fd;
-    uint64_t mem, off, len, done;
+    uint64_t mem, off, len, done; /* mem: the first piece's address */
+    size_t iov0, niov0;
+    struct iovec *iov;
+    size_t niov;
 } px_op_t;
 
 typedef struct px_req {
@@ -101,6 +116,8 @@ typedef struct px_req {
     int write;
     px_op_t *ops;
     size_t nops;
+    struct iovec *iov_all, *iov_work; /* every piece, as prepared; the copy a post works on */
+    size_t npieces;
     size_t next;      /* next op never submitted */
     px_op_t **redo;   /* short transfers waiting to be submitted again */
     size_t nredo;
@@ -109,6 +126,17 @@ typedef struct px_req {
     nixl_status_t status;
     unsigned char *stage; /* posix.staged: pinned, PX_STAGE_BYTES (cuMemAllocHost in the memory's context) */
 } px_req_t;
+
+static void px_req_free(px_req_t *r)
+{
+    if (!r)
+        return;
+    free(r->ops);
+    free(r->redo);
+    free(r->iov_all);
+    free(r->iov_work);
+    free(r);
+}
 
 static const nixl_param_info_t px_params[] = {
     {"use_uring", "1", "1: io_uring (posix.uring) when the kernel allows it; 0: pread/pwrite in the post (posix.sync)"},
@@ -337,18 +365,16 @@ static nixl_status_t px_prepare(void *bev, const nixl_be_xfer_t *x, nixl_be_req_
     if (r) {
         r->ops = calloc(x->count, sizeof(*r->ops));
         r->redo = calloc(x->count, sizeof(*r->redo));
+        r->iov_all = calloc(x->count, sizeof(*r->iov_all));
+        r->iov_work = calloc(x->count, sizeof(*r->iov_work));
     }
-    if (!r || !r->ops || !r->redo) {
-        if (r) {
-            free(r->ops);
-            free(r->redo);
-        }
-        free(r);
+    if (!r || !r->ops || !r->redo || !r->iov_all || !r->iov_work) {
+        px_req_free(r);
         return NIXL_ERR_NO_MEMORY;
     }
     r->be = be;
     r->write = x->op == NIXL_OP_WRITE;
-    r->nops = x->count;
+    r->npieces = x->count;
     for (size_t i = 0; i < x->count; i++) {
         const nixl_be_iov_t *v = &x->iov[i];
         const px_region_t *f = v->rmd;
@@ -364,7 +390,17 @@ static nixl_status_t px_prepare(void *bev, const nixl_be_xfer_t *x, nixl_be_req_
                      (unsigned long long)v->len);
             goto bad;
         }
-        r->ops[i] = (px_op_t){.r = r, .fd = f->fd, .mem = v->laddr, .off = off, .len = v->len};
+        r->iov_all[i] = (struct iovec){(void *)(uintptr_t)v->laddr, (size_t)v->len};
+        px_op_t *last = r->nops ? &r->ops[r->nops - 1] : NULL;
+        /* Staged pieces go one by one through the staging buffer. */
+        if (!cu && last && last->fd == f->fd && last->off + last->len == off && last->niov0 < PX_OP_IOV_MAX &&
+            last->len + v->len <= PX_OP_BYTES) {
+            last->len += v->len;
+            last->niov0++;
+        } else {
+            r->ops[r->nops++] =
+                (px_op_t){.r = r, .fd = f->fd, .mem = v->laddr, .off = off, .len = v->len, .iov0 = i, .niov0 = 1};
+        }
     }
 #ifdef NIXL_HAVE_CUDA_H
     if (cu) {
@@ -373,9 +409,7 @@ static nixl_status_t px_prepare(void *bev, const nixl_be_xfer_t *x, nixl_be_req_
         if (rc != CUDA_SUCCESS) {
             PX_ERROR(be, "posix: a pinned staging buffer of %u bytes: %s", PX_STAGE_BYTES,
                      be->host->cuda->strerror((int)rc));
-            free(r->ops);
-            free(r->redo);
-            free(r);
+            px_req_free(r);
             return NIXL_ERR_NO_MEMORY;
         }
         r->hdr.path = PX_PATH_STAGED;
@@ -388,10 +422,37 @@ static nixl_status_t px_prepare(void *bev, const nixl_be_xfer_t *x, nixl_be_req_
     *req_out = &r->hdr;
     return NIXL_OK;
 bad:
-    free(r->ops);
-    free(r->redo);
-    free(r);
+    px_req_free(r);
     return NIXL_ERR_INVALID_PARAM;
+}
+
+/* A post starts every operation from its first byte. */
+static void px_req_rewind(px_req_t *r)
+{
+    memcpy(r->iov_work, r->iov_all, r->npieces * sizeof(*r->iov_work));
+    for (size_t i = 0; i < r->nops; i++) {
+        px_op_t *op = &r->ops[i];
+        op->done = 0;
+        op->iov = r->iov_work + op->iov0;
+        op->niov = op->niov0;
+    }
+}
+
+/* n more bytes of op moved: its window starts after them. */
+static void px_op_moved(px_op_t *op, uint64_t n)
+{
+    op->done += n;
+    while (n && op->niov) {
+        if (n >= op->iov->iov_len) {
+            n -= op->iov->iov_len;
+            op->iov++;
+            op->niov--;
+        } else {
+            op->iov->iov_base = (uint8_t *)op->iov->iov_base + n;
+            op->iov->iov_len -= (size_t)n;
+            n = 0;
+        }
+    }
 }
 
 /* One piece finished short of its end: 0 bytes on a READ is the file's end. */
@@ -410,23 +471,27 @@ static nixl_status_t px_io_error(px_be_t *be, const px_req_t *r, const px_op_t *
     return NIXL_ERR_XFER_FAILED;
 }
 
-/* posix.sync: every piece now. */
+/* posix.sync: every operation now. */
 static nixl_status_t px_run_sync(px_be_t *be, px_req_t *r)
 {
+    px_req_rewind(r);
     for (size_t i = 0; i < r->nops; i++) {
         px_op_t *op = &r->ops[i];
-        for (op->done = 0; op->done < op->len;) {
-            void *p = (void *)(uintptr_t)(op->mem + op->done);
-            size_t n = (size_t)(op->len - op->done);
+        while (op->done < op->len) {
             off_t at = (off_t)(op->off + op->done);
-            ssize_t got = r->write ? pwrite(op->fd, p, n, at) : pread(op->fd, p, n, at);
+            ssize_t got;
+            if (op->niov == 1)
+                got = r->write ? pwrite(op->fd, op->iov->iov_base, op->iov->iov_len, at)
+                               : pread(op->fd, op->iov->iov_base, op->iov->iov_len, at);
+            else
+                got = r->write ? pwritev(op->fd, op->iov, (int)op->niov, at) : preadv(op->fd, op->iov, (int)op->niov, at);
             if (got < 0 && errno == EINTR)
                 continue;
             if (got < 0)
                 return px_io_error(be, r, op, errno);
             if (got == 0)
                 return r->write ? px_io_error(be, r, op, EIO) : px_eof(be, op);
-            op->done += (uint64_t)got;
+            px_op_moved(op, (uint64_t)got);
         }
     }
     return NIXL_OK;
@@ -482,12 +547,20 @@ static void px_submit(px_be_t *be, px_req_t *r)
         if (!sqe)
             break;
         px_op_t *op = r->nredo ? r->redo[--r->nredo] : &r->ops[r->next++];
-        void *p = (void *)(uintptr_t)(op->mem + op->done);
-        unsigned n = (unsigned)(op->len - op->done > (1u << 30) ? (1u << 30) : op->len - op->done);
-        if (r->write)
-            io_uring_prep_write(sqe, op->fd, p, n, op->off + op->done);
-        else
-            io_uring_prep_read(sqe, op->fd, p, n, op->off + op->done);
+        if (op->niov == 1) {
+            /* One piece may be larger than an operation moves: it goes on
+             * where the last one stopped. */
+            void *p = op->iov->iov_base;
+            unsigned n = (unsigned)(op->iov->iov_len > PX_OP_BYTES ? PX_OP_BYTES : op->iov->iov_len);
+            if (r->write)
+                io_uring_prep_write(sqe, op->fd, p, n, op->off + op->done);
+            else
+                io_uring_prep_read(sqe, op->fd, p, n, op->off + op->done);
+        } else if (r->write) {
+            io_uring_prep_writev(sqe, op->fd, op->iov, (unsigned)op->niov, op->off + op->done);
+        } else {
+            io_uring_prep_readv(sqe, op->fd, op->iov, (unsigned)op->niov, op->off + op->done);
+        }
         io_uring_sqe_set_data(sqe, op);
         r->inflight++;
         queued++;
@@ -518,7 +591,7 @@ static void px_complete(px_be_t *be, struct io_uring_cqe *cqe)
         r->left--;
         return;
     }
-    op->done += (uint64_t)res;
+    px_op_moved(op, (uint64_t)res);
     if (op->done < op->len)
         r->redo[r->nredo++] = op;
     else
@@ -566,8 +639,7 @@ static nixl_status_t px_post(void *bev, nixl_be_req_t *hdr, const void *notif, s
     r->status = NIXL_OK;
     r->next = r->nredo = 0;
     r->left = r->nops;
-    for (size_t i = 0; i < r->nops; i++)
-        r->ops[i].done = 0;
+    px_req_rewind(r);
     px_submit(be, r);
     nixl_status_t st = px_advance(be, r);
     pthread_mutex_unlock(&be->lock);
@@ -621,9 +693,7 @@ static void px_release(void *bev, nixl_be_req_t *hdr)
 #else
     (void)be;
 #endif
-    free(r->ops);
-    free(r->redo);
-    free(r);
+    px_req_free(r);
 }
 
 static const nixl_backend_ops_t px_ops = {

@@ -12,7 +12,7 @@
  * touched, and that the agent goes on working after it.
  *
  *   test_posix uring|sync|odirect|errors
- *   test_posix fsize|enospc|devfull|unlinked|closed|eof uring|sync
+ *   test_posix fsize|enospc|devfull|unlinked|closed|eof|vectored uring|sync
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -758,6 +758,106 @@ static void need_uring(const char *what)
     close((int)fd);
 }
 
+/* Pieces that follow each other in a file are one vectored operation (up
+ * to 1,024 of them): 3,000 pages of 1,000 B (not a multiple of anything),
+ * memory shuffled, file in order, so operations of 1,024, 1,024 and 952
+ * pieces; plus a run that a gap in the file and another fd split.  WRITE,
+ * check with pread, READ back into other memory; then a READ of a run that
+ * the file's end cuts in its middle: XFER_FAILED, the pages before the
+ * end arrived, the memory after them untouched. */
+static void test_vectored(const char *use_uring, const char *want_path)
+{
+    enum { NP = 3000, PAGE = 1000, TAIL = 40 };
+    nixl_agent_t *a = agent_with_posix("pxv", use_uring);
+    int fd = tmp_file(0), fd2 = tmp_file(0);
+    CHECK(fd >= 0 && fd2 >= 0);
+    size_t bytes = (size_t)(NP + TAIL) * PAGE;
+    unsigned char *src = malloc(bytes), *back = malloc(bytes), *img = malloc(PAGE);
+    CHECK(a && src && back && img);
+    if (!a || fd < 0 || fd2 < 0 || !src || !back || !img)
+        return;
+    fill(src, bytes, 3);
+    nixl_desc_t mem[2] = {{(uintptr_t)src, bytes, 0, 0, NULL}, {(uintptr_t)back, bytes, 0, 0, NULL}};
+    nixl_desc_t files[2] = {{0, 0, (uint32_t)fd, 0, NULL}, {0, 0, (uint32_t)fd2, 0, NULL}};
+    nixl_dlist_t ml = {NIXL_MEM_DRAM, 2, mem}, fl = {NIXL_MEM_FILE, 2, files};
+    CHECK_ST(nixl_mem_register(a, &ml, NULL), NIXL_OK);
+    CHECK_ST(nixl_mem_register(a, &fl, NULL), NIXL_OK);
+    static nixl_desc_t ld[NP + TAIL], fd_[NP + TAIL], bd[NP + TAIL];
+    for (size_t i = 0; i < NP + TAIL; i++) {
+        size_t m = (i * 1543 + 11) % (NP + TAIL); /* memory slot of file page i */
+        ld[i] = (nixl_desc_t){(uintptr_t)src + m * PAGE, PAGE, 0, 0, NULL};
+        bd[i] = (nixl_desc_t){(uintptr_t)back + m * PAGE, PAGE, 0, 0, NULL};
+        if (i < NP)
+            fd_[i] = (nixl_desc_t){(uint64_t)i * PAGE, PAGE, (uint32_t)fd, 0, NULL};
+        else /* the tail: fd2, with a gap after its first half */
+            fd_[i] = (nixl_desc_t){(uint64_t)(i - NP + (i - NP >= TAIL / 2 ? 7 : 0)) * PAGE, PAGE, (uint32_t)fd2, 0,
+                                   NULL};
+    }
+    nixl_dlist_t l = {NIXL_MEM_DRAM, NP + TAIL, ld}, r = {NIXL_MEM_FILE, NP + TAIL, fd_},
+                 b = {NIXL_MEM_DRAM, NP + TAIL, bd};
+    nixl_xfer_t *x = NULL;
+    CHECK_ST(nixl_xfer_create(a, NIXL_OP_WRITE, &l, &r, "pxv", NULL, &x), NIXL_OK);
+    CHECK_ST(x ? run(x) : NIXL_ERR_NULL, NIXL_OK);
+    nixl_xfer_info_t info;
+    CHECK_ST(x ? nixl_xfer_info(x, &info) : NIXL_ERR_NULL, NIXL_OK);
+    CHECK(x && strcmp(info.path, want_path) == 0 && info.bytes == bytes);
+    nixl_xfer_release(x);
+    int bad = 0;
+    for (size_t i = 0; i < NP + TAIL; i++) {
+        int f = i < NP ? fd : fd2;
+        ssize_t got = pread(f, img, PAGE, (off_t)fd_[i].addr);
+        bad += got != PAGE || memcmp(img, (void *)(uintptr_t)ld[i].addr, PAGE) != 0;
+    }
+    if (bad)
+        fprintf(stderr, "%s vectored: %d of %d pages wrong in the files after WRITE\n", want_path, bad, NP + TAIL);
+    CHECK(bad == 0);
+    memset(back, 0, bytes);
+    x = NULL;
+    CHECK_ST(nixl_xfer_create(a, NIXL_OP_READ, &b, &r, "pxv", NULL, &x), NIXL_OK);
+    CHECK_ST(x ? run(x) : NIXL_ERR_NULL, NIXL_OK);
+    CHECK(memcmp(back, src, bytes) == 0);
+    /* Posted again: the same bytes again (every operation starts over). */
+    memset(back, 0, bytes);
+    CHECK_ST(x ? run(x) : NIXL_ERR_NULL, NIXL_OK);
+    CHECK(memcmp(back, src, bytes) == 0);
+    nixl_xfer_release(x);
+
+    /* The end of fd cut in the middle of a run: pages 0..NP-1 are there,
+     * ask for NP + 5 in order. */
+    enum { ASK = NP + 5 };
+    static nixl_desc_t pd[ASK], pm[ASK];
+    for (size_t i = 0; i < ASK; i++) {
+        pd[i] = (nixl_desc_t){(uint64_t)i * PAGE, PAGE, (uint32_t)fd, 0, NULL};
+        pm[i] = (nixl_desc_t){(uintptr_t)back + i * PAGE, PAGE, 0, 0, NULL};
+    }
+    memset(back, 0xee, bytes);
+    nixl_dlist_t pl = {NIXL_MEM_FILE, ASK, pd}, mlist = {NIXL_MEM_DRAM, ASK, pm};
+    x = NULL;
+    CHECK_ST(nixl_xfer_create(a, NIXL_OP_READ, &mlist, &pl, "pxv", NULL, &x), NIXL_OK);
+    CHECK_ST(x ? run(x) : NIXL_ERR_NULL, NIXL_ERR_XFER_FAILED);
+    nixl_xfer_release(x);
+    int before = 0, after = 0;
+    for (size_t i = 0; i < NP; i++) {
+        ssize_t got = pread(fd, img, PAGE, (off_t)i * PAGE);
+        before += got != PAGE || memcmp(img, back + i * PAGE, PAGE) != 0;
+    }
+    for (size_t k = (size_t)NP * PAGE; k < bytes; k++)
+        after += back[k] != 0xee;
+    if (before || after)
+        fprintf(stderr, "%s vectored EOF: %d pages before the end wrong, %d bytes after it touched\n", want_path,
+                before, after);
+    CHECK(before == 0 && after == 0);
+
+    CHECK_ST(nixl_mem_deregister(a, &fl, NULL), NIXL_OK);
+    CHECK_ST(nixl_mem_deregister(a, &ml, NULL), NIXL_OK);
+    nixl_agent_destroy(a);
+    close(fd);
+    close(fd2);
+    free(src);
+    free(back);
+    free(img);
+}
+
 int main(int argc, char **argv)
 {
     const char *c = argc > 1 ? argv[1] : "";
@@ -765,7 +865,8 @@ int main(int argc, char **argv)
         const char *name;
         void (*fn)(const char *use_uring, const char *want_path);
     } faults[] = {{"fsize", test_fsize},       {"enospc", test_enospc}, {"devfull", test_devfull},
-                  {"unlinked", test_unlinked}, {"closed", test_closed}, {"eof", test_eof}};
+                  {"unlinked", test_unlinked}, {"closed", test_closed}, {"eof", test_eof},
+                  {"vectored", test_vectored}};
     for (size_t i = 0; i < sizeof(faults) / sizeof(faults[0]); i++) {
         if (strcmp(c, faults[i].name) != 0)
             continue;
@@ -797,7 +898,7 @@ int main(int argc, char **argv)
         test_errors();
     else {
         fprintf(stderr, "usage: test_posix uring|sync|odirect|errors, or test_posix "
-                        "fsize|enospc|devfull|unlinked|closed|eof uring|sync\n");
+                        "fsize|enospc|devfull|unlinked|closed|eof|vectored uring|sync\n");
         return 2;
     }
     if (failures) {
