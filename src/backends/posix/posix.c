@@ -19,8 +19,14 @@
  *                submits the rest (short transfers are resubmitted for
  *                what is left), so many pieces and requests are in flight;
  *   posix.sync   io_uring is unavailable (the kernel or a seccomp filter
- *                refuses it, said once at create) or use_uring=0: the post
- *                moves every piece with pread/pwrite before it returns.
+ *                refuses it, said once at create) or use_uring=0: the
+ *                instance's threads (threads, 4) move the operations with
+ *                pread/pwrite (preadv/pwritev), several at once; the post
+ *                returns at once and status says when they are done.
+ *
+ * Both cancel: what of a canceled request has not started never does, and
+ * once nothing of it is in the kernel's or a thread's hands its status is
+ * NIXL_ERR_CANCELED (NIXL_OK when everything had already moved).
  *
  * Local GPU memory is a counted, warned fallback, posix.staged: each piece
  * goes through one pinned host buffer of the request (cuMemcpyDtoH then
@@ -58,6 +64,7 @@
 #include <liburing.h>
 #endif
 
+#include "../common/op_pool.h"
 #include "nixl/backend.h"
 #include "nixl/backend_util.h"
 #include "posix.h"
@@ -80,6 +87,7 @@ typedef struct px_be {
     const nixl_host_services_t *host;
     int uring;         /* the ring is up: posix.uring */
     unsigned depth;
+    nixl_op_pool_t *pool; /* posix.sync's threads */
     pthread_mutex_t lock; /* the ring */
 #ifdef NIXL_POSIX_HAVE_URING
     struct io_uring ring;
@@ -124,6 +132,8 @@ typedef struct px_req {
     size_t inflight;  /* submitted, not completed */
     size_t left;      /* ops not finished */
     nixl_status_t status;
+    int canceled;         /* posix.uring: submit nothing more */
+    nixl_op_job_t job;    /* posix.sync: the operations on the pool */
     unsigned char *stage; /* posix.staged: pinned, PX_STAGE_BYTES (cuMemAllocHost in the memory's context) */
 } px_req_t;
 
@@ -139,8 +149,9 @@ static void px_req_free(px_req_t *r)
 }
 
 static const nixl_param_info_t px_params[] = {
-    {"use_uring", "1", "1: io_uring (posix.uring) when the kernel allows it; 0: pread/pwrite in the post (posix.sync)"},
+    {"use_uring", "1", "1: io_uring (posix.uring) when the kernel allows it; 0: pread/pwrite on threads (posix.sync)"},
     {"queue_depth", "256", "io_uring entries: pieces in flight at once for this instance"},
+    {"threads", "4", "posix.sync: threads moving operations with pread/pwrite, several at once (1..64)"},
 };
 #define PX_NUM_PARAMS (sizeof(px_params) / sizeof(px_params[0]))
 
@@ -173,6 +184,13 @@ static nixl_status_t px_create(const nixl_host_services_t *host, const nixl_para
         return NIXL_ERR_INVALID_PARAM;
     }
     be->depth = (unsigned)depth;
+    uint64_t threads = 4;
+    v = nixl_param_find(params, num_params, "threads");
+    if (v && *v && (nixl_param_parse_size(v, &threads) != 0 || threads == 0 || threads > 64)) {
+        PX_ERROR(be, "posix: threads=%s: want 1..64", v);
+        free(be);
+        return NIXL_ERR_INVALID_PARAM;
+    }
     if (pthread_mutex_init(&be->lock, NULL) != 0) {
         free(be);
         return NIXL_ERR_NO_MEMORY;
@@ -183,14 +201,24 @@ static nixl_status_t px_create(const nixl_host_services_t *host, const nixl_para
         if (rc == 0)
             be->uring = 1;
         else
-            PX_INFO(be, "posix: io_uring is unavailable here (%s): requests take posix.sync, pread/pwrite in the "
-                        "post",
-                    strerror(-rc));
+            PX_INFO(be, "posix: io_uring is unavailable here (%s): requests take posix.sync, pread/pwrite on %u "
+                        "threads",
+                    strerror(-rc), (unsigned)threads);
     }
 #else
     if (use_uring)
-        PX_INFO(be, "posix: built without liburing: requests take posix.sync, pread/pwrite in the post");
+        PX_INFO(be, "posix: built without liburing: requests take posix.sync, pread/pwrite on %u threads",
+                (unsigned)threads);
 #endif
+    if (!be->uring) {
+        nixl_status_t st = nixl_op_pool_create((unsigned)threads, &be->pool);
+        if (st != NIXL_OK) {
+            PX_ERROR(be, "posix: cannot start posix.sync's threads: %s", nixl_strerror(st));
+            pthread_mutex_destroy(&be->lock);
+            free(be);
+            return st;
+        }
+    }
     *be_out = be;
     return NIXL_OK;
 }
@@ -202,6 +230,7 @@ static void px_destroy(void *bev)
     if (be->uring)
         io_uring_queue_exit(&be->ring);
 #endif
+    nixl_op_pool_destroy(be->pool);
     pthread_mutex_destroy(&be->lock);
     free(be);
 }
@@ -471,12 +500,13 @@ static nixl_status_t px_io_error(px_be_t *be, const px_req_t *r, const px_op_t *
     return NIXL_ERR_XFER_FAILED;
 }
 
-/* posix.sync: every operation now. */
-static nixl_status_t px_run_sync(px_be_t *be, px_req_t *r)
+/* posix.sync: operation i of request ctx, on a pool thread. */
+static nixl_status_t px_run_op(void *ctx, size_t i)
 {
-    px_req_rewind(r);
-    for (size_t i = 0; i < r->nops; i++) {
-        px_op_t *op = &r->ops[i];
+    px_req_t *r = ctx;
+    px_be_t *be = r->be;
+    px_op_t *op = &r->ops[i];
+    {
         while (op->done < op->len) {
             off_t at = (off_t)(op->off + op->done);
             ssize_t got;
@@ -542,7 +572,7 @@ static nixl_status_t px_run_staged(px_be_t *be, px_req_t *r)
 static void px_submit(px_be_t *be, px_req_t *r)
 {
     int queued = 0;
-    while (r->status == NIXL_OK && (r->nredo || r->next < r->nops)) {
+    while (r->status == NIXL_OK && !r->canceled && (r->nredo || r->next < r->nops)) {
         struct io_uring_sqe *sqe = io_uring_get_sqe(&be->ring);
         if (!sqe)
             break;
@@ -613,6 +643,8 @@ static nixl_status_t px_advance(px_be_t *be, px_req_t *r)
     px_submit(be, r);
     if (r->status != NIXL_OK)
         return r->inflight ? NIXL_IN_PROG : r->status;
+    if (r->canceled && r->inflight == 0)
+        return r->left ? NIXL_ERR_CANCELED : NIXL_OK;
     return r->left == 0 && r->inflight == 0 ? NIXL_OK : NIXL_IN_PROG;
 }
 #endif
@@ -632,11 +664,16 @@ static nixl_status_t px_post(void *bev, nixl_be_req_t *hdr, const void *notif, s
         return px_run_staged(be, r);
     }
 #endif
-    if (!be->uring)
-        return px_run_sync(be, r);
+    if (!be->uring) {
+        px_req_rewind(r);
+        r->job = (nixl_op_job_t){.nops = r->nops, .run = px_run_op, .ctx = r};
+        nixl_op_pool_submit(be->pool, &r->job);
+        return nixl_op_pool_status(be->pool, &r->job);
+    }
 #ifdef NIXL_POSIX_HAVE_URING
     pthread_mutex_lock(&be->lock);
     r->status = NIXL_OK;
+    r->canceled = 0;
     r->next = r->nredo = 0;
     r->left = r->nops;
     px_req_rewind(r);
@@ -653,8 +690,10 @@ static nixl_status_t px_status(void *bev, nixl_be_req_t *hdr)
 {
     px_be_t *be = bev;
     px_req_t *r = (px_req_t *)hdr;
-    if (!be->uring || r->stage)
-        return NIXL_OK; /* sync and staged requests are over when their post returns */
+    if (r->stage)
+        return NIXL_OK; /* staged requests are over when their post returns */
+    if (!be->uring)
+        return nixl_op_pool_status(be->pool, &r->job);
 #ifdef NIXL_POSIX_HAVE_URING
     pthread_mutex_lock(&be->lock);
     nixl_status_t st = px_advance(be, r);
@@ -673,6 +712,8 @@ static void px_release(void *bev, nixl_be_req_t *hdr)
     if (r->stage)
         ((const nixl_cuda_api_t *)be->host->cuda->api())->cuMemFreeHost(r->stage); /* context bound by the core */
 #endif
+    if (!be->uring && !r->stage && r->job.run)
+        nixl_op_pool_wait(be->pool, &r->job);
 #ifdef NIXL_POSIX_HAVE_URING
     if (be->uring && !r->stage) {
         pthread_mutex_lock(&be->lock);
@@ -696,12 +737,31 @@ static void px_release(void *bev, nixl_be_req_t *hdr)
     px_req_free(r);
 }
 
+/* Start canceling (must not block): nothing more of r is started; its
+ * status says CANCELED once nothing of it is in flight. */
+static void px_cancel(void *bev, nixl_be_req_t *hdr)
+{
+    px_be_t *be = bev;
+    px_req_t *r = (px_req_t *)hdr;
+    if (r->stage)
+        return; /* over when its post returned */
+    if (!be->uring) {
+        if (r->job.run)
+            nixl_op_pool_cancel(be->pool, &r->job);
+        return;
+    }
+    pthread_mutex_lock(&be->lock);
+    r->canceled = 1;
+    r->nredo = 0;
+    pthread_mutex_unlock(&be->lock);
+}
+
 static const nixl_backend_ops_t px_ops = {
     .abi_version = NIXL_BACKEND_ABI_VERSION,
     .struct_size = sizeof(nixl_backend_ops_t),
     .name = "posix",
     .description = "files: local DRAM to and from the agent's own FILE regions with io_uring (posix.uring) or, "
-                   "where io_uring is unavailable, pread/pwrite in the post (posix.sync); local VRAM through "
+                   "where io_uring is unavailable, pread/pwrite on threads (posix.sync); local VRAM through "
                    "host memory as a counted fallback (posix.staged)",
     .mem_types = NIXL_MEM_BIT(NIXL_MEM_FILE),
     .caps = NIXL_CAP_LOCAL,
@@ -720,6 +780,7 @@ static const nixl_backend_ops_t px_ops = {
     .xfer_post = px_post,
     .xfer_status = px_status,
     .xfer_release = px_release,
+    .xfer_cancel = px_cancel,
 #ifdef NIXL_HAVE_CUDA_H
     .local_mem_types = NIXL_MEM_BIT(NIXL_MEM_DRAM) | NIXL_MEM_BIT(NIXL_MEM_VRAM),
 #else

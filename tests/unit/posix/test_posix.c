@@ -12,7 +12,7 @@
  * touched, and that the agent goes on working after it.
  *
  *   test_posix uring|sync|odirect|errors
- *   test_posix fsize|enospc|devfull|unlinked|closed|eof|vectored uring|sync
+ *   test_posix fsize|enospc|devfull|unlinked|closed|eof|vectored|deadline uring|sync
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -858,6 +858,79 @@ static void test_vectored(const char *use_uring, const char *want_path)
     free(img);
 }
 
+/* A deadline is enforced (the backend cancels): a WRITE of 100,000 pieces
+ * of 256 B at scattered offsets (no two follow each other in the file, so
+ * 100,000 operations) with a 1 ms deadline, one thread or a small ring,
+ * ends in NIXL_ERR_TIMEOUT with part of it written; the file then stays as
+ * it is (nothing lands late); without a deadline the same request moves
+ * every piece. */
+static void test_deadline(const char *use_uring, const char *want_path)
+{
+    enum { NP = 100000, PIECE = 256 };
+    nixl_agent_config_t c = {.field_mask = NIXL_AGENT_CONFIG_NAME, .name = "pxd"};
+    nixl_agent_t *a = NULL;
+    CHECK_ST(nixl_agent_create(&c, &a), NIXL_OK);
+    nixl_param_t p[3] = {{"use_uring", use_uring}, {"queue_depth", "16"}, {"threads", "1"}};
+    nixl_backend_t *be = NULL;
+    CHECK_ST(a ? nixl_backend_create(a, "posix", p, 3, &be) : NIXL_ERR_NULL, NIXL_OK);
+    int fd = tmp_file(0);
+    size_t bytes = (size_t)NP * PIECE;
+    unsigned char *src = malloc(bytes), *img = malloc(2 * bytes), *img2 = malloc(2 * bytes);
+    static nixl_desc_t ld[NP], fdd[NP];
+    CHECK(be && fd >= 0 && src && img && img2);
+    if (!be || fd < 0 || !src || !img || !img2)
+        return;
+    fill(src, bytes, 5);
+    CHECK(ftruncate(fd, (off_t)(2 * bytes)) == 0);
+    nixl_desc_t m = {(uintptr_t)src, bytes, 0, 0, NULL}, f = {0, 0, (uint32_t)fd, 0, NULL};
+    nixl_dlist_t ml = {NIXL_MEM_DRAM, 1, &m}, fl = {NIXL_MEM_FILE, 1, &f};
+    CHECK_ST(nixl_mem_register(a, &ml, NULL), NIXL_OK);
+    CHECK_ST(nixl_mem_register(a, &fl, NULL), NIXL_OK);
+    for (size_t i = 0; i < NP; i++) {
+        ld[i] = (nixl_desc_t){(uintptr_t)src + i * PIECE, PIECE, 0, 0, NULL};
+        fdd[i] = (nixl_desc_t){((i * 7919) % NP) * 2 * PIECE, PIECE, (uint32_t)fd, 0, NULL}; /* gaps between */
+    }
+    nixl_dlist_t l = {NIXL_MEM_DRAM, NP, ld}, r = {NIXL_MEM_FILE, NP, fdd};
+    nixl_opt_args_t opt = {.field_mask = NIXL_OPT_TIMEOUT_MS, .timeout_ms = 1};
+    nixl_xfer_t *x = NULL;
+    CHECK_ST(nixl_xfer_create(a, NIXL_OP_WRITE, &l, &r, "pxd", &opt, &x), NIXL_OK);
+    nixl_status_t st = x ? run(x) : NIXL_ERR_NULL;
+    if (st != NIXL_ERR_TIMEOUT)
+        fprintf(stderr, "%s deadline: %s, expected NIXL_ERR_TIMEOUT\n", want_path, nixl_strerror(st));
+    CHECK(st == NIXL_ERR_TIMEOUT);
+    CHECK(pread(fd, img, 2 * bytes, 0) == (ssize_t)(2 * bytes));
+    struct timespec ts = {0, 100 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    CHECK(pread(fd, img2, 2 * bytes, 0) == (ssize_t)(2 * bytes));
+    CHECK(memcmp(img, img2, 2 * bytes) == 0); /* nothing landed after the status said so */
+    size_t landed = 0;
+    for (size_t i = 0; i < NP; i++) {
+        unsigned char got[PIECE];
+        landed += pread(fd, got, PIECE, (off_t)fdd[i].addr) == PIECE && memcmp(got, src + i * PIECE, PIECE) == 0;
+    }
+    printf("%s deadline: %zu of %d pieces had landed when it was canceled\n", want_path, landed, NP);
+    CHECK(landed < NP);
+    nixl_xfer_release(x);
+    /* Without a deadline: every piece. */
+    x = NULL;
+    CHECK_ST(nixl_xfer_create(a, NIXL_OP_WRITE, &l, &r, "pxd", NULL, &x), NIXL_OK);
+    CHECK_ST(x ? run(x) : NIXL_ERR_NULL, NIXL_OK);
+    nixl_xfer_release(x);
+    int bad = 0;
+    for (size_t i = 0; i < NP; i++) {
+        unsigned char got[PIECE];
+        bad += pread(fd, got, PIECE, (off_t)fdd[i].addr) != PIECE || memcmp(got, src + i * PIECE, PIECE) != 0;
+    }
+    CHECK(bad == 0);
+    CHECK_ST(nixl_mem_deregister(a, &fl, NULL), NIXL_OK);
+    CHECK_ST(nixl_mem_deregister(a, &ml, NULL), NIXL_OK);
+    nixl_agent_destroy(a);
+    close(fd);
+    free(src);
+    free(img);
+    free(img2);
+}
+
 int main(int argc, char **argv)
 {
     const char *c = argc > 1 ? argv[1] : "";
@@ -866,7 +939,7 @@ int main(int argc, char **argv)
         void (*fn)(const char *use_uring, const char *want_path);
     } faults[] = {{"fsize", test_fsize},       {"enospc", test_enospc}, {"devfull", test_devfull},
                   {"unlinked", test_unlinked}, {"closed", test_closed}, {"eof", test_eof},
-                  {"vectored", test_vectored}};
+                  {"vectored", test_vectored}, {"deadline", test_deadline}};
     for (size_t i = 0; i < sizeof(faults) / sizeof(faults[0]); i++) {
         if (strcmp(c, faults[i].name) != 0)
             continue;
@@ -898,7 +971,7 @@ int main(int argc, char **argv)
         test_errors();
     else {
         fprintf(stderr, "usage: test_posix uring|sync|odirect|errors, or test_posix "
-                        "fsize|enospc|devfull|unlinked|closed|eof|vectored uring|sync\n");
+                        "fsize|enospc|devfull|unlinked|closed|eof|vectored|deadline uring|sync\n");
         return 2;
     }
     if (failures) {
