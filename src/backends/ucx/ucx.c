@@ -70,15 +70,16 @@ static const char *ucx_param(const nixl_param_t *params, size_t n, size_t idx)
     return v ? v : ucx_params[idx].default_value;
 }
 
-static nixl_status_t ucx_parse_transports(ucx_be_t *be, const char *v)
+static nixl_status_t ucx_parse_transports(ucx_be_t *be, const char *value)
 {
+    const char *v = value;
     be->ntransports = 0;
     while (*v) {
         const char *end = strchr(v, ',');
         size_t n = end ? (size_t)(end - v) : strlen(v);
         if (n == 0 || n > UCX_TL_NAME_MAX || be->ntransports == UCX_TRANSPORTS_MAX) {
             UCX_ERROR(be, "ucx: transports=\"%s\" is not valid: expected up to %d names of 1 to %d characters, "
-                          "comma-separated", v, UCX_TRANSPORTS_MAX, UCX_TL_NAME_MAX);
+                          "comma-separated", value, UCX_TRANSPORTS_MAX, UCX_TL_NAME_MAX);
             return NIXL_ERR_INVALID_PARAM;
         }
         for (size_t i = 0; i < n; i++) {

@@ -193,8 +193,11 @@ static void ucx_peer_path(ucx_be_t *be, ucx_peer_t *peer)
             ok |= strcmp(be->transports[i], tl) == 0;
         if (!ok) {
             peer->fallback = 1;
-            snprintf(peer->cause, sizeof(peer->cause), "UCX chose transport %s, not one of the transports parameter's",
-                     tl);
+            char list[64] = "";
+            size_t n = 0;
+            for (unsigned i = 0; i < be->ntransports && n < sizeof(list); i++)
+                n += (size_t)snprintf(list + n, sizeof(list) - n, "%s%s", i ? "," : "", be->transports[i]);
+            snprintf(peer->cause, sizeof(peer->cause), "UCX chose transport %s, not in transports=%s", tl, list);
         }
     }
     UCX_DEBUG(be, "ucx: peer %s: endpoint uses %s%s", peer->name, peer->path, peer->fallback ? " (fallback)" : "");
@@ -237,8 +240,11 @@ void ucx_peer_fail_locked(ucx_be_t *be, ucx_peer_t *peer, const char *why)
         peer->gone_status = UCS_ERR_CONNECTION_RESET;
     }
     if (!peer->gone_logged) {
+        /* An error for the requests it fails; a peer that went away with
+         * nothing in flight (its agent was destroyed first) is news only. */
         peer->gone_logged = 1;
-        UCX_ERROR(be, "ucx: peer %s is gone: %s", peer->name, why);
+        NIXL_BE_LOG(be->host, peer->nreqs ? NIXL_LOG_ERROR : NIXL_LOG_INFO, "ucx: peer %s is gone: %s%s",
+                    peer->name, why, peer->nreqs ? "" : " (no request in flight)");
     }
     peer->close_owed = 0;
     ucx_ep_close_locked(be, peer, 1, 100);
