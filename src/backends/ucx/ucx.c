@@ -17,6 +17,7 @@
  * messages (tcp) and still receives notifications.
  */
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +31,7 @@ static const nixl_param_info_t ucx_params[] = {
      "UCT transports a request may take, comma-separated (rc_mlx5,dc_mlx5; tcp; sysv,posix,cma...); empty: any. "
      "A request whose endpoint uses another is a counted fallback (NIXL_ALLOW_FALLBACK=0 refuses it)"},
     {"progress_thread", "1",
-     "1: a backend thread progresses the UCX worker when the application does not call in (needed where UCX "
+     "1: a backend thread progresses the UCX worker when the application does not call in, sleeping on its event fd when idle (needed where UCX "
      "emulates RMA over active messages, tcp); 0: progress only inside calls"},
     {"progress_us", "50", "the progress thread's nap when the worker had nothing to do, in microseconds"},
     {"keepalive_ms", "500",
@@ -157,6 +158,11 @@ static nixl_status_t ucx_progress(void *bev)
     return NIXL_OK;
 }
 
+/* While requests of ours are in flight the thread naps progress_us between
+ * rounds; idle, it arms the worker and sleeps on its event fd (UCX's
+ * wakeup feature), so an idle agent costs no CPU and still wakes for a
+ * peer's emulated RMA or a notification.  The sleep is bounded (10 ms) so
+ * that stop is seen and peers' liveness keeps being looked at. */
 static void *ucx_thread_main(void *arg)
 {
     ucx_be_t *be = arg;
@@ -166,9 +172,15 @@ static void *ucx_thread_main(void *arg)
         unsigned n = ucp_worker_progress(be->worker);
         ucx_peers_reap_locked(be);
         ucx_reqs_advance_locked(be);
+        int idle = n == 0 && !be->run;
+        ucs_status_t armed = idle && be->efd >= 0 ? ucp_worker_arm(be->worker) : UCS_ERR_BUSY;
         pthread_mutex_unlock(&be->lock);
-        if (n == 0)
+        if (armed == UCS_OK) {
+            struct pollfd pfd = {.fd = be->efd, .events = POLLIN};
+            (void)poll(&pfd, 1, 10);
+        } else if (n == 0) {
             nanosleep(&nap, NULL);
+        }
     }
     return NULL;
 }
@@ -252,7 +264,7 @@ static nixl_status_t ucx_create(const nixl_host_services_t *host, const nixl_par
 
     ucp_params_t pp = {
         .field_mask = UCP_PARAM_FIELD_FEATURES,
-        .features = UCP_FEATURE_RMA | UCP_FEATURE_AM,
+        .features = UCP_FEATURE_RMA | UCP_FEATURE_AM | (be->progress_thread ? UCP_FEATURE_WAKEUP : 0),
     };
     us = ucp_init(&pp, cfg, &be->ctx);
     ucp_config_release(cfg);
@@ -309,7 +321,15 @@ static nixl_status_t ucx_create(const nixl_host_services_t *host, const nixl_par
     be->addr_len = alen;
     ucp_worker_release_address(be->worker, addr);
 
+    be->efd = -1;
     if (be->progress_thread) {
+        int fd = -1;
+        us = ucp_worker_get_efd(be->worker, &fd);
+        if (us == UCS_OK)
+            be->efd = fd;
+        else
+            UCX_INFO(be, "ucx: no worker event fd (%s): the idle progress thread naps instead of sleeping",
+                     ucs_status_string(us));
         if (pthread_create(&be->thread, NULL, ucx_thread_main, be) != 0) {
             UCX_ERROR(be, "ucx: cannot start the progress thread");
             st = NIXL_ERR_NO_MEMORY;

@@ -145,6 +145,7 @@ struct ucx_be {
     char paths[UCX_PATHS_MAX][48];
     unsigned npaths;
 
+    int efd; /* the worker's event fd (progress thread), -1 without one */
     pthread_t thread;
     atomic_int stop;
     int thread_started;
