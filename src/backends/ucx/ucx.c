@@ -33,7 +33,7 @@ static const nixl_param_info_t ucx_params[] = {
     {"progress_thread", "1",
      "1: a backend thread progresses the UCX worker when the application does not call in, sleeping on its event fd when idle (needed where UCX "
      "emulates RMA over active messages, tcp); 0: progress only inside calls"},
-    {"progress_us", "50", "the progress thread's nap when the worker had nothing to do, in microseconds"},
+    {"progress_us", "50", "the progress thread's nap between rounds while requests are in flight, in microseconds (idle, it sleeps on the worker's event fd)"},
     {"keepalive_ms", "500",
      "UCX keepalive interval (UCX_KEEPALIVE_INTERVAL unless set): a peer that stops answering fails within a few "
      "intervals"},
