@@ -15,6 +15,9 @@
  *                 request is NO_PATH with one ERROR line
  *   fallback      transports=rc_mlx5 over tcp: the request is a fallback,
  *                 counted at post with its cause; transports=tcp: none
+ *   peer_lost     a peer process SIGKILLed, loaded as if on another host
+ *                 (no pidfd): requests end PEER_GONE through UCX's error
+ *                 callback within 5 s, notifications are refused
  *
  * Exit 77 (skip) with the reason when UCX cannot create an instance here.
  */
@@ -23,6 +26,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "../../common/test_check.h"
 #include "backends/ucx/ucx.h"
@@ -527,18 +533,129 @@ static int case_fallback(void)
     return failures;
 }
 
+/* A peer process that dies, seen through UCX alone: the peer is loaded
+ * as if on another host (no pid namespace in common, so no pidfd), its
+ * process SIGKILLed, and a request to it must end NIXL_ERR_PEER_GONE
+ * through the endpoint's error callback (the kernel's reset for tcp,
+ * UCX's keepalive for sm), in bounded time. */
+static int write_all(int fd, const void *p, size_t n)
+{
+    const uint8_t *b = p;
+    while (n) {
+        ssize_t w = write(fd, b, n);
+        if (w <= 0)
+            return -1;
+        b += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static int read_all(int fd, void *p, size_t n)
+{
+    uint8_t *b = p;
+    while (n) {
+        ssize_t r = read(fd, b, n);
+        if (r <= 0)
+            return -1;
+        b += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
+static int case_peer_lost(void)
+{
+    enum { N = 1 << 20 };
+    int fds[2];
+    CHECK(pipe(fds) == 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        host_t hb;
+        void *b = be_create(&hb, "victim", NULL, 0);
+        uint8_t *buf = malloc(N);
+        memset(buf, 0x11, N);
+        nixl_be_region_t r = {.mem_type = NIXL_MEM_DRAM, .addr = (uint64_t)(uintptr_t)buf, .len = N};
+        void *md = NULL;
+        if (ops->reg(b, &r, &md) != NIXL_OK)
+            _exit(1);
+        size_t clen, klen;
+        uint8_t *c = conn_of(b, &clen), *k = key_of(b, md, &klen);
+        uint64_t hdr[3] = {r.addr, clen, klen};
+        if (write_all(fds[1], hdr, sizeof(hdr)) || write_all(fds[1], c, clen) || write_all(fds[1], k, klen))
+            _exit(1);
+        for (;;)
+            pause(); /* the progress thread serves the peer */
+    }
+    close(fds[1]);
+    uint64_t hdr[3];
+    CHECK(read_all(fds[0], hdr, sizeof(hdr)) == 0);
+    uint8_t *c = malloc(hdr[1]), *k = malloc(hdr[2]);
+    CHECK(c && k && read_all(fds[0], c, hdr[1]) == 0 && read_all(fds[0], k, hdr[2]) == 0);
+    close(fds[0]);
+    host_t ha;
+    void *a = be_create(&ha, "survivor", NULL, 0);
+    uint8_t *lb = malloc(N);
+    memset(lb, 0x22, N);
+    nixl_be_region_t lr = {.mem_type = NIXL_MEM_DRAM, .addr = (uint64_t)(uintptr_t)lb, .len = N};
+    nixl_be_region_t rr = {.mem_type = NIXL_MEM_DRAM, .addr = hdr[0], .len = N};
+    void *lmd = NULL, *peer = NULL, *rmd = NULL;
+    CHECK_ST(ops->reg(a, &lr, &lmd), NIXL_OK);
+    nixl_be_peer_t w = who("victim");
+    w.same_process = w.same_host = w.same_pidns = w.same_netns = 0; /* as another host */
+    CHECK_ST(ops->peer_open(a, &w, c, hdr[1], &peer), NIXL_OK);
+    CHECK_ST(ops->rkey_load(a, peer, &rr, k, hdr[2], &rmd), NIXL_OK);
+    free(c);
+    free(k);
+    if (!peer || !rmd) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        return ++failures;
+    }
+    nixl_be_iov_t iov = {lr.addr, rr.addr, N, lmd, rmd};
+    nixl_be_xfer_t x = {NIXL_OP_READ, peer, NIXL_MEM_DRAM, NIXL_MEM_DRAM, &iov, 1, N};
+    nixl_be_req_t *req = NULL;
+    CHECK_ST(ops->xfer_prepare(a, &x, &req), NIXL_OK);
+    CHECK_ST(wait_req(a, req, ops->xfer_post(a, req, NULL, 0)), NIXL_OK);
+    CHECK(lb[0] == 0x11 && lb[N - 1] == 0x11); /* the peer's bytes: it is alive */
+    CHECK(ops->peer_alive(a, peer) == 1);
+
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    uint64_t t0 = test_now_ms();
+    nixl_status_t st = NIXL_IN_PROG;
+    /* A READ needs the dead peer's memory (or, emulated, its answer): it
+     * may not succeed, nor hang; it ends when UCX finds the peer gone. */
+    st = wait_req(a, req, ops->xfer_post(a, req, NULL, 0));
+    uint64_t ms = test_now_ms() - t0;
+    printf("READ from the killed peer: %s after %llu ms\n", nixl_status_name(st), (unsigned long long)ms);
+    CHECK_ST(st, NIXL_ERR_PEER_GONE);
+    CHECK(ms < 5000);
+    CHECK(ops->peer_alive(a, peer) == 0);
+    CHECK_ST(ops->notif_send(a, peer, "x", 1), NIXL_ERR_PEER_GONE);
+    ops->xfer_release(a, req);
+    ops->rkey_unload(a, rmd);
+    ops->peer_unload(a, peer);
+    ops->dereg(a, lmd);
+    ops->destroy(a);
+    free(lb);
+    return failures;
+}
+
 int main(int argc, char **argv)
 {
     ops = nixl_backend_ucx_ops();
     if (argc < 2) {
-        fprintf(stderr, "usage: %s conn_corrupt|rkey_corrupt|xfer|ep_info|vram|fallback\n", argv[0]);
+        fprintf(stderr, "usage: %s conn_corrupt|rkey_corrupt|xfer|ep_info|vram|fallback|peer_lost\n", argv[0]);
         return 2;
     }
     static const struct {
         const char *name;
         int (*fn)(void);
     } cases[] = {{"conn_corrupt", case_conn_corrupt}, {"rkey_corrupt", case_rkey_corrupt}, {"xfer", case_xfer},
-                 {"ep_info", case_ep_info},           {"vram", case_vram},                 {"fallback", case_fallback}};
+                 {"ep_info", case_ep_info},           {"vram", case_vram},                 {"fallback", case_fallback},
+                 {"peer_lost", case_peer_lost}};
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         if (strcmp(argv[1], cases[i].name) != 0)
             continue;
