@@ -361,14 +361,19 @@ void ucx_peer_unload(void *bev, void *peerv)
     free(peer);
 }
 
+/* 0 once the peer is known gone.  1 only where there is something to judge
+ * by, a pidfd on its process; an endpoint alone proves nothing (UCX keeps
+ * alive only endpoints it wired up, and says nothing of when it last heard
+ * the peer), so otherwise -1: the core must not refuse a restarted peer's
+ * new instance on our word. */
 int ucx_peer_alive(void *bev, void *peerv)
 {
     ucx_be_t *be = bev;
     ucx_peer_t *peer = peerv;
     pthread_mutex_lock(&be->lock);
-    int r = peer->gone ? 0 : peer->ep ? 1 : -1;
-    if (r == 1 && peer->have_proc && samehost_proc_alive(be->host, "ucx", &peer->proc, 1) != NIXL_OK)
-        r = 0;
+    int r = peer->gone ? 0 : -1;
+    if (r < 0 && peer->have_proc)
+        r = samehost_proc_alive(be->host, "ucx", &peer->proc, 1) == NIXL_OK ? 1 : 0;
     pthread_mutex_unlock(&be->lock);
     return r;
 }
