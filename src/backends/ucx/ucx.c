@@ -418,6 +418,7 @@ static const nixl_backend_ops_t ucx_ops = {
     .describe = ucx_describe,
     .xfer_cancel = ucx_xfer_cancel,
     .peer_open = ucx_peer_open,
+    .peer_connect = ucx_peer_connect,
     .peer_alive = ucx_peer_alive,
 };
 

@@ -361,6 +361,44 @@ void ucx_peer_unload(void *bev, void *peerv)
     free(peer);
 }
 
+/* Wire the endpoint up now: a flush completes once UCX connected its lanes
+ * and the peer answered, so the first request pays nothing of it.  Bounded
+ * by release_wait_ms. */
+nixl_status_t ucx_peer_connect(void *bev, void *peerv)
+{
+    ucx_be_t *be = bev;
+    ucx_peer_t *peer = peerv;
+    pthread_mutex_lock(&be->lock);
+    nixl_status_t st = ucx_peer_check_locked(be, peer);
+    if (st != NIXL_OK || !peer->ep) {
+        pthread_mutex_unlock(&be->lock);
+        return NIXL_ERR_PEER_GONE;
+    }
+    ucp_request_param_t rp = {.op_attr_mask = 0};
+    void *req = ucp_ep_flush_nbx(peer->ep, &rp);
+    ucs_status_t us = UCS_OK;
+    if (UCS_PTR_IS_ERR(req)) {
+        us = UCS_PTR_STATUS(req);
+    } else if (req) {
+        uint64_t deadline = nixl_now_ns() + be->release_wait_ms * 1000000ull;
+        while ((us = ucp_request_check_status(req)) == UCS_INPROGRESS && nixl_now_ns() < deadline)
+            ucp_worker_progress(be->worker);
+        ucp_request_free(req);
+    }
+    ucx_peers_reap_locked(be);
+    if (peer->gone)
+        st = NIXL_ERR_PEER_GONE;
+    else if (us == UCS_INPROGRESS)
+        st = NIXL_ERR_TIMEOUT;
+    else
+        st = ucx_status_of(us);
+    pthread_mutex_unlock(&be->lock);
+    if (st != NIXL_OK)
+        UCX_ERROR(be, "ucx: connecting to peer %s: %s", peer->name,
+                  us == UCS_INPROGRESS ? "no answer within release_wait_ms" : ucs_status_string(us));
+    return st;
+}
+
 /* 0 once the peer is known gone.  1 only where there is something to judge
  * by, a pidfd on its process; an endpoint alone proves nothing (UCX keeps
  * alive only endpoints it wired up, and says nothing of when it last heard

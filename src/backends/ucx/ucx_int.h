@@ -156,6 +156,7 @@ nixl_status_t ucx_conn_pack(void *be, void *buf, size_t *len);
 nixl_status_t ucx_peer_open(void *be, const nixl_be_peer_t *peer, const void *conn, size_t conn_len, void **peer_out);
 void ucx_peer_unload(void *be, void *peer);
 int ucx_peer_alive(void *be, void *peer);
+nixl_status_t ucx_peer_connect(void *be, void *peer);
 nixl_status_t ucx_notif_send(void *be, void *peer, const void *msg, size_t len);
 nixl_status_t ucx_notif_post_locked(ucx_be_t *be, ucx_peer_t *peer, const void *msg, size_t len, ucx_req_t *owner);
 ucs_status_t ucx_am_recv(void *arg, const void *header, size_t header_length, void *data, size_t length,

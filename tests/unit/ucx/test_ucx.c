@@ -336,6 +336,7 @@ static int case_xfer(void)
     free(k);
     if (!peer || !rmd)
         return ++failures;
+    CHECK_ST(ops->peer_connect(a, peer), NIXL_OK); /* wired up before the first request */
 
     /* WRITE three pieces; the untouched bytes stay. */
     nixl_be_iov_t iov[3] = {
@@ -634,6 +635,7 @@ static int case_peer_lost(void)
     CHECK(ms < 5000);
     CHECK(ops->peer_alive(a, peer) == 0);
     CHECK_ST(ops->notif_send(a, peer, "x", 1), NIXL_ERR_PEER_GONE);
+    CHECK_ST(ops->peer_connect(a, peer), NIXL_ERR_PEER_GONE);
     ops->xfer_release(a, req);
     ops->rkey_unload(a, rmd);
     ops->peer_unload(a, peer);
