@@ -146,7 +146,7 @@ void ucx_progress_locked(ucx_be_t *be)
     for (int i = 0; i < 256 && ucp_worker_progress(be->worker); i++)
         ;
     ucx_peers_reap_locked(be);
-    ucx_reqs_advance_locked(be);
+    ucx_reqs_advance_locked(be, UCX_BY_CALL);
 }
 
 static nixl_status_t ucx_progress(void *bev)
@@ -171,7 +171,12 @@ static void *ucx_thread_main(void *arg)
         pthread_mutex_lock(&be->lock);
         unsigned n = ucp_worker_progress(be->worker);
         ucx_peers_reap_locked(be);
-        ucx_reqs_advance_locked(be);
+        /* A cancel or release waiting for the lock goes first: advancing
+         * now could hand its notification to UCX while the caller that
+         * wants it withheld waits behind this round (a progress call can
+         * move megabytes over tcp). */
+        if (!atomic_load_explicit(&be->cancel_waiting, memory_order_acquire))
+            ucx_reqs_advance_locked(be, UCX_BY_THREAD);
         int idle = n == 0 && !be->run;
         ucs_status_t armed = idle && be->efd >= 0 ? ucp_worker_arm(be->worker) : UCS_ERR_BUSY;
         pthread_mutex_unlock(&be->lock);

@@ -421,8 +421,11 @@ int ucx_peer_alive(void *bev, void *peerv)
 static void ucx_notif_own_done(void *request, ucs_status_t status, void *user_data)
 {
     ucx_req_t *r = user_data;
-    if (status != UCS_OK && r->op_status == UCS_OK)
-        r->op_status = status;
+    /* The request may be done already (its data landed before the send
+     * was handed over): a failed send is logged, not reported. */
+    if (status != UCS_OK)
+        UCX_ERROR(r->be, "ucx: the notification of a request to %s failed: %s", r->peer->name,
+                  ucs_status_string(status));
     r->am_req = NULL;
     ucp_request_free(request);
 }

@@ -113,9 +113,11 @@ struct ucx_req {
     ucs_status_t op_status;   /* the first error a put/get completed with */
     void *flush_req;          /* ucp_ep_flush_nbx in flight */
     int flushed;              /* every put/get of this post is remotely complete */
+    int flush_seen;           /* a status or progress call saw it flushed */
     void *am_req;             /* the notification's send in flight */
     int notif_sent;           /* handed to UCX: it will be delivered */
     int canceling;            /* xfer_cancel or release: never send the notification */
+    uint64_t posted_ns;       /* the last post (the thread's grace before a notification) */
     void *notif;
     size_t notif_len, notif_cap;
     const char *cause;        /* fallback cause, when hdr.fallback */
@@ -148,6 +150,7 @@ struct ucx_be {
     int efd; /* the worker's event fd (progress thread), -1 without one */
     pthread_t thread;
     atomic_int stop;
+    atomic_int cancel_waiting; /* cancels and releases waiting for the lock */
     int thread_started;
 };
 
@@ -187,7 +190,8 @@ void ucx_xfer_cancel(void *be, nixl_be_req_t *req);
 void ucx_xfer_release(void *be, nixl_be_req_t *req);
 /* Called after ucp_worker_progress: advance requests whose last
  * operation completed (notifications after the flush). */
-void ucx_reqs_advance_locked(ucx_be_t *be);
+enum { UCX_BY_POST, UCX_BY_CALL, UCX_BY_THREAD }; /* who advances (ucx_xfer.c) */
+void ucx_reqs_advance_locked(ucx_be_t *be, int by);
 /* Progress the worker until nothing moves (be->lock held). */
 void ucx_progress_locked(ucx_be_t *be);
 nixl_status_t ucx_status_of(ucs_status_t st);

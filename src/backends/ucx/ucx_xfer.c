@@ -16,6 +16,13 @@
  * be->run; progress (status calls, the progress thread) moves each one to
  * its notification and its end.
  *
+ * A request is done once its operations and the flush completed and its
+ * notification, if any, was handed to UCX (from then on it will arrive,
+ * after the bytes): the send itself may still run, and release or a repost
+ * wait for it, since its buffer is the request's.  So a post that saw the
+ * whole request through does not report NIXL_IN_PROG for a request whose
+ * notification is already on its way.
+ *
  * Ends: NIXL_OK; NIXL_ERR_PEER_GONE when the peer was found gone (UCX's
  * error callback, or its process exited) whatever UCX said of the
  * operations; NIXL_ERR_CANCELED after xfer_cancel, once no operation of
@@ -77,23 +84,53 @@ static void ucx_req_end(ucx_be_t *be, ucx_req_t *r, nixl_status_t st)
     r->state = st == NIXL_OK ? UCX_REQ_DONE : UCX_REQ_FAILED;
 }
 
+/* Who advances a request, which decides when its notification may go once
+ * its flush completed:
+ *
+ *   UCX_BY_POST    the post itself: at once (its caller has not seen the
+ *                  request in flight, so has nothing to cancel yet);
+ *   UCX_BY_CALL    a status or progress call: only if an earlier call had
+ *                  already seen the flush complete.  The core polls a
+ *                  request before releasing it (xfer_free_locked): that
+ *                  poll may be the one that sees the flush end, and the
+ *                  caller releasing what it saw in flight must not get the
+ *                  notification delivered; a caller polling to completion
+ *                  pays one more poll;
+ *   UCX_BY_THREAD  the progress thread: only for a request posted at least
+ *                  UCX_NOTIF_GRACE_NS ago.  The thread is there for callers
+ *                  who do not call in; one who posted a moment ago still
+ *                  does and may be about to release it (a 64 MiB WRITE over
+ *                  tcp is past its puts, waiting for its flush's answer,
+ *                  when post returns). */
+#define UCX_NOTIF_GRACE_NS 1000000ull
+
 /* Move one request on: notification after the flush, then its end. */
-static void ucx_req_advance(ucx_be_t *be, ucx_req_t *r)
+static void ucx_req_advance(ucx_be_t *be, ucx_req_t *r, int by, uint64_t now)
 {
     if (r->state != UCX_REQ_RUN)
         return;
+    int may_notify = by == UCX_BY_POST || (by == UCX_BY_CALL && r->flush_seen) ||
+                     (by == UCX_BY_THREAD && now - r->posted_ns >= UCX_NOTIF_GRACE_NS);
     if (r->flushed && r->notif_len && !r->notif_sent && !r->canceling && r->op_status == UCS_OK &&
-        r->inflight == 0) {
+        r->inflight == 0 && may_notify) {
         /* The flush completed: every operation of the request completed at
          * the peer.  Only now may the notification go. */
         nixl_status_t st = r->peer->ep ? ucx_notif_post_locked(be, r->peer, r->notif, r->notif_len, r)
                                        : NIXL_ERR_PEER_GONE;
+        UCX_DEBUG(be, "ucx: request %p to %s: notification handed to UCX (status %d)", (void *)r, r->peer->name,
+                  (int)st);
         if (st == NIXL_OK)
             r->notif_sent = 1;
         else if (r->op_status == UCS_OK)
             r->op_status = st == NIXL_ERR_PEER_GONE ? UCS_ERR_CONNECTION_RESET : UCS_ERR_IO_ERROR;
     }
-    if (r->inflight || r->flush_req || r->am_req)
+    if (r->flushed && by == UCX_BY_CALL)
+        r->flush_seen = 1;
+    /* The notification's own send does not hold the request: once UCX has
+     * it, every byte landed and it will be delivered; the request is done.
+     * Its buffer (r->notif) is ours and outlives the send (release and a
+     * repost wait for it, ucx_req_quiesce_locked). */
+    if (r->inflight || r->flush_req)
         return;
     if (r->op_status != UCS_OK) {
         nixl_status_t st = r->peer->gone ? NIXL_ERR_PEER_GONE
@@ -113,14 +150,35 @@ static void ucx_req_advance(ucx_be_t *be, ucx_req_t *r)
     ucx_req_end(be, r, NIXL_OK);
 }
 
-void ucx_reqs_advance_locked(ucx_be_t *be)
+void ucx_reqs_advance_locked(ucx_be_t *be, int by)
 {
+    uint64_t now = nixl_now_ns();
     for (ucx_req_t *r = be->run, *next; r; r = next) {
         next = r->next_run;
         if (r->peer->gone && r->peer->ep) /* close it: UCX then ends its operations */
             ucx_peer_fail_locked(be, r->peer, "UCX reported it unreachable");
-        ucx_req_advance(be, r);
+        ucx_req_advance(be, r, by, now);
     }
+}
+
+/* Wait until nothing of UCX's refers to r: its operations and its
+ * notification's send.  Bounded by release_wait_ms, then the peer's
+ * endpoint is closed so UCX ends what is left.  0 when quiet. */
+static int ucx_req_quiesce_locked(ucx_be_t *be, ucx_req_t *r)
+{
+    uint64_t deadline = nixl_now_ns() + be->release_wait_ms * 1000000ull;
+    while ((r->state == UCX_REQ_RUN || r->am_req) && nixl_now_ns() < deadline) {
+        (void)ucx_peer_check_locked(be, r->peer);
+        ucx_progress_locked(be);
+    }
+    if (r->state == UCX_REQ_RUN || r->am_req) {
+        /* Closing the endpoint makes UCX end every operation on it. */
+        ucx_peer_fail_locked(be, r->peer, "a request did not finish within release_wait_ms");
+        deadline = nixl_now_ns() + 1000000000ull;
+        while ((r->state == UCX_REQ_RUN || r->am_req) && nixl_now_ns() < deadline)
+            ucx_progress_locked(be);
+    }
+    return r->state == UCX_REQ_RUN || r->am_req ? -1 : 0;
 }
 
 static nixl_status_t ucx_req_status(const ucx_req_t *r)
@@ -197,6 +255,10 @@ nixl_status_t ucx_xfer_post(void *bev, nixl_be_req_t *req, const void *notif, si
         goto out;
     }
     ucx_peer_t *peer = r->peer;
+    if (nixl_unlikely(r->am_req) && ucx_req_quiesce_locked(be, r) != 0) {
+        st = NIXL_ERR_IN_FLIGHT; /* the last notification's send never ended */
+        goto out;
+    }
     st = ucx_peer_check_locked(be, peer);
     if (st != NIXL_OK || !peer->ep) {
         st = NIXL_ERR_PEER_GONE;
@@ -225,6 +287,8 @@ nixl_status_t ucx_xfer_post(void *bev, nixl_be_req_t *req, const void *notif, si
     r->am_req = NULL;
     r->notif_sent = 0;
     r->canceling = 0;
+    r->posted_ns = nixl_now_ns();
+    r->flush_seen = 0;
     ucx_run_add(be, r);
     if (r->hdr.fallback)
         be->host->fallback(be->host->ctx, r->hdr.path, r->cause);
@@ -266,9 +330,14 @@ nixl_status_t ucx_xfer_post(void *bev, nixl_be_req_t *req, const void *notif, si
         else
             r->flush_req = q;
     }
-    ucx_req_advance(be, r);
-    if (r->state == UCX_REQ_RUN)
-        ucx_progress_locked(be);
+    ucx_req_advance(be, r, UCX_BY_POST, 0);
+    /* One round, not a drain: a small request ends here, a large one
+     * returns IN_PROG with its bytes still to move, so a release right
+     * after finds it in flight (status calls and the thread move it on). */
+    if (r->state == UCX_REQ_RUN) {
+        ucp_worker_progress(be->worker);
+        ucx_req_advance(be, r, UCX_BY_POST, 0);
+    }
     st = ucx_req_status(r);
 out:
     pthread_mutex_unlock(&be->lock);
@@ -296,12 +365,14 @@ static void ucx_cancel_locked(ucx_be_t *be, ucx_req_t *r)
     if (r->state != UCX_REQ_RUN)
         return;
     r->canceling = 1;
+    UCX_DEBUG(be, "ucx: request %p to %s: canceling (inflight %zu, flush %s)", (void *)r, r->peer->name,
+              r->inflight, r->flush_req ? "pending" : r->flushed ? "done" : "none");
     /* UCX 1.13 cancels receives only: for our flush this asks nothing it
      * can refuse, and the request still ends only once UCX let go of its
      * operations (completed, or ended when the endpoint was closed). */
     if (r->flush_req)
         ucp_request_cancel(be->worker, r->flush_req);
-    ucx_req_advance(be, r);
+    ucx_req_advance(be, r, UCX_BY_CALL, 0);
 }
 
 void ucx_xfer_cancel(void *bev, nixl_be_req_t *req)
@@ -310,7 +381,9 @@ void ucx_xfer_cancel(void *bev, nixl_be_req_t *req)
     ucx_req_t *r = (ucx_req_t *)req;
     if (!r)
         return;
+    atomic_fetch_add(&be->cancel_waiting, 1);
     pthread_mutex_lock(&be->lock);
+    atomic_fetch_sub(&be->cancel_waiting, 1);
     ucx_cancel_locked(be, r);
     pthread_mutex_unlock(&be->lock);
 }
@@ -321,26 +394,17 @@ void ucx_xfer_release(void *bev, nixl_be_req_t *req)
     ucx_req_t *r = (ucx_req_t *)req;
     if (!r)
         return;
+    atomic_fetch_add(&be->cancel_waiting, 1);
     pthread_mutex_lock(&be->lock);
-    if (r->state == UCX_REQ_RUN) {
+    atomic_fetch_sub(&be->cancel_waiting, 1);
+    if (r->state == UCX_REQ_RUN || r->am_req) {
         ucx_cancel_locked(be, r);
-        uint64_t deadline = nixl_now_ns() + be->release_wait_ms * 1000000ull;
-        while (r->state == UCX_REQ_RUN && nixl_now_ns() < deadline) {
-            (void)ucx_peer_check_locked(be, r->peer);
-            ucx_progress_locked(be);
-        }
-        if (r->state == UCX_REQ_RUN) {
-            /* Closing the endpoint makes UCX end every operation on it. */
-            ucx_peer_fail_locked(be, r->peer, "a released request did not finish within release_wait_ms");
-            deadline = nixl_now_ns() + 1000000000ull;
-            while (r->state == UCX_REQ_RUN && nixl_now_ns() < deadline)
-                ucx_progress_locked(be);
-        }
-        if (r->state == UCX_REQ_RUN) {
+        if (ucx_req_quiesce_locked(be, r) != 0) {
             /* UCX may still complete into it: keep the request rather
              * than free memory a callback would write. */
             UCX_ERROR(be, "ucx: a released request to %s never finished: leaked", r->peer->name);
-            ucx_run_del(be, r);
+            if (r->state == UCX_REQ_RUN)
+                ucx_run_del(be, r);
             pthread_mutex_unlock(&be->lock);
             return;
         }
