@@ -390,6 +390,19 @@ nixl_status_t shm_req_run_item(shm_req_t *r, size_t i)
     return shm_req_fail(r, st, e, 0, want);
 }
 
+/* A mapped request without a notification has nothing that fails when
+ * the peer is gone (its memory stays mapped here; CMA would fail with
+ * ESRCH, the notification finds no socket), and the post's liveness check
+ * may be up to SAMEHOST_LIVENESS_NS old: such a request looks once more,
+ * after the copy, so that it never succeeds towards a peer that had
+ * already exited when it was posted. */
+static nixl_status_t shm_req_done_check(shm_req_t *r)
+{
+    if (r->mapped && !r->notif.has)
+        return samehost_proc_alive(r->be->host, "shm", &r->peer->proc, 1);
+    return NIXL_OK;
+}
+
 void shm_req_finish(shm_req_t *r, int canceled)
 {
     int st = atomic_load(&r->err);
@@ -397,6 +410,8 @@ void shm_req_finish(shm_req_t *r, int canceled)
         st = NIXL_ERR_CANCELED;
     if (st == NIXL_OK && r->notif.has)
         st = samehost_notif_send_raw(&r->be->notif, &r->peer->notif, r->notif.buf, r->notif.len, &r->cancel);
+    if (st == NIXL_OK)
+        st = shm_req_done_check(r);
     atomic_store_explicit(&r->status, st, memory_order_release);
 }
 
@@ -423,6 +438,8 @@ nixl_status_t shm_xfer_post(void *bev, nixl_be_req_t *hdr, const void *notif, si
             st = shm_req_run_item(r, i);
         if (st == NIXL_OK && r->notif.has)
             st = samehost_notif_send_raw(&be->notif, &r->peer->notif, r->notif.buf, r->notif.len, NULL);
+        if (st == NIXL_OK)
+            st = shm_req_done_check(r);
         atomic_store(&r->status, st);
         return st;
     }
