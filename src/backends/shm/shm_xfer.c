@@ -160,12 +160,12 @@ void shm_spare_free(shm_be_t *be)
     free(atomic_exchange(&be->spare, NULL));
 }
 
-static void shm_req_init(shm_req_t *r, shm_be_t *be, const nixl_be_xfer_t *x, int mapped, int fallback,
+static void shm_req_init(shm_req_t *r, shm_be_t *be, shm_peer_t *peer, nixl_op_t op, int mapped, int fallback,
                          uint64_t bytes)
 {
     r->be = be;
-    r->peer = x->peer;
-    r->op = x->op;
+    r->peer = peer;
+    r->op = op;
     r->mapped = mapped;
     r->bytes = bytes;
     r->hdr.path = mapped ? SHM_PATH_MAP : SHM_PATH_CMA;
@@ -240,7 +240,7 @@ static nixl_status_t shm_prepare_mapped(shm_be_t *be, const nixl_be_xfer_t *x, i
     }
 done:
     r->nitems = nitems;
-    shm_req_init(r, be, x, 1, fallback, bytes);
+    shm_req_init(r, be, x->peer, x->op, 1, fallback, bytes);
     *req_out = &r->hdr;
     return NIXL_OK;
 }
@@ -333,9 +333,105 @@ nixl_status_t shm_xfer_prepare(void *bev, const nixl_be_xfer_t *x, nixl_be_req_t
     }
     r->nseg = lay.nseg;
     r->nitems = lay.nitems;
-    shm_req_init(r, be, x, 0, fallback, bytes);
+    shm_req_init(r, be, x->peer, x->op, 0, fallback, bytes);
     *req_out = &r->hdr;
     return NIXL_OK;
+}
+
+/* ---- indexed requests in their own form (shm.map) ----
+ *
+ * Paged KV as the engine holds it: layers x nslots pieces of item_len
+ * bytes at base + slot x stride on each side.  Nothing per piece is
+ * built: an item is a run of pieces in layer-major order, and the copy
+ * computes each piece's two addresses from its layer and slot as it goes,
+ * so preparing costs the layers, not the pieces.  The core checked that
+ * every layer's span lies inside one registration on each side
+ * (backend.h).  A request with a layer the peer did not let us map (CMA)
+ * is declined: the core makes it in pieces for shm.cma. */
+nixl_status_t shm_xfer_prepare_indexed(void *bev, const nixl_be_xfer_indexed_t *x, nixl_be_req_t **req_out)
+{
+    shm_be_t *be = bev;
+    if (!x || !req_out || !x->peer || !x->layer || !x->lslots || !x->rslots)
+        return NIXL_ERR_NULL;
+    if (x->op != NIXL_OP_READ && x->op != NIXL_OP_WRITE) {
+        SHM_ERROR(be, "shm: unknown transfer op %d", (int)x->op);
+        return NIXL_ERR_INVALID_PARAM;
+    }
+    if (x->local_mem != NIXL_MEM_DRAM || x->remote_mem != NIXL_MEM_DRAM) {
+        SHM_ERROR(be, "shm: transfers between DRAM only (got %d -> %d)", (int)x->local_mem, (int)x->remote_mem);
+        return NIXL_ERR_MEM_TYPE;
+    }
+    if (x->layers == 0 || x->nslots == 0 || x->item_len == 0)
+        return NIXL_ERR_ZERO_LENGTH;
+    if (!be->map_enabled)
+        return NIXL_ERR_NOT_SUPPORTED;
+    const size_t pieces = x->layers * x->nslots;
+    if (x->layers > SIZE_MAX / x->nslots || x->item_len > UINT64_MAX / pieces ||
+        x->bytes != x->item_len * pieces) {
+        SHM_ERROR(be, "shm: indexed request of %zu x %zu pieces of %llu bytes does not add up to %llu bytes",
+                  x->layers, x->nslots, (unsigned long long)x->item_len, (unsigned long long)x->bytes);
+        return NIXL_ERR_INVALID_PARAM;
+    }
+    if (((const shm_peer_t *)x->peer)->cma_regions != 0) {
+        for (size_t l = 0; l < x->layers; l++) {
+            const shm_rmd_t *rm = x->layer[l].rmd;
+            if (!x->layer[l].lmd || !rm || rm->peer != x->peer) {
+                SHM_ERROR(be, "shm: layer %zu of an indexed request has no registration of this backend on both sides",
+                          l);
+                return NIXL_ERR_INVALID_PARAM;
+            }
+            if (!rm->base)
+                return NIXL_ERR_NOT_SUPPORTED; /* reached with CMA: in pieces */
+        }
+    }
+    /* Items of whole pieces, about 'chunk' bytes each (one piece when a
+     * piece is larger). */
+    const uint64_t per = x->item_len >= be->chunk ? 1 : be->chunk / x->item_len;
+    const size_t nitems = (size_t)((pieces + per - 1) / per);
+    shm_req_t *r = shm_req_alloc(be, sizeof(*r) + nitems * sizeof(shm_item_t));
+    if (!r)
+        return NIXL_ERR_NO_MEMORY;
+    r->items = (shm_item_t *)(r + 1);
+    for (size_t k = 0; k < nitems; k++) {
+        size_t first = (size_t)(k * per), n = pieces - first < per ? pieces - first : (size_t)per;
+        r->items[k] = (shm_item_t){.first = first, .count = n, .bytes = (size_t)(n * x->item_len)};
+    }
+    r->nitems = nitems;
+    r->layer = x->layer;
+    r->lslots = x->lslots;
+    r->rslots = x->rslots;
+    r->nslots = x->nslots;
+    r->lstride = x->lstride;
+    r->rstride = x->rstride;
+    r->item_len = x->item_len;
+    shm_req_init(r, be, x->peer, x->op, 1, 0, x->bytes);
+    *req_out = &r->hdr;
+    return NIXL_OK;
+}
+
+/* Pieces [first, first + count) of an indexed request. */
+static void shm_run_indexed(const shm_req_t *r, const shm_item_t *it)
+{
+    const size_t ns = r->nslots, item = (size_t)r->item_len;
+    const uint64_t lst = r->lstride, rst = r->rstride;
+    const int write = r->op == NIXL_OP_WRITE;
+    size_t l = it->first / ns, t = it->first % ns, left = it->count;
+    while (left > 0) {
+        const nixl_be_layer_t *ly = &r->layer[l];
+        const shm_rmd_t *rmd = ly->rmd;
+        uint8_t *lbase = (uint8_t *)(uintptr_t)ly->lbase, *rbase = rmd->base + (ly->rbase - rmd->addr);
+        size_t stop = ns - t < left ? ns : t + left;
+        left -= stop - t;
+        for (; t < stop; t++) {
+            uint8_t *local = lbase + (uint64_t)r->lslots[t] * lst, *remote = rbase + (uint64_t)r->rslots[t] * rst;
+            if (write)
+                memcpy(remote, local, item);
+            else
+                memcpy(local, remote, item);
+        }
+        t = 0;
+        l++;
+    }
 }
 
 /* Record the first error of a post and log it once. */
@@ -367,6 +463,10 @@ static nixl_status_t shm_req_fail(shm_req_t *r, nixl_status_t st, int err, size_
 nixl_status_t shm_req_run_item(shm_req_t *r, size_t i)
 {
     const shm_item_t *it = &r->items[i];
+    if (r->layer) {
+        shm_run_indexed(r, it);
+        return NIXL_OK;
+    }
     if (r->mapped) {
         shm_run_mapped(r, it);
         return NIXL_OK;
