@@ -837,6 +837,11 @@ typedef struct piece_acc {
     nixl_mem_t rmem;
     int bi;
     uint64_t lbase, lsize, rbase, rsize, lnext, rnext, bytes;
+    /* The fast test: a piece of length plen lies inside the current
+     * regions when its offsets from their bases are below lcnt and rcnt
+     * (size - plen + 1, the starts that fit; 0 before the first piece,
+     * which nothing is below). */
+    uint64_t plen, lcnt, rcnt;
     void *lmd, *rmd;
     nixl_be_iov_t *iov;
     nixl_be_iov_t *end; /* the next piece to write */
@@ -869,9 +874,34 @@ static inline int piece_outside(uint64_t a, uint64_t len, uint64_t base, uint64_
  * which no address equals).
  * PIECE_LOCAL: la is not in a region registered with the backend;
  * PIECE_REMOTE: ra is not in the backend's view of the peer. */
+static int piece_regions(piece_acc_t *p, uint64_t la, uint64_t ra, uint64_t len);
+
 static inline __attribute__((always_inline)) int piece_add(piece_acc_t *p, uint64_t la, uint64_t ra, uint64_t len)
 {
-    if (nixl_unlikely(piece_outside(la, len, p->lbase, p->lsize))) {
+    /* Pieces of paged KV have one length and stay in their regions: one
+     * compare for the length and one per side. */
+    if (nixl_unlikely(len != p->plen || la - p->lbase >= p->lcnt || ra - p->rbase >= p->rcnt)) {
+        int why = piece_regions(p, la, ra, len);
+        if (why != PIECE_OK)
+            return why;
+    }
+    p->bytes += len;
+    /* Merging is the exception with paged KV (slots are scattered). */
+    if (nixl_unlikely(la == p->lnext && ra == p->rnext))
+        p->end[-1].len += len;
+    else
+        *p->end++ = (nixl_be_iov_t){.laddr = la, .raddr = ra, .len = len, .lmd = p->lmd, .rmd = p->rmd};
+    p->lnext = la + len;
+    p->rnext = ra + len;
+    return PIECE_OK;
+}
+
+/* The slow way of piece_add: the regions of a piece that left the
+ * current ones (or has another length), looked up; the fast test set up
+ * for its length. */
+static int piece_regions(piece_acc_t *p, uint64_t la, uint64_t ra, uint64_t len)
+{
+    if (piece_outside(la, len, p->lbase, p->lsize)) {
         if (len == 0)
             return PIECE_LOCAL;
         const nixl_region_t *r = nixl_region_find(p->idx, la, len);
@@ -890,17 +920,13 @@ static inline __attribute__((always_inline)) int piece_add(piece_acc_t *p, uint6
         p->rbase = p->bk->mdb->regions[r].addr;
         p->rsize = p->bk->mdb->regions[r].len;
         p->rmd = p->bk->rmd[r];
-        p->rnext = ~0ull;
+        p->lnext = p->rnext = ~0ull; /* no merge across regions: pieces_pass tests lnext first */
         p->high |= (int)((p->rbase + p->rsize - 1) >> 63);
     }
-    p->bytes += len;
-    /* Merging is the exception with paged KV (slots are scattered). */
-    if (nixl_unlikely(la == p->lnext && ra == p->rnext))
-        p->end[-1].len += len;
-    else
-        *p->end++ = (nixl_be_iov_t){.laddr = la, .raddr = ra, .len = len, .lmd = p->lmd, .rmd = p->rmd};
-    p->lnext = la + len;
-    p->rnext = ra + len;
+    /* Both inside (len >= 1, no larger than either region). */
+    p->plen = len;
+    p->lcnt = p->lsize - len + 1;
+    p->rcnt = p->rsize - len + 1;
     return PIECE_OK;
 }
 
@@ -992,19 +1018,48 @@ static inline __attribute__((always_inline)) size_t pieces_pass(piece_acc_t *p, 
                                                                  const uint64_t *rw, size_t rs, size_t count,
                                                                  const int chk, int *why, uint64_t *dev)
 {
-    uint64_t d_acc = 0;
+    /* piece_add with its state in locals (p's address escapes to
+     * piece_regions, so its fields would be loaded and stored per pair),
+     * written back around the slow way.  A piece continues the previous
+     * one only when its local address is where that one ended (rare with
+     * scattered slots); only then is the remote end read, from the piece. */
+    uint64_t d_acc = 0, plen = p->plen, lbase = p->lbase, lcnt = p->lcnt, rbase = p->rbase, rcnt = p->rcnt;
+    uint64_t lnext = p->lnext, bytes = p->bytes;
+    void *lmd = p->lmd, *rmd = p->rmd;
+    nixl_be_iov_t *end = p->end;
     int w = PIECE_OK;
     const uint64_t *l = lw, *r = rw, *const lstop = lw + count * ls;
     for (; l != lstop; l += ls, r += rs) {
-        uint64_t len = l[1];
+        const uint64_t len = l[1], la = l[0], ra = r[0];
         if (chk)
             d_acc |= l[2] | r[2];
         if (nixl_unlikely(len != r[1]))
             break;
-        w = piece_add(p, l[0], r[0], len);
-        if (nixl_unlikely(w != PIECE_OK))
-            break;
+        if (nixl_unlikely(len != plen || la - lbase >= lcnt || ra - rbase >= rcnt)) {
+            p->lnext = lnext;
+            w = piece_regions(p, la, ra, len);
+            if (nixl_unlikely(w != PIECE_OK))
+                break;
+            plen = p->plen;
+            lbase = p->lbase;
+            lcnt = p->lcnt;
+            rbase = p->rbase;
+            rcnt = p->rcnt;
+            lnext = p->lnext;
+            lmd = p->lmd;
+            rmd = p->rmd;
+        }
+        bytes += len;
+        if (nixl_unlikely(la == lnext) && end[-1].raddr + end[-1].len == ra)
+            end[-1].len += len;
+        else
+            *end++ = (nixl_be_iov_t){.laddr = la, .raddr = ra, .len = len, .lmd = lmd, .rmd = rmd};
+        lnext = la + len;
     }
+    p->lnext = lnext;
+    p->rnext = end > p->iov ? end[-1].raddr + end[-1].len : ~0ull;
+    p->bytes = bytes;
+    p->end = end;
     *why = w;
     if (chk)
         *dev = d_acc;
@@ -1312,11 +1367,15 @@ static int xfer_create_rows_indexed(nixl_agent_t *a, nixl_op_t op, const side_t 
     const nixl_region_t *r0 = nixl_region_find(&a->regs[L->mem], lw[0], item);
     if (!r0)
         return 0;
+    /* One layer (every row in one region, the last one tells) is made
+     * in pieces: this pass divides each offset by the item, which costs
+     * more than the pieces save. */
+    if (lw[(count - 1) * ls] - r0->addr < r0->len)
+        return 0;
     size_t n = 1;
     while (n < count && lw[n * ls] - r0->addr < r0->len)
         n++;
-    /* One layer (every row in one region) gains nothing over pieces. */
-    if (count % n != 0 || count / n < 2)
+    if (count % n != 0)
         return 0;
     const size_t layers = count / n;
     /* Scratch (the agent's, reused): the first layer's offsets, quotients and slots, each side. */
