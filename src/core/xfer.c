@@ -1240,12 +1240,14 @@ static nixl_xfer_ix_t *ix_alloc(size_t layers, size_t nslots)
 }
 
 /* own: NULL, or a block from ix_alloc whose slots already are L's and R's
- * (L->slots == own->lslots): taken, freed on every path. */
+ * (L->slots == own->lslots): taken, freed on every path.  merged: the
+ * pieces the request would have after merging (nixl_xfer_info's descs,
+ * NIXL's descCount), when the caller counted them; 0: every piece. */
 static native_t xfer_indexed_native(nixl_agent_t *a, nixl_op_t op, const nixl_indexed_t *L, const nixl_indexed_t *R,
                                     size_t nslots, uint64_t item, const slot_range_t *lr, const slot_range_t *rr,
                                     nixl_peer_t *peer, nixl_peer_inc_t *inc, const nixl_peer_backend_t *bk,
                                     const nixl_opt_args_t *opt, const void *notif, size_t notif_len,
-                                    nixl_xfer_ix_t *own, nixl_status_t *st_out, nixl_xfer_t **out)
+                                    nixl_xfer_ix_t *own, size_t merged, nixl_status_t *st_out, nixl_xfer_t **out)
 {
     const size_t layers = L->layers, pieces = layers * nslots;
     const int bi = bk->backend->index;
@@ -1296,7 +1298,7 @@ static native_t xfer_indexed_native(nixl_agent_t *a, nixl_op_t op, const nixl_in
         memcpy(ix->rslots, R->slots, nslots * sizeof(uint32_t));
     }
     x->ix = ix;
-    x->count = pieces;
+    x->count = merged ? merged : pieces;
     x->descs_in = pieces;
     x->bytes = item * pieces;
     void *ctx = L->mem_type == NIXL_MEM_VRAM ? first->cuda.ctx : NULL;
@@ -1455,7 +1457,7 @@ static int xfer_create_rows_indexed(nixl_agent_t *a, nixl_op_t op, const side_t 
     const nixl_indexed_t Ri = {R->mem, layers, bases + layers, item, slots + n};
     const slot_range_t lr = {0, (uint32_t)ldq};
     const slot_range_t rr = {0, (uint32_t)rdq};
-    native_t got = xfer_indexed_native(a, op, &Li, &Ri, n, item, &lr, &rr, peer, peer->cur, bk, opt, notif, notif_len, NULL,
+    native_t got = xfer_indexed_native(a, op, &Li, &Ri, n, item, &lr, &rr, peer, peer->cur, bk, opt, notif, notif_len, NULL, 0,
                                        st_out, out);
     free(bases);
     return got == NATIVE_DONE;
@@ -1599,15 +1601,18 @@ static int xfer_make_indexed(nixl_agent_t *a, nixl_op_t op, const nixl_prep_t *l
     /* Slots that mostly run on (blocks allocated in order) are fewer and
      * larger pieces once merged, which every backend moves better than
      * one item at a time: those are made in pieces. */
-    if (ok && lst == litem && rst == litem && 2 * slots_merging(ix->lslots, ix->rslots, n) > n)
-        ok = 0;
+    size_t merges = 0;
+    if (ok && lst == litem && rst == litem) {
+        merges = slots_merging(ix->lslots, ix->rslots, n);
+        ok = 2 * merges <= n;
+    }
     native_t got = NATIVE_PIECES;
     if (ok) {
         const nixl_indexed_t L = {lp->mem, layers, bases, lst, ix->lslots};
         const nixl_indexed_t R = {rp->mem, layers, bases + layers, rst, ix->rslots};
         const nixl_peer_backend_t *bk = &rp->inc->bk[rp->backend->index];
         got = xfer_indexed_native(a, op, &L, &R, n, litem, &lr, &rr, rp->peer, rp->inc, bk, opt, notif, notif_len,
-                                  ix, st_out, out);
+                                  ix, layers * (n - merges), st_out, out);
     } else {
         free(ix);
     }
@@ -1646,7 +1651,7 @@ static nixl_status_t xfer_create_indexed_locked(nixl_agent_t *a, nixl_op_t op, c
     piece_acc_t p;
     for (int k = 0; k < nb; k++) {
         if (be_can_indexed(order[k]->backend) &&
-            xfer_indexed_native(a, op, L, R, nslots, item, &lr, &rr, peer, inc, order[k], opt, notif, notif_len, NULL,
+            xfer_indexed_native(a, op, L, R, nslots, item, &lr, &rr, peer, inc, order[k], opt, notif, notif_len, NULL, 0,
                                 &st, out) == NATIVE_DONE)
             return st;
         if (!x) {

@@ -414,7 +414,7 @@ static void shm_run_indexed(const shm_req_t *r, const shm_item_t *it)
 {
     const size_t ns = r->nslots, item = (size_t)r->item_len;
     const uint64_t lst = r->lstride, rst = r->rstride;
-    const int write = r->op == NIXL_OP_WRITE;
+    const int write = r->op == NIXL_OP_WRITE, adjacent = lst == item && rst == item;
     size_t l = it->first / ns, t = it->first % ns, left = it->count;
     while (left > 0) {
         const nixl_be_layer_t *ly = &r->layer[l];
@@ -422,12 +422,18 @@ static void shm_run_indexed(const shm_req_t *r, const shm_item_t *it)
         uint8_t *lbase = (uint8_t *)(uintptr_t)ly->lbase, *rbase = rmd->base + (ly->rbase - rmd->addr);
         size_t stop = ns - t < left ? ns : t + left;
         left -= stop - t;
-        for (; t < stop; t++) {
-            uint8_t *local = lbase + (uint64_t)r->lslots[t] * lst, *remote = rbase + (uint64_t)r->rslots[t] * rst;
+        while (t < stop) {
+            const uint32_t ls = r->lslots[t], rs = r->rslots[t];
+            size_t run = 1; /* pieces next to each other on both sides: one copy */
+            if (adjacent)
+                while (t + run < stop && r->lslots[t + run] == ls + run && r->rslots[t + run] == rs + run)
+                    run++;
+            uint8_t *local = lbase + (uint64_t)ls * lst, *remote = rbase + (uint64_t)rs * rst;
             if (write)
-                memcpy(remote, local, item);
+                memcpy(remote, local, item * run);
             else
-                memcpy(local, remote, item);
+                memcpy(local, remote, item * run);
+            t += run;
         }
         t = 0;
         l++;
