@@ -268,6 +268,74 @@ static void shm_run_mapped(const shm_req_t *r, const shm_item_t *it)
     }
 }
 
+/* ---- shm.cma of pieces of one length (paged KV) ----
+ *
+ * Items of `per` whole pieces (chunk / length, at most SHM_IOV_MAX): no
+ * layout pass, no splitting, one pass that writes both iovec arrays.
+ * shm_cma_block allocates the request; shm_cma_piece adds piece j of an
+ * item. */
+static shm_req_t *shm_cma_block(shm_be_t *be, size_t pieces, uint64_t len, uint64_t *per_out, size_t *nitems_out,
+                                nixl_status_t *st)
+{
+    *st = NIXL_ERR_TOO_BIG;
+    uint64_t per = be->chunk / len;
+    if (per > SHM_IOV_MAX)
+        per = SHM_IOV_MAX;
+    const size_t nitems = (size_t)((pieces + per - 1) / per);
+    if (pieces > (SIZE_MAX / 2 - sizeof(shm_req_t)) / (2 * sizeof(struct iovec) + sizeof(shm_item_t))) {
+        SHM_ERROR(be, "shm: transfer of %zu pieces is too large to describe", pieces);
+        return NULL;
+    }
+    *st = NIXL_ERR_NO_MEMORY;
+    shm_req_t *r = shm_req_alloc(be, sizeof(*r) + pieces * 2 * sizeof(struct iovec) + nitems * sizeof(shm_item_t));
+    if (!r)
+        return NULL;
+    r->liov = (struct iovec *)(r + 1);
+    r->riov = r->liov + pieces;
+    r->items = (shm_item_t *)(r->riov + pieces);
+    r->nseg = pieces;
+    r->nitems = nitems;
+    *per_out = per;
+    *nitems_out = nitems;
+    return r;
+}
+
+static inline void shm_cma_piece(shm_req_t *r, shm_item_t *it, size_t *nl, size_t *nr, size_t j, uint64_t local,
+                                 uint64_t remote, size_t len)
+{
+    it->count += shm_iov_append(r->liov, nl, j, (void *)(uintptr_t)local, len);
+    it->rcount += shm_iov_append(r->riov, nr, j, (void *)(uintptr_t)remote, len);
+}
+
+static nixl_status_t shm_prepare_cma_uniform(shm_be_t *be, const nixl_be_xfer_t *x, int fallback, uint64_t len,
+                                             nixl_be_req_t **req_out)
+{
+    if (nixl_unlikely(x->bytes / len != x->count || x->bytes % len)) {
+        SHM_ERROR(be, "shm: the request's byte count %llu is not its %zu pieces of %llu bytes",
+                  (unsigned long long)x->bytes, x->count, (unsigned long long)len);
+        return NIXL_ERR_INVALID_PARAM;
+    }
+    uint64_t per;
+    size_t nitems;
+    nixl_status_t st;
+    shm_req_t *r = shm_cma_block(be, x->count, len, &per, &nitems, &st);
+    if (!r)
+        return st;
+    size_t nl = 0, nr = 0, g = 0;
+    for (size_t k = 0; k < nitems; k++) {
+        shm_item_t *it = &r->items[k];
+        const size_t n = x->count - g < per ? x->count - g : (size_t)per;
+        *it = (shm_item_t){.first = nl, .rfirst = nr, .bytes = (size_t)(n * len)};
+        const nixl_be_iov_t *v = &x->iov[g];
+        for (size_t j = 0; j < n; j++)
+            shm_cma_piece(r, it, &nl, &nr, j, v[j].laddr, v[j].raddr, (size_t)len);
+        g += n;
+    }
+    shm_req_init(r, be, x->peer, x->op, 0, fallback, x->bytes);
+    *req_out = &r->hdr;
+    return NIXL_OK;
+}
+
 nixl_status_t shm_xfer_prepare(void *bev, const nixl_be_xfer_t *x, nixl_be_req_t **req_out)
 {
     shm_be_t *be = bev;
@@ -281,6 +349,8 @@ nixl_status_t shm_xfer_prepare(void *bev, const nixl_be_xfer_t *x, nixl_be_req_t
 
     if (mapped)
         return shm_prepare_mapped(be, x, fallback, uniform, req_out);
+    if (uniform && uniform <= be->chunk)
+        return shm_prepare_cma_uniform(be, x, fallback, uniform, req_out);
 
     shm_layout_t lay = {0};
     uint64_t bytes = 0;
@@ -338,7 +408,45 @@ nixl_status_t shm_xfer_prepare(void *bev, const nixl_be_xfer_t *x, nixl_be_req_t
     return NIXL_OK;
 }
 
-/* ---- indexed requests in their own form (shm.map) ----
+/* shm.cma of an indexed request: the iovec arrays built from the layers
+ * and slots (no pieces array in between), as for pieces of one length.
+ * Pieces larger than 'chunk' are left to the pieces path, which splits
+ * them. */
+static nixl_status_t shm_prepare_indexed_cma(shm_be_t *be, const nixl_be_xfer_indexed_t *x, int fallback,
+                                             nixl_be_req_t **req_out)
+{
+    const uint64_t item = x->item_len;
+    if (item > be->chunk)
+        return NIXL_ERR_NOT_SUPPORTED;
+    const size_t pieces = x->layers * x->nslots, ns = x->nslots;
+    uint64_t per;
+    size_t nitems;
+    nixl_status_t st;
+    shm_req_t *r = shm_cma_block(be, pieces, item, &per, &nitems, &st);
+    if (!r)
+        return st;
+    size_t nl = 0, nr = 0, l = 0, t = 0, g = 0;
+    for (size_t k = 0; k < nitems; k++) {
+        shm_item_t *it = &r->items[k];
+        const size_t n = pieces - g < per ? pieces - g : (size_t)per;
+        *it = (shm_item_t){.first = nl, .rfirst = nr, .bytes = (size_t)(n * item)};
+        for (size_t j = 0; j < n; j++) {
+            const nixl_be_layer_t *ly = &x->layer[l];
+            shm_cma_piece(r, it, &nl, &nr, j, ly->lbase + (uint64_t)x->lslots[t] * x->lstride,
+                          ly->rbase + (uint64_t)x->rslots[t] * x->rstride, (size_t)item);
+            if (++t == ns) {
+                t = 0;
+                l++;
+            }
+        }
+        g += n;
+    }
+    shm_req_init(r, be, x->peer, x->op, 0, fallback, x->bytes);
+    *req_out = &r->hdr;
+    return NIXL_OK;
+}
+
+/* ---- indexed requests in their own form: shm.map ----
  *
  * Paged KV as the engine holds it: layers x nslots pieces of item_len
  * bytes at base + slot x stride on each side.  Nothing per piece is
@@ -346,8 +454,8 @@ nixl_status_t shm_xfer_prepare(void *bev, const nixl_be_xfer_t *x, nixl_be_req_t
  * computes each piece's two addresses from its layer and slot as it goes,
  * so preparing costs the layers, not the pieces.  The core checked that
  * every layer's span lies inside one registration on each side
- * (backend.h).  A request with a layer the peer did not let us map (CMA)
- * is declined: the core makes it in pieces for shm.cma. */
+ * (backend.h).  A request with a layer the peer did not let us map goes
+ * to shm.cma (shm_prepare_indexed_cma). */
 nixl_status_t shm_xfer_prepare_indexed(void *bev, const nixl_be_xfer_indexed_t *x, nixl_be_req_t **req_out)
 {
     shm_be_t *be = bev;
@@ -363,8 +471,6 @@ nixl_status_t shm_xfer_prepare_indexed(void *bev, const nixl_be_xfer_indexed_t *
     }
     if (x->layers == 0 || x->nslots == 0 || x->item_len == 0)
         return NIXL_ERR_ZERO_LENGTH;
-    if (!be->map_enabled)
-        return NIXL_ERR_NOT_SUPPORTED;
     const size_t pieces = x->layers * x->nslots;
     if (x->layers > SIZE_MAX / x->nslots || x->item_len > UINT64_MAX / pieces ||
         x->bytes != x->item_len * pieces) {
@@ -372,7 +478,8 @@ nixl_status_t shm_xfer_prepare_indexed(void *bev, const nixl_be_xfer_indexed_t *
                   x->layers, x->nslots, (unsigned long long)x->item_len, (unsigned long long)x->bytes);
         return NIXL_ERR_INVALID_PARAM;
     }
-    if (((const shm_peer_t *)x->peer)->cma_regions != 0) {
+    int mapped = be->map_enabled, fallback = 0;
+    if (!mapped || ((const shm_peer_t *)x->peer)->cma_regions != 0) {
         for (size_t l = 0; l < x->layers; l++) {
             const shm_rmd_t *rm = x->layer[l].rmd;
             if (!x->layer[l].lmd || !rm || rm->peer != x->peer) {
@@ -381,9 +488,13 @@ nixl_status_t shm_xfer_prepare_indexed(void *bev, const nixl_be_xfer_indexed_t *
                 return NIXL_ERR_INVALID_PARAM;
             }
             if (!rm->base)
-                return NIXL_ERR_NOT_SUPPORTED; /* reached with CMA: in pieces */
+                mapped = 0;
+            if (rm->fallback)
+                fallback = 1;
         }
     }
+    if (!mapped)
+        return shm_prepare_indexed_cma(be, x, fallback, req_out);
     /* Items of whole pieces, about 'chunk' bytes each (one piece when a
      * piece is larger). */
     const uint64_t per = x->item_len >= be->chunk ? 1 : be->chunk / x->item_len;
