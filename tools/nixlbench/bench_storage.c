@@ -8,8 +8,8 @@
  * permutation of the memory order (so nothing merges).  A measure is
  * --iters posts of the one request (library) or --iters rounds of the raw
  * loop (every piece one io_uring read or write, --depth in flight, the
- * backend's own queue depth); library and raw measures alternate, A B A B,
- * for --pairs pairs, and the row reports the median of the per-pair ratios
+ * backend's own queue depth); library and raw measures take turns (with
+ * fio's, below) for --pairs pairs, and the row reports the median of the per-pair ratios
  * with their min-max (README: "Benchmarks that lie by chance").  The bytes
  * are checked after the library's READ (every piece is what was written)
  * and after its WRITE (pread of every piece).
