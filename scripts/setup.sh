@@ -13,7 +13,8 @@ PACKAGES="meson ninja-build pkg-config gcc clang libclang-rt-14-dev python3 libs
 python3-pytest python3-numpy
 libfabric-dev libfabric-bin libhwloc-dev libucx-dev ucx-utils
 etcd-server etcd-client libcurl4-openssl-dev libcjson-dev openssl
-iproute2 nftables"
+iproute2 nftables
+fio"
 
 cd "$(dirname "$0")/.."
 

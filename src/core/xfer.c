@@ -837,6 +837,11 @@ typedef struct piece_acc {
     nixl_mem_t rmem;
     int bi;
     uint64_t lbase, lsize, rbase, rsize, lnext, rnext, bytes;
+    /* The fast test: a piece of length plen lies inside the current
+     * regions when its offsets from their bases are below lcnt and rcnt
+     * (size - plen + 1, the starts that fit; 0 before the first piece,
+     * which nothing is below). */
+    uint64_t plen, lcnt, rcnt;
     void *lmd, *rmd;
     nixl_be_iov_t *iov;
     nixl_be_iov_t *end; /* the next piece to write */
@@ -869,9 +874,34 @@ static inline int piece_outside(uint64_t a, uint64_t len, uint64_t base, uint64_
  * which no address equals).
  * PIECE_LOCAL: la is not in a region registered with the backend;
  * PIECE_REMOTE: ra is not in the backend's view of the peer. */
+static int piece_regions(piece_acc_t *p, uint64_t la, uint64_t ra, uint64_t len);
+
 static inline __attribute__((always_inline)) int piece_add(piece_acc_t *p, uint64_t la, uint64_t ra, uint64_t len)
 {
-    if (nixl_unlikely(piece_outside(la, len, p->lbase, p->lsize))) {
+    /* Pieces of paged KV have one length and stay in their regions: one
+     * compare for the length and one per side. */
+    if (nixl_unlikely(len != p->plen || la - p->lbase >= p->lcnt || ra - p->rbase >= p->rcnt)) {
+        int why = piece_regions(p, la, ra, len);
+        if (why != PIECE_OK)
+            return why;
+    }
+    p->bytes += len;
+    /* Merging is the exception with paged KV (slots are scattered). */
+    if (nixl_unlikely(la == p->lnext && ra == p->rnext))
+        p->end[-1].len += len;
+    else
+        *p->end++ = (nixl_be_iov_t){.laddr = la, .raddr = ra, .len = len, .lmd = p->lmd, .rmd = p->rmd};
+    p->lnext = la + len;
+    p->rnext = ra + len;
+    return PIECE_OK;
+}
+
+/* The slow way of piece_add: the regions of a piece that left the
+ * current ones (or has another length), looked up; the fast test set up
+ * for its length. */
+static int piece_regions(piece_acc_t *p, uint64_t la, uint64_t ra, uint64_t len)
+{
+    if (piece_outside(la, len, p->lbase, p->lsize)) {
         if (len == 0)
             return PIECE_LOCAL;
         const nixl_region_t *r = nixl_region_find(p->idx, la, len);
@@ -890,17 +920,13 @@ static inline __attribute__((always_inline)) int piece_add(piece_acc_t *p, uint6
         p->rbase = p->bk->mdb->regions[r].addr;
         p->rsize = p->bk->mdb->regions[r].len;
         p->rmd = p->bk->rmd[r];
-        p->rnext = ~0ull;
+        p->lnext = p->rnext = ~0ull; /* no merge across regions: pieces_pass tests lnext first */
         p->high |= (int)((p->rbase + p->rsize - 1) >> 63);
     }
-    p->bytes += len;
-    /* Merging is the exception with paged KV (slots are scattered). */
-    if (nixl_unlikely(la == p->lnext && ra == p->rnext))
-        p->end[-1].len += len;
-    else
-        *p->end++ = (nixl_be_iov_t){.laddr = la, .raddr = ra, .len = len, .lmd = p->lmd, .rmd = p->rmd};
-    p->lnext = la + len;
-    p->rnext = ra + len;
+    /* Both inside (len >= 1, no larger than either region). */
+    p->plen = len;
+    p->lcnt = p->lsize - len + 1;
+    p->rcnt = p->rsize - len + 1;
     return PIECE_OK;
 }
 
@@ -992,19 +1018,48 @@ static inline __attribute__((always_inline)) size_t pieces_pass(piece_acc_t *p, 
                                                                  const uint64_t *rw, size_t rs, size_t count,
                                                                  const int chk, int *why, uint64_t *dev)
 {
-    uint64_t d_acc = 0;
+    /* piece_add with its state in locals (p's address escapes to
+     * piece_regions, so its fields would be loaded and stored per pair),
+     * written back around the slow way.  A piece continues the previous
+     * one only when its local address is where that one ended (rare with
+     * scattered slots); only then is the remote end read, from the piece. */
+    uint64_t d_acc = 0, plen = p->plen, lbase = p->lbase, lcnt = p->lcnt, rbase = p->rbase, rcnt = p->rcnt;
+    uint64_t lnext = p->lnext, bytes = p->bytes;
+    void *lmd = p->lmd, *rmd = p->rmd;
+    nixl_be_iov_t *end = p->end;
     int w = PIECE_OK;
     const uint64_t *l = lw, *r = rw, *const lstop = lw + count * ls;
     for (; l != lstop; l += ls, r += rs) {
-        uint64_t len = l[1];
+        const uint64_t len = l[1], la = l[0], ra = r[0];
         if (chk)
             d_acc |= l[2] | r[2];
         if (nixl_unlikely(len != r[1]))
             break;
-        w = piece_add(p, l[0], r[0], len);
-        if (nixl_unlikely(w != PIECE_OK))
-            break;
+        if (nixl_unlikely(len != plen || la - lbase >= lcnt || ra - rbase >= rcnt)) {
+            p->lnext = lnext;
+            w = piece_regions(p, la, ra, len);
+            if (nixl_unlikely(w != PIECE_OK))
+                break;
+            plen = p->plen;
+            lbase = p->lbase;
+            lcnt = p->lcnt;
+            rbase = p->rbase;
+            rcnt = p->rcnt;
+            lnext = p->lnext;
+            lmd = p->lmd;
+            rmd = p->rmd;
+        }
+        bytes += len;
+        if (nixl_unlikely(la == lnext) && end[-1].raddr + end[-1].len == ra)
+            end[-1].len += len;
+        else
+            *end++ = (nixl_be_iov_t){.laddr = la, .raddr = ra, .len = len, .lmd = lmd, .rmd = rmd};
+        lnext = la + len;
     }
+    p->lnext = lnext;
+    p->rnext = end > p->iov ? end[-1].raddr + end[-1].len : ~0ull;
+    p->bytes = bytes;
+    p->end = end;
     *why = w;
     if (chk)
         *dev = d_acc;
@@ -1169,23 +1224,43 @@ static int indexed_build(piece_acc_t *p, const nixl_indexed_t *L, const nixl_ind
  * regions, or the backend declines) it is built in pieces. */
 typedef enum { NATIVE_DONE, NATIVE_PIECES } native_t;
 
+/* The arrays of an indexed request in one block (freed with free()): its
+ * layers, then its local and remote slots.  NULL when memory is short. */
+static nixl_xfer_ix_t *ix_alloc(size_t layers, size_t nslots)
+{
+    if (layers > (SIZE_MAX / 4) / sizeof(nixl_be_layer_t) || nslots > (SIZE_MAX / 4) / (2 * sizeof(uint32_t)))
+        return NULL;
+    nixl_xfer_ix_t *ix = malloc(sizeof(*ix) + layers * sizeof(nixl_be_layer_t) + 2 * nslots * sizeof(uint32_t));
+    if (!ix)
+        return NULL;
+    *ix = (nixl_xfer_ix_t){.layer = (nixl_be_layer_t *)(ix + 1), .layers = layers, .nslots = nslots};
+    ix->lslots = (uint32_t *)(ix->layer + layers);
+    ix->rslots = ix->lslots + nslots;
+    return ix;
+}
+
+/* own: NULL, or a block from ix_alloc whose slots already are L's and R's
+ * (L->slots == own->lslots): taken, freed on every path.  merged: the
+ * pieces the request would have after merging (nixl_xfer_info's descs,
+ * NIXL's descCount), when the caller counted them; 0: every piece. */
 static native_t xfer_indexed_native(nixl_agent_t *a, nixl_op_t op, const nixl_indexed_t *L, const nixl_indexed_t *R,
                                     size_t nslots, uint64_t item, const slot_range_t *lr, const slot_range_t *rr,
                                     nixl_peer_t *peer, nixl_peer_inc_t *inc, const nixl_peer_backend_t *bk,
                                     const nixl_opt_args_t *opt, const void *notif, size_t notif_len,
-                                    nixl_status_t *st_out, nixl_xfer_t **out)
+                                    nixl_xfer_ix_t *own, size_t merged, nixl_status_t *st_out, nixl_xfer_t **out)
 {
     const size_t layers = L->layers, pieces = layers * nslots;
     const int bi = bk->backend->index;
-    if (item > UINT64_MAX / pieces)
+    if (item > UINT64_MAX / pieces) {
+        free(own);
         return NATIVE_PIECES; /* its bytes do not fit a count: the pieces path says which piece is bad */
+    }
     const uint64_t lspan = (uint64_t)(lr->max - lr->min) * L->stride + item;
     const uint64_t rspan = (uint64_t)(rr->max - rr->min) * R->stride + item;
     const nixl_region_index_t *idx = &a->regs[L->mem_type];
-    size_t ix_bytes = sizeof(nixl_xfer_ix_t) + layers * sizeof(nixl_be_layer_t) + 2 * nslots * sizeof(uint32_t);
     nixl_xfer_t *x = calloc(1, sizeof(*x));
-    nixl_xfer_ix_t *ix = x ? malloc(ix_bytes) : NULL;
-    if (ix)
+    nixl_xfer_ix_t *ix = own ? own : x ? ix_alloc(layers, nslots) : NULL;
+    if (x && ix)
         x->iov = iov_get(a, layers, &x->iov_cap);
     if (!x || !ix || !x->iov) {
         free(ix);
@@ -1193,10 +1268,9 @@ static native_t xfer_indexed_native(nixl_agent_t *a, nixl_op_t op, const nixl_in
         *st_out = NIXL_ERR_NO_MEMORY;
         return NATIVE_DONE;
     }
-    *ix = (nixl_xfer_ix_t){.layer = (nixl_be_layer_t *)(ix + 1), .layers = layers, .nslots = nslots,
-                           .lstride = L->stride, .rstride = R->stride, .item = item};
-    ix->lslots = (uint32_t *)(ix->layer + layers);
-    ix->rslots = ix->lslots + nslots;
+    ix->lstride = L->stride;
+    ix->rstride = R->stride;
+    ix->item = item;
     const nixl_region_t *lreg = NULL, *first = NULL;
     long rreg = -1;
     for (size_t l = 0; l < layers; l++) {
@@ -1219,10 +1293,12 @@ static native_t xfer_indexed_native(nixl_agent_t *a, nixl_op_t op, const nixl_in
         ix->layer[l] = (nixl_be_layer_t){.lbase = L->bases[l], .rbase = R->bases[l], .lmd = lmd, .rmd = rmd};
         x->iov[l] = (nixl_be_iov_t){.laddr = la, .raddr = ra, .len = lspan, .lmd = lmd, .rmd = rmd};
     }
-    memcpy(ix->lslots, L->slots, nslots * sizeof(uint32_t));
-    memcpy(ix->rslots, R->slots, nslots * sizeof(uint32_t));
+    if (!own) {
+        memcpy(ix->lslots, L->slots, nslots * sizeof(uint32_t));
+        memcpy(ix->rslots, R->slots, nslots * sizeof(uint32_t));
+    }
     x->ix = ix;
-    x->count = pieces;
+    x->count = merged ? merged : pieces;
     x->descs_in = pieces;
     x->bytes = item * pieces;
     void *ctx = L->mem_type == NIXL_MEM_VRAM ? first->cuda.ctx : NULL;
@@ -1293,11 +1369,15 @@ static int xfer_create_rows_indexed(nixl_agent_t *a, nixl_op_t op, const side_t 
     const nixl_region_t *r0 = nixl_region_find(&a->regs[L->mem], lw[0], item);
     if (!r0)
         return 0;
+    /* One layer (every row in one region, the last one tells) is made
+     * in pieces: this pass divides each offset by the item, which costs
+     * more than the pieces save. */
+    if (lw[(count - 1) * ls] - r0->addr < r0->len)
+        return 0;
     size_t n = 1;
     while (n < count && lw[n * ls] - r0->addr < r0->len)
         n++;
-    /* One layer (every row in one region) gains nothing over pieces. */
-    if (count % n != 0 || count / n < 2)
+    if (count % n != 0)
         return 0;
     const size_t layers = count / n;
     /* Scratch (the agent's, reused): the first layer's offsets, quotients and slots, each side. */
@@ -1377,58 +1457,124 @@ static int xfer_create_rows_indexed(nixl_agent_t *a, nixl_op_t op, const side_t 
     const nixl_indexed_t Ri = {R->mem, layers, bases + layers, item, slots + n};
     const slot_range_t lr = {0, (uint32_t)ldq};
     const slot_range_t rr = {0, (uint32_t)rdq};
-    native_t got = xfer_indexed_native(a, op, &Li, &Ri, n, item, &lr, &rr, peer, peer->cur, bk, opt, notif, notif_len,
+    native_t got = xfer_indexed_native(a, op, &Li, &Ri, n, item, &lr, &rr, peer, peer->cur, bk, opt, notif, notif_len, NULL, 0,
                                        st_out, out);
     free(bases);
     return got == NATIVE_DONE;
 }
 
+/* Branch-free passes over index arrays, four lanes at a time (GCC's and
+ * clang's vector extensions: SSE2 on x86-64, NEON on arm64), then the
+ * tail.  Nonzero when any index is refused. */
+typedef uint32_t u32x4 __attribute__((vector_size(16)));
+
+static inline u32x4 u32x4_load(const uint32_t *p)
+{
+    u32x4 v;
+    memcpy(&v, p, sizeof(v));
+    return v;
+}
+
+/* slots[t] = idx[t] - first for t < n; nonzero when one is bound or more. */
+static uint32_t slots_of(const uint32_t *idx, size_t n, uint32_t first, uint32_t bound, uint32_t *slots)
+{
+    size_t t = 0;
+    u32x4 bad4 = {0, 0, 0, 0};
+    for (; t + 4 <= n; t += 4) {
+        const u32x4 v = u32x4_load(idx + t) - first;
+        bad4 |= (u32x4)(v >= bound);
+        memcpy(slots + t, &v, sizeof(v));
+    }
+    uint32_t bad = bad4[0] | bad4[1] | bad4[2] | bad4[3];
+    for (; t < n; t++) {
+        slots[t] = idx[t] - first;
+        bad |= slots[t] >= bound;
+    }
+    return bad;
+}
+
+/* Nonzero unless g[t] - idx[t] is d for every t < n (modulo 2^32). */
+static uint32_t group_differs(const uint32_t *g, const uint32_t *idx, size_t n, uint32_t d)
+{
+    size_t t = 0;
+    u32x4 diff4 = {0, 0, 0, 0};
+    for (; t + 4 <= n; t += 4)
+        diff4 |= (u32x4_load(g + t) - u32x4_load(idx + t)) ^ d;
+    uint32_t diff = diff4[0] | diff4[1] | diff4[2] | diff4[3];
+    for (; t < n; t++)
+        diff |= (g[t] - idx[t]) ^ d;
+    return diff;
+}
+
+/* How many t in [1, n) continue the piece of t - 1 on both sides (slots
+ * one higher each), for items that follow each other in memory. */
+static size_t slots_merging(const uint32_t *ls, const uint32_t *rs, size_t n)
+{
+    size_t t = 1, m = 0;
+    u32x4 m4 = {0, 0, 0, 0};
+    for (; t + 4 <= n; t += 4) {
+        const u32x4 dl = u32x4_load(ls + t) - u32x4_load(ls + t - 1), dr = u32x4_load(rs + t) - u32x4_load(rs + t - 1);
+        m4 -= (u32x4)((dl == 1) & (dr == 1)); /* a lane's true is all ones: -1 */
+    }
+    m = (size_t)m4[0] + m4[1] + m4[2] + m4[3];
+    for (; t < n; t++)
+        m += ls[t] - ls[t - 1] == 1 && rs[t] - rs[t - 1] == 1;
+    return m;
+}
+
 /* One side of vLLM's make: indices into a run-shaped list (one run per
  * layer), n per layer, each group inside one run at the same positions as
- * the first group's.  Fills slots (the positions) and bases (the runs'
- * starts), the stride and item.  0: not that shape. */
+ * the first group's.  Fills slots (the positions), bases (the runs'
+ * starts), the stride, item and the slots' range.  0: not that shape (or
+ * an index out of range: the pieces path names it).
+ *
+ * A run's descriptors all lie in its one region, so the slots need no
+ * smallest and largest: each is checked below the shortest run's length
+ * (the last run may be short), and the range given is [0, that - 1],
+ * every piece of which is a descriptor of the list.  A later group
+ * repeats the first one's positions when g[t] - idx[t] is g[0] - idx[0]
+ * for every t: modulo 2^32 that is g[t] = run start + slot, exact as the
+ * list has fewer than 2^32 descriptors. */
 static int make_side_indexed(const nixl_prep_t *p, const uint32_t *idx, size_t n, size_t layers, uint32_t *slots,
                              uint64_t *bases, uint64_t *stride, uint64_t *item, slot_range_t *range)
 {
     const prep_run_t *runs = p->runs;
     const uint32_t rl = p->run_len;
-    const uint64_t magic = p->run_magic;
+    const uint64_t magic = p->run_magic, nruns = (p->count + rl - 1) / rl;
     __extension__ typedef unsigned __int128 u128;
 #define RUN_OF(i) ((size_t)(((u128)magic * (uint32_t)(i)) >> 64))
     const size_t q0 = RUN_OF(idx[0]);
-    const uint64_t first = (uint64_t)q0 * rl;
-    uint32_t min = UINT32_MAX, max = 0;
-    for (size_t t = 0; t < n; t++) {
-        uint64_t pos = (uint64_t)idx[t] - first; /* wraps for indices below the run */
-        if (pos >= rl)
-            return 0;
-        slots[t] = (uint32_t)pos;
-        min = slots[t] < min ? slots[t] : min;
-        max = slots[t] > max ? slots[t] : max;
-    }
-    const uint32_t off = (uint32_t)(idx[0] - first);
-    *stride = runs[q0].stride;
-    *item = runs[q0].len;
+    if (q0 >= nruns)
+        return 0;
+    const uint32_t first = (uint32_t)(q0 * rl), off = idx[0] - first;
+    const uint64_t st = runs[q0].stride, len = runs[q0].len;
+    uint64_t bound = rl;
     for (size_t l = 0; l < layers; l++) {
-        const uint32_t *g = idx + l * n;
-        const size_t q = RUN_OF(g[0]);
-        if (g[0] - (uint64_t)q * rl != off || runs[q].stride != *stride || runs[q].len != *item ||
-            (uint64_t)q * rl + max >= p->count)
+        const uint32_t g0 = idx[l * n];
+        const size_t q = RUN_OF(g0);
+        if (q >= nruns || g0 - (uint32_t)(q * rl) != off || runs[q].stride != st || runs[q].len != len)
             return 0;
-        for (size_t t = 1; t < n; t++)
-            if (nixl_unlikely(g[t] - g[0] != idx[t] - idx[0]))
-                return 0;
+        const uint64_t avail = p->count - (uint64_t)q * rl;
+        bound = avail < bound ? avail : bound;
         bases[l] = runs[q].addr;
     }
 #undef RUN_OF
-    *range = (slot_range_t){min, max};
+    uint32_t bad = slots_of(idx, n, first, (uint32_t)bound, slots);
+    for (size_t l = 1; l < layers && !bad; l++)
+        bad |= group_differs(idx + l * n, idx, n, idx[l * n] - idx[0]);
+    if (bad)
+        return 0;
+    *stride = st;
+    *item = len;
+    *range = (slot_range_t){0, (uint32_t)(bound - 1)};
     return 1;
 }
 
 /* vLLM's request, nixl_xfer_make from lists of every block (one run per
  * layer) and block ids per layer: the same indexed shape, recognised from
  * the indices (the layer length n is where the first local index leaves
- * the first one's run).  1: made (or failed: *st_out). */
+ * the first one's run; all of them when the last one has not: one
+ * layer).  1: made (or failed: *st_out). */
 static int xfer_make_indexed(nixl_agent_t *a, nixl_op_t op, const nixl_prep_t *lp, const uint32_t *li,
                              const nixl_prep_t *rp, const uint32_t *ri, size_t count, const nixl_opt_args_t *opt,
                              const void *notif, size_t notif_len, nixl_status_t *st_out, nixl_xfer_t **out)
@@ -1436,28 +1582,40 @@ static int xfer_make_indexed(nixl_agent_t *a, nixl_op_t op, const nixl_prep_t *l
     __extension__ typedef unsigned __int128 u128;
     const size_t q0 = (size_t)(((u128)lp->run_magic * li[0]) >> 64);
     const uint64_t first = (uint64_t)q0 * lp->run_len;
-    size_t n = 1;
-    while (n < count && (uint64_t)li[n] - first < lp->run_len)
-        n++;
-    if (count % n != 0 || count / n < 2)
+    size_t n = count;
+    if ((uint64_t)li[count - 1] - first >= lp->run_len) {
+        n = 1;
+        while (n < count && (uint64_t)li[n] - first < lp->run_len)
+            n++;
+    }
+    if (count % n != 0)
         return 0;
     const size_t layers = count / n;
-    uint32_t *slots = malloc(2 * n * sizeof(uint32_t));
-    uint64_t *bases = malloc(2 * layers * sizeof(uint64_t));
+    nixl_xfer_ix_t *ix = ix_alloc(layers, n);
+    uint64_t *bases = ix ? malloc(2 * layers * sizeof(uint64_t)) : NULL;
     uint64_t lst, rst, litem, ritem;
     slot_range_t lr, rr;
-    int ok = slots && bases && make_side_indexed(lp, li, n, layers, slots, bases, &lst, &litem, &lr) &&
-             make_side_indexed(rp, ri, n, layers, slots + n, bases + layers, &rst, &ritem, &rr) && litem == ritem &&
+    int ok = bases && make_side_indexed(lp, li, n, layers, ix->lslots, bases, &lst, &litem, &lr) &&
+             make_side_indexed(rp, ri, n, layers, ix->rslots, bases + layers, &rst, &ritem, &rr) && litem == ritem &&
              litem > 0;
+    /* Slots that mostly run on (blocks allocated in order) are fewer and
+     * larger pieces once merged, which every backend moves better than
+     * one item at a time: those are made in pieces. */
+    size_t merges = 0;
+    if (ok && lst == litem && rst == litem) {
+        merges = slots_merging(ix->lslots, ix->rslots, n);
+        ok = 2 * merges <= n;
+    }
     native_t got = NATIVE_PIECES;
     if (ok) {
-        const nixl_indexed_t L = {lp->mem, layers, bases, lst, slots};
-        const nixl_indexed_t R = {rp->mem, layers, bases + layers, rst, slots + n};
+        const nixl_indexed_t L = {lp->mem, layers, bases, lst, ix->lslots};
+        const nixl_indexed_t R = {rp->mem, layers, bases + layers, rst, ix->rslots};
         const nixl_peer_backend_t *bk = &rp->inc->bk[rp->backend->index];
         got = xfer_indexed_native(a, op, &L, &R, n, litem, &lr, &rr, rp->peer, rp->inc, bk, opt, notif, notif_len,
-                                  st_out, out);
+                                  ix, layers * (n - merges), st_out, out);
+    } else {
+        free(ix);
     }
-    free(slots);
     free(bases);
     return got == NATIVE_DONE;
 }
@@ -1493,7 +1651,7 @@ static nixl_status_t xfer_create_indexed_locked(nixl_agent_t *a, nixl_op_t op, c
     piece_acc_t p;
     for (int k = 0; k < nb; k++) {
         if (be_can_indexed(order[k]->backend) &&
-            xfer_indexed_native(a, op, L, R, nslots, item, &lr, &rr, peer, inc, order[k], opt, notif, notif_len,
+            xfer_indexed_native(a, op, L, R, nslots, item, &lr, &rr, peer, inc, order[k], opt, notif, notif_len, NULL, 0,
                                 &st, out) == NATIVE_DONE)
             return st;
         if (!x) {

@@ -9,15 +9,11 @@ import numpy as np
 import pytest
 
 import nixl
-from conftest import make_agent
+from conftest import make_agent, wait_state
 
 
 def wait_done(agent, h):
-    for _ in range(100000):
-        state = agent.check_xfer_state(h)
-        if state != "PROC":
-            return state
-    return state
+    return wait_state(agent, h)  # a deadline, not a count of polls
 
 
 def test_path_mode_roundtrip(tmp_path):

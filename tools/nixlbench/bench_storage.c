@@ -8,11 +8,20 @@
  * permutation of the memory order (so nothing merges).  A measure is
  * --iters posts of the one request (library) or --iters rounds of the raw
  * loop (every piece one io_uring read or write, --depth in flight, the
- * backend's own queue depth); library and raw measures alternate, A B A B,
- * for --pairs pairs, and the row reports the median of the per-pair ratios
+ * backend's own queue depth); library and raw measures take turns (with
+ * fio's, below) for --pairs pairs, and the row reports the median of the per-pair ratios
  * with their min-max (README: "Benchmarks that lie by chance").  The bytes
  * are checked after the library's READ (every piece is what was written)
  * and after its WRITE (pread of every piece).
+ *
+ * fio (bench_fio.c) takes a third turn in each pair (the turns rotate,
+ * A B C, B C A, C A B, and a WRITE's dirty pages are written back between
+ * turns, untimed, so none pays for another's writeback): the same
+ * file, block, depth and direction through its io_uring engine, random
+ * offsets over the same bytes (its random map touches every piece once a
+ * pass), for --fio-ms; the row adds the median of the per-pair ratios
+ * library / fio.  fio that is absent, fails or prints what the reader
+ * cannot read is said in the row (and, with --need-fio, fails the run).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -28,6 +37,7 @@
 #endif
 
 #include "bench.h"
+#include "bench_fio.h"
 #include "bench_storage.h"
 
 typedef struct st_opts {
@@ -35,6 +45,9 @@ typedef struct st_opts {
     uint64_t block, batch, iters, pairs, depth;
     int write, direct;
     const char *json;
+    const char *fio;    /* the program (PATH lookup), NULL with --no-fio */
+    int need_fio;       /* its absence or failure fails the run */
+    uint64_t fio_ms;    /* one fio run */
 } st_opts_t;
 
 int bench_storage_wanted(int argc, char **argv)
@@ -49,8 +62,11 @@ static void st_usage(FILE *f)
 {
     fprintf(f, "usage: nixlbench --storage [--dir DIR] [--op write|read] [--block SIZE] [--batch N] [--iters N]\n"
                "                 [--pairs N] [--depth N] [--direct] [--json FILE]\n"
+               "                 [--fio PROG] [--fio-ms N] [--no-fio] [--need-fio]\n"
                "  host memory to and from one file in DIR (default /var/tmp) through the posix backend,\n"
-               "  against a raw io_uring loop of the same pieces, measured alternately (--pairs pairs)\n");
+               "  against a raw io_uring loop of the same pieces and fio (PROG, default fio from PATH, N ms\n"
+               "  a run, default 250) with the same pattern, measured in turns (--pairs rounds);\n"
+               "  --no-fio: no fio turn; --need-fio: exit 1 when fio is absent, fails or is unreadable\n");
 }
 
 static uint64_t st_num(const char *opt, const char *v)
@@ -64,13 +80,17 @@ static uint64_t st_num(const char *opt, const char *v)
 static void st_parse(int argc, char **argv, st_opts_t *o)
 {
     *o = (st_opts_t){.dir = "/var/tmp", .block = 1 << 20, .batch = 64, .iters = 5, .pairs = 5, .depth = 64,
-                     .write = 1};
+                     .write = 1, .fio = "fio", .fio_ms = 250};
     static const struct option lo[] = {
         {"storage", no_argument, 0, 's'}, {"dir", required_argument, 0, 'd'}, {"op", required_argument, 0, 'o'},
         {"block", required_argument, 0, 'b'}, {"batch", required_argument, 0, 'n'},
         {"iters", required_argument, 0, 'i'}, {"pairs", required_argument, 0, 'p'},
         {"depth", required_argument, 0, 'q'}, {"direct", no_argument, 0, 'D'}, {"json", required_argument, 0, 'j'},
+        {"fio", required_argument, 0, 'F'}, {"fio-ms", required_argument, 0, 'M'},
+        {"no-fio", no_argument, 0, 'N'}, {"need-fio", no_argument, 0, 'R'},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    const char *prog = "fio";
+    int no_fio = 0;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -89,12 +109,21 @@ static void st_parse(int argc, char **argv, st_opts_t *o)
         case 'q': o->depth = st_num("--depth", optarg); break;
         case 'D': o->direct = 1; break;
         case 'j': o->json = optarg; break;
+        case 'F': prog = optarg; break;
+        case 'M': o->fio_ms = st_num("--fio-ms", optarg); break;
+        case 'N': no_fio = 1; break;
+        case 'R': o->need_fio = 1; break;
         case 'h': st_usage(stdout); exit(0);
         default: st_usage(stderr); exit(2);
         }
     }
     if (o->batch > (1u << 20) || o->depth > 32768 || o->block > (1ull << 30) || o->pairs > 1000)
         bench_die("--storage: batch <= 1M, depth <= 32768, block <= 1G, pairs <= 1000");
+    if (no_fio && o->need_fio)
+        bench_die("--storage: --no-fio and --need-fio contradict each other");
+    if (o->fio_ms > 600000)
+        bench_die("--storage: --fio-ms <= 600000");
+    o->fio = no_fio ? NULL : prog;
 }
 
 /* File slot of memory piece i: a permutation (odd multiplier mod batch). */
@@ -110,6 +139,17 @@ static int cmp_d(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
+}
+
+/* The median of v[0..n) (sorted in place), with its min and max when asked. */
+static double st_median(double *v, uint64_t n, double *lo, double *hi)
+{
+    qsort(v, n, sizeof(double), cmp_d);
+    if (lo)
+        *lo = v[0];
+    if (hi)
+        *hi = v[n - 1];
+    return v[n / 2];
 }
 
 #ifdef BENCH_HAVE_URING
@@ -236,31 +276,63 @@ int bench_storage_main(int argc, char **argv)
     st_raw(&ring, fd, buf, &(st_opts_t){.iters = 1, .batch = o.batch, .block = o.block, .depth = o.depth,
                                         .write = o.write}); /* warm-up */
     double *ratio = calloc(o.pairs, sizeof(double)), *lg = calloc(o.pairs, sizeof(double)),
-           *rg = calloc(o.pairs, sizeof(double));
-    if (!ratio || !lg || !rg)
+           *rg = calloc(o.pairs, sizeof(double)), *fratio = calloc(o.pairs, sizeof(double)),
+           *fg = calloc(o.pairs, sizeof(double));
+    if (!ratio || !lg || !rg || !fratio || !fg)
         bench_die("--storage: no memory");
     double moved = (double)bytes * (double)o.iters;
+    bench_fio_job_t job = {.prog = o.fio, .fd = fd, .write = o.write, .direct = o.direct, .block = o.block,
+                           .size = bytes, .depth = o.depth, .ms = o.fio_ms};
+    bench_fio_status_t fst = BENCH_FIO_OK;
+    char fwhy[256] = "";
     for (uint64_t k = 0; k < o.pairs; k++) {
-        lg[k] = moved / (double)st_lib(x, &o);
-        rg[k] = moved / (double)st_raw(&ring, fd, buf, &o);
+        /* The turns rotate (library, raw, fio; raw, fio, library; ...) so no
+         * one of them always follows another; each WRITE turn's dirty pages
+         * are written back before the next turn (untimed), which would
+         * otherwise pay for them. */
+        for (unsigned t = 0; t < 3; t++) {
+            switch ((t + k) % 3) {
+            case 0: lg[k] = moved / (double)st_lib(x, &o); break;
+            case 1: rg[k] = moved / (double)st_raw(&ring, fd, buf, &o); break;
+            default:
+                if (o.fio && fst == BENCH_FIO_OK) {
+                    double bps = 0;
+                    fst = bench_fio_run(&job, &bps, fwhy, sizeof(fwhy));
+                    fg[k] = bps / 1e9;
+                }
+                break;
+            }
+            if (o.write)
+                fdatasync(fd);
+        }
         ratio[k] = lg[k] / rg[k];
+        fratio[k] = o.fio && fst == BENCH_FIO_OK ? lg[k] / fg[k] : 0;
     }
-    double lo = ratio[0], hi = ratio[0];
-    for (uint64_t k = 1; k < o.pairs; k++) {
-        lo = ratio[k] < lo ? ratio[k] : lo;
-        hi = ratio[k] > hi ? ratio[k] : hi;
-    }
-    qsort(ratio, o.pairs, sizeof(double), cmp_d);
-    qsort(lg, o.pairs, sizeof(double), cmp_d);
-    qsort(rg, o.pairs, sizeof(double), cmp_d);
-    double med = ratio[o.pairs / 2], lmed = lg[o.pairs / 2], rmed = rg[o.pairs / 2];
+    double lo, hi, med = st_median(ratio, o.pairs, &lo, &hi), lmed = st_median(lg, o.pairs, NULL, NULL),
+                   rmed = st_median(rg, o.pairs, NULL, NULL);
+    int have_fio = o.fio && fst == BENCH_FIO_OK;
+    double flo = 0, fhi = 0, fmed = have_fio ? st_median(fratio, o.pairs, &flo, &fhi) : 0,
+           fgmed = have_fio ? st_median(fg, o.pairs, NULL, NULL) : 0;
+    char fcol[64];
+    if (have_fio)
+        snprintf(fcol, sizeof(fcol), "%10.2f %7.3f %6.3f-%-6.3f", fgmed, fmed, flo, fhi);
+    else if (o.fio)
+        snprintf(fcol, sizeof(fcol), "fio: %-27s", bench_fio_status_name(fst));
+    else
+        snprintf(fcol, sizeof(fcol), "%-32s", "fio: not run (--no-fio)");
     printf("# nixlbench --storage: %s %" PRIu64 " x %" PRIu64 " B, file in %s%s, depth %" PRIu64 ", %" PRIu64
-           " pairs of %" PRIu64 " posts; limit: raw io_uring loop of the same pieces\n",
+           " pairs of %" PRIu64 " posts; limit: raw io_uring loop of the same pieces",
            o.write ? "write" : "read", o.batch, o.block, o.dir, o.direct ? " (O_DIRECT)" : " (page cache)", o.depth,
            o.pairs, o.iters);
-    printf("%8s %8s %10s %10s %7s %13s  %s\n", "block", "batch", "GB/s", "limit GB/s", "ratio", "(min-max)", "path");
-    printf("%8" PRIu64 " %8" PRIu64 " %10.2f %10.2f %7.3f %6.3f-%-6.3f  %s\n", o.block, o.batch, lmed, rmed, med, lo,
-           hi, info.path);
+    if (o.fio)
+        printf("; fio: %s, %" PRIu64 " ms a run", o.fio, o.fio_ms);
+    printf("\n");
+    printf("%8s %8s %10s %10s %7s %13s %10s %7s %13s  %s\n", "block", "batch", "GB/s", "limit GB/s", "ratio",
+           "(min-max)", "fio GB/s", "vs fio", "(min-max)", "path");
+    printf("%8" PRIu64 " %8" PRIu64 " %10.2f %10.2f %7.3f %6.3f-%-6.3f %s  %s\n", o.block, o.batch, lmed, rmed, med,
+           lo, hi, fcol, info.path);
+    if (o.fio && !have_fio)
+        printf("# fio: %s: %s\n", bench_fio_status_name(fst), fwhy);
     if (o.json) {
         FILE *f = fopen(o.json, "a");
         if (!f)
@@ -268,8 +340,13 @@ int bench_storage_main(int argc, char **argv)
         fprintf(f,
                 "{\"mode\":\"storage\",\"op\":\"%s\",\"block_size\":%" PRIu64 ",\"batch_size\":%" PRIu64
                 ",\"direct\":%d,\"gbps\":%.3f,\"limit_gbps\":%.3f,\"ratio\":%.4f,\"ratio_min\":%.4f,"
-                "\"ratio_max\":%.4f,\"pairs\":%" PRIu64 ",\"path\":\"%s\"}\n",
-                o.write ? "write" : "read", o.block, o.batch, o.direct, lmed, rmed, med, lo, hi, o.pairs, info.path);
+                "\"ratio_max\":%.4f,\"pairs\":%" PRIu64 ",\"path\":\"%s\",\"fio\":\"%s\"",
+                o.write ? "write" : "read", o.block, o.batch, o.direct, lmed, rmed, med, lo, hi, o.pairs, info.path,
+                o.fio ? bench_fio_status_name(fst) : "not run");
+        if (have_fio)
+            fprintf(f, ",\"fio_gbps\":%.3f,\"ratio_fio\":%.4f,\"ratio_fio_min\":%.4f,\"ratio_fio_max\":%.4f", fgmed,
+                    fmed, flo, fhi);
+        fprintf(f, "}\n");
         fclose(f);
     }
     io_uring_queue_exit(&ring);
@@ -285,6 +362,12 @@ int bench_storage_main(int argc, char **argv)
     free(ratio);
     free(lg);
     free(rg);
+    free(fratio);
+    free(fg);
+    if (o.need_fio && !have_fio) {
+        fprintf(stderr, "nixlbench: --need-fio: fio %s: %s\n", bench_fio_status_name(fst), fwhy);
+        return 1;
+    }
     return 0;
 #endif
 }

@@ -4,7 +4,8 @@
  *
  * One process, two agents ("pre" and "dec") with the shm backend (or
  * --backend NAME, with --param KEY=VALUE), a KV cache of N pieces of
- * PIECE bytes on each side in nixl_mem_alloc memory, slots shuffled on
+ * PIECE bytes on each side in nixl_mem_alloc memory (--malloc: plain heap
+ * memory, which shm reaches with CMA rather than a mapping), slots shuffled on
  * both sides so that no two descriptors merge (the honest worst case of
  * page size 1).  With --layers L the cache is L registrations of N / L
  * pieces and the request SGLang's: every layer, the same shuffled slots
@@ -114,7 +115,19 @@ int main(int argc, char **argv)
     const char *backend = "shm";
     nixl_param_t param = {NULL, NULL};
     char pkey[64];
-    for (int i = 1; i + 1 < argc; i += 2) {
+    int heap = 0;
+    for (int i = 1; i < argc;) { /* the one option without a value, taken out first */
+        if (strcmp(argv[i], "--malloc") != 0) {
+            i++;
+            continue;
+        }
+        heap = 1;
+        memmove(&argv[i], &argv[i + 1], (size_t)(argc - i) * sizeof(*argv)); /* with argv[argc], NULL */
+        argc--;
+    }
+    for (int i = 1; i < argc; i += 2) {
+        if (i + 1 >= argc)
+            argv[i] = "?"; /* an option without its value: usage */
         if (strcmp(argv[i], "--descs") == 0)
             n = strtoull(argv[i + 1], NULL, 0);
         else if (strcmp(argv[i], "--piece") == 0)
@@ -135,7 +148,7 @@ int main(int argc, char **argv)
             param = (nixl_param_t){pkey, argv[i + 1] + k + 1};
         } else {
             fprintf(stderr, "usage: nixl-reqcost [--descs N] [--piece BYTES] [--reps R] [--seed S] [--layers L]\n"
-                            "                    [--backend NAME] [--param KEY=VALUE]\n");
+                            "                    [--backend NAME] [--param KEY=VALUE] [--malloc]\n");
             return 2;
         }
     }
@@ -147,8 +160,15 @@ int main(int argc, char **argv)
     const nixl_param_t *pp = param.key ? &param : NULL;
     nixl_agent_t *pre = agent("pre", backend, pp), *dec = agent("dec", backend, pp);
     void *src, *dst;
-    CALL(nixl_mem_alloc(n * piece, &src));
-    CALL(nixl_mem_alloc(n * piece, &dst));
+    if (heap) {
+        src = aligned_alloc(4096, (n * piece + 4095) / 4096 * 4096);
+        dst = aligned_alloc(4096, (n * piece + 4095) / 4096 * 4096);
+        if (!src || !dst)
+            return 1;
+    } else {
+        CALL(nixl_mem_alloc(n * piece, &src));
+        CALL(nixl_mem_alloc(n * piece, &dst));
+    }
     /* One registration per layer, each of the layer's slots. */
     const size_t ns = n / layers;
     nixl_desc_t *lreg = malloc(layers * sizeof(*lreg)), *rreg = malloc(layers * sizeof(*rreg));
@@ -234,8 +254,13 @@ int main(int argc, char **argv)
     nixl_prep_release(rp);
     nixl_agent_destroy(pre);
     nixl_agent_destroy(dec);
-    nixl_mem_free(src, n * piece);
-    nixl_mem_free(dst, n * piece);
+    if (heap) {
+        free(src);
+        free(dst);
+    } else {
+        nixl_mem_free(src, n * piece);
+        nixl_mem_free(dst, n * piece);
+    }
     free(ls);
     free(rsl);
     free(lsl);

@@ -247,6 +247,7 @@ static const nixl_backend_ops_t shm_ops = {
     .xfer_release = shm_xfer_release,
     .notif_send = shm_notif_send,
     .xfer_cancel = shm_xfer_cancel,
+    .xfer_prepare_indexed = shm_xfer_prepare_indexed,
 };
 
 const nixl_backend_ops_t *nixl_backend_shm_ops(void)

@@ -133,7 +133,8 @@ typedef struct shm_rmd {
 
 
 /* One unit of work of 'bytes' bytes.  shm.map: the window starting at byte
- * rfirst of piece first of the core's iov array.  shm.cma: local iovecs
+ * rfirst of piece first of the core's iov array; of an indexed request,
+ * pieces [first, first + count) in layer-major order.  shm.cma: local iovecs
  * [first, first + count) and remote iovecs [rfirst, rfirst + rcount) for
  * one process_vm_* call; the two lists cover the same bytes but are
  * coalesced separately: the kernel's cost is per remote iovec, so remote
@@ -156,6 +157,12 @@ typedef struct shm_req {
     struct iovec *liov, *riov; /* shm.cma */
     const nixl_be_iov_t *iov;  /* shm.map: the core's, valid until release */
     size_t niov;
+    /* shm.map of an indexed request (shm_xfer_prepare_indexed): the core's
+     * layers and slots, valid until release; items are runs of pieces. */
+    const nixl_be_layer_t *layer;
+    const uint32_t *lslots, *rslots;
+    size_t nslots;
+    uint64_t lstride, rstride, item_len;
     shm_item_t *items;
 
     samehost_notif_msg_t notif; /* the notification datagram of the current post */
@@ -196,6 +203,7 @@ void shm_rkey_unload(void *be, void *rmd);
 
 /* shm_xfer.c */
 nixl_status_t shm_xfer_prepare(void *be, const nixl_be_xfer_t *xfer, nixl_be_req_t **req_out);
+nixl_status_t shm_xfer_prepare_indexed(void *be, const nixl_be_xfer_indexed_t *xfer, nixl_be_req_t **req_out);
 nixl_status_t shm_xfer_post(void *be, nixl_be_req_t *req, const void *notif, size_t notif_len);
 nixl_status_t shm_xfer_status(void *be, nixl_be_req_t *req);
 void shm_xfer_release(void *be, nixl_be_req_t *req);

@@ -160,12 +160,12 @@ void shm_spare_free(shm_be_t *be)
     free(atomic_exchange(&be->spare, NULL));
 }
 
-static void shm_req_init(shm_req_t *r, shm_be_t *be, const nixl_be_xfer_t *x, int mapped, int fallback,
+static void shm_req_init(shm_req_t *r, shm_be_t *be, shm_peer_t *peer, nixl_op_t op, int mapped, int fallback,
                          uint64_t bytes)
 {
     r->be = be;
-    r->peer = x->peer;
-    r->op = x->op;
+    r->peer = peer;
+    r->op = op;
     r->mapped = mapped;
     r->bytes = bytes;
     r->hdr.path = mapped ? SHM_PATH_MAP : SHM_PATH_CMA;
@@ -240,7 +240,7 @@ static nixl_status_t shm_prepare_mapped(shm_be_t *be, const nixl_be_xfer_t *x, i
     }
 done:
     r->nitems = nitems;
-    shm_req_init(r, be, x, 1, fallback, bytes);
+    shm_req_init(r, be, x->peer, x->op, 1, fallback, bytes);
     *req_out = &r->hdr;
     return NIXL_OK;
 }
@@ -268,6 +268,74 @@ static void shm_run_mapped(const shm_req_t *r, const shm_item_t *it)
     }
 }
 
+/* ---- shm.cma of pieces of one length (paged KV) ----
+ *
+ * Items of `per` whole pieces (chunk / length, at most SHM_IOV_MAX): no
+ * layout pass, no splitting, one pass that writes both iovec arrays.
+ * shm_cma_block allocates the request; shm_cma_piece adds piece j of an
+ * item. */
+static shm_req_t *shm_cma_block(shm_be_t *be, size_t pieces, uint64_t len, uint64_t *per_out, size_t *nitems_out,
+                                nixl_status_t *st)
+{
+    *st = NIXL_ERR_TOO_BIG;
+    uint64_t per = be->chunk / len;
+    if (per > SHM_IOV_MAX)
+        per = SHM_IOV_MAX;
+    const size_t nitems = (size_t)((pieces + per - 1) / per);
+    if (pieces > (SIZE_MAX / 2 - sizeof(shm_req_t)) / (2 * sizeof(struct iovec) + sizeof(shm_item_t))) {
+        SHM_ERROR(be, "shm: transfer of %zu pieces is too large to describe", pieces);
+        return NULL;
+    }
+    *st = NIXL_ERR_NO_MEMORY;
+    shm_req_t *r = shm_req_alloc(be, sizeof(*r) + pieces * 2 * sizeof(struct iovec) + nitems * sizeof(shm_item_t));
+    if (!r)
+        return NULL;
+    r->liov = (struct iovec *)(r + 1);
+    r->riov = r->liov + pieces;
+    r->items = (shm_item_t *)(r->riov + pieces);
+    r->nseg = pieces;
+    r->nitems = nitems;
+    *per_out = per;
+    *nitems_out = nitems;
+    return r;
+}
+
+static inline void shm_cma_piece(shm_req_t *r, shm_item_t *it, size_t *nl, size_t *nr, size_t j, uint64_t local,
+                                 uint64_t remote, size_t len)
+{
+    it->count += shm_iov_append(r->liov, nl, j, (void *)(uintptr_t)local, len);
+    it->rcount += shm_iov_append(r->riov, nr, j, (void *)(uintptr_t)remote, len);
+}
+
+static nixl_status_t shm_prepare_cma_uniform(shm_be_t *be, const nixl_be_xfer_t *x, int fallback, uint64_t len,
+                                             nixl_be_req_t **req_out)
+{
+    if (nixl_unlikely(x->bytes / len != x->count || x->bytes % len)) {
+        SHM_ERROR(be, "shm: the request's byte count %llu is not its %zu pieces of %llu bytes",
+                  (unsigned long long)x->bytes, x->count, (unsigned long long)len);
+        return NIXL_ERR_INVALID_PARAM;
+    }
+    uint64_t per;
+    size_t nitems;
+    nixl_status_t st;
+    shm_req_t *r = shm_cma_block(be, x->count, len, &per, &nitems, &st);
+    if (!r)
+        return st;
+    size_t nl = 0, nr = 0, g = 0;
+    for (size_t k = 0; k < nitems; k++) {
+        shm_item_t *it = &r->items[k];
+        const size_t n = x->count - g < per ? x->count - g : (size_t)per;
+        *it = (shm_item_t){.first = nl, .rfirst = nr, .bytes = (size_t)(n * len)};
+        const nixl_be_iov_t *v = &x->iov[g];
+        for (size_t j = 0; j < n; j++)
+            shm_cma_piece(r, it, &nl, &nr, j, v[j].laddr, v[j].raddr, (size_t)len);
+        g += n;
+    }
+    shm_req_init(r, be, x->peer, x->op, 0, fallback, x->bytes);
+    *req_out = &r->hdr;
+    return NIXL_OK;
+}
+
 nixl_status_t shm_xfer_prepare(void *bev, const nixl_be_xfer_t *x, nixl_be_req_t **req_out)
 {
     shm_be_t *be = bev;
@@ -281,6 +349,8 @@ nixl_status_t shm_xfer_prepare(void *bev, const nixl_be_xfer_t *x, nixl_be_req_t
 
     if (mapped)
         return shm_prepare_mapped(be, x, fallback, uniform, req_out);
+    if (uniform && uniform <= be->chunk)
+        return shm_prepare_cma_uniform(be, x, fallback, uniform, req_out);
 
     shm_layout_t lay = {0};
     uint64_t bytes = 0;
@@ -333,9 +403,152 @@ nixl_status_t shm_xfer_prepare(void *bev, const nixl_be_xfer_t *x, nixl_be_req_t
     }
     r->nseg = lay.nseg;
     r->nitems = lay.nitems;
-    shm_req_init(r, be, x, 0, fallback, bytes);
+    shm_req_init(r, be, x->peer, x->op, 0, fallback, bytes);
     *req_out = &r->hdr;
     return NIXL_OK;
+}
+
+/* shm.cma of an indexed request: the iovec arrays built from the layers
+ * and slots (no pieces array in between), as for pieces of one length.
+ * Pieces larger than 'chunk' are left to the pieces path, which splits
+ * them. */
+static nixl_status_t shm_prepare_indexed_cma(shm_be_t *be, const nixl_be_xfer_indexed_t *x, int fallback,
+                                             nixl_be_req_t **req_out)
+{
+    const uint64_t item = x->item_len;
+    if (item > be->chunk)
+        return NIXL_ERR_NOT_SUPPORTED;
+    const size_t pieces = x->layers * x->nslots, ns = x->nslots;
+    uint64_t per;
+    size_t nitems;
+    nixl_status_t st;
+    shm_req_t *r = shm_cma_block(be, pieces, item, &per, &nitems, &st);
+    if (!r)
+        return st;
+    size_t nl = 0, nr = 0, l = 0, t = 0, g = 0;
+    for (size_t k = 0; k < nitems; k++) {
+        shm_item_t *it = &r->items[k];
+        const size_t n = pieces - g < per ? pieces - g : (size_t)per;
+        *it = (shm_item_t){.first = nl, .rfirst = nr, .bytes = (size_t)(n * item)};
+        for (size_t j = 0; j < n; j++) {
+            const nixl_be_layer_t *ly = &x->layer[l];
+            shm_cma_piece(r, it, &nl, &nr, j, ly->lbase + (uint64_t)x->lslots[t] * x->lstride,
+                          ly->rbase + (uint64_t)x->rslots[t] * x->rstride, (size_t)item);
+            if (++t == ns) {
+                t = 0;
+                l++;
+            }
+        }
+        g += n;
+    }
+    shm_req_init(r, be, x->peer, x->op, 0, fallback, x->bytes);
+    *req_out = &r->hdr;
+    return NIXL_OK;
+}
+
+/* ---- indexed requests in their own form: shm.map ----
+ *
+ * Paged KV as the engine holds it: layers x nslots pieces of item_len
+ * bytes at base + slot x stride on each side.  Nothing per piece is
+ * built: an item is a run of pieces in layer-major order, and the copy
+ * computes each piece's two addresses from its layer and slot as it goes,
+ * so preparing costs the layers, not the pieces.  The core checked that
+ * every layer's span lies inside one registration on each side
+ * (backend.h).  A request with a layer the peer did not let us map goes
+ * to shm.cma (shm_prepare_indexed_cma). */
+nixl_status_t shm_xfer_prepare_indexed(void *bev, const nixl_be_xfer_indexed_t *x, nixl_be_req_t **req_out)
+{
+    shm_be_t *be = bev;
+    if (!x || !req_out || !x->peer || !x->layer || !x->lslots || !x->rslots)
+        return NIXL_ERR_NULL;
+    if (x->op != NIXL_OP_READ && x->op != NIXL_OP_WRITE) {
+        SHM_ERROR(be, "shm: unknown transfer op %d", (int)x->op);
+        return NIXL_ERR_INVALID_PARAM;
+    }
+    if (x->local_mem != NIXL_MEM_DRAM || x->remote_mem != NIXL_MEM_DRAM) {
+        SHM_ERROR(be, "shm: transfers between DRAM only (got %d -> %d)", (int)x->local_mem, (int)x->remote_mem);
+        return NIXL_ERR_MEM_TYPE;
+    }
+    if (x->layers == 0 || x->nslots == 0 || x->item_len == 0)
+        return NIXL_ERR_ZERO_LENGTH;
+    const size_t pieces = x->layers * x->nslots;
+    if (x->layers > SIZE_MAX / x->nslots || x->item_len > UINT64_MAX / pieces ||
+        x->bytes != x->item_len * pieces) {
+        SHM_ERROR(be, "shm: indexed request of %zu x %zu pieces of %llu bytes does not add up to %llu bytes",
+                  x->layers, x->nslots, (unsigned long long)x->item_len, (unsigned long long)x->bytes);
+        return NIXL_ERR_INVALID_PARAM;
+    }
+    int mapped = be->map_enabled, fallback = 0;
+    if (!mapped || ((const shm_peer_t *)x->peer)->cma_regions != 0) {
+        for (size_t l = 0; l < x->layers; l++) {
+            const shm_rmd_t *rm = x->layer[l].rmd;
+            if (!x->layer[l].lmd || !rm || rm->peer != x->peer) {
+                SHM_ERROR(be, "shm: layer %zu of an indexed request has no registration of this backend on both sides",
+                          l);
+                return NIXL_ERR_INVALID_PARAM;
+            }
+            if (!rm->base)
+                mapped = 0;
+            if (rm->fallback)
+                fallback = 1;
+        }
+    }
+    if (!mapped)
+        return shm_prepare_indexed_cma(be, x, fallback, req_out);
+    /* Items of whole pieces, about 'chunk' bytes each (one piece when a
+     * piece is larger). */
+    const uint64_t per = x->item_len >= be->chunk ? 1 : be->chunk / x->item_len;
+    const size_t nitems = (size_t)((pieces + per - 1) / per);
+    shm_req_t *r = shm_req_alloc(be, sizeof(*r) + nitems * sizeof(shm_item_t));
+    if (!r)
+        return NIXL_ERR_NO_MEMORY;
+    r->items = (shm_item_t *)(r + 1);
+    for (size_t k = 0; k < nitems; k++) {
+        size_t first = (size_t)(k * per), n = pieces - first < per ? pieces - first : (size_t)per;
+        r->items[k] = (shm_item_t){.first = first, .count = n, .bytes = (size_t)(n * x->item_len)};
+    }
+    r->nitems = nitems;
+    r->layer = x->layer;
+    r->lslots = x->lslots;
+    r->rslots = x->rslots;
+    r->nslots = x->nslots;
+    r->lstride = x->lstride;
+    r->rstride = x->rstride;
+    r->item_len = x->item_len;
+    shm_req_init(r, be, x->peer, x->op, 1, 0, x->bytes);
+    *req_out = &r->hdr;
+    return NIXL_OK;
+}
+
+/* Pieces [first, first + count) of an indexed request. */
+static void shm_run_indexed(const shm_req_t *r, const shm_item_t *it)
+{
+    const size_t ns = r->nslots, item = (size_t)r->item_len;
+    const uint64_t lst = r->lstride, rst = r->rstride;
+    const int write = r->op == NIXL_OP_WRITE, adjacent = lst == item && rst == item;
+    size_t l = it->first / ns, t = it->first % ns, left = it->count;
+    while (left > 0) {
+        const nixl_be_layer_t *ly = &r->layer[l];
+        const shm_rmd_t *rmd = ly->rmd;
+        uint8_t *lbase = (uint8_t *)(uintptr_t)ly->lbase, *rbase = rmd->base + (ly->rbase - rmd->addr);
+        size_t stop = ns - t < left ? ns : t + left;
+        left -= stop - t;
+        while (t < stop) {
+            const uint32_t ls = r->lslots[t], rs = r->rslots[t];
+            size_t run = 1; /* pieces next to each other on both sides: one copy */
+            if (adjacent)
+                while (t + run < stop && r->lslots[t + run] == ls + run && r->rslots[t + run] == rs + run)
+                    run++;
+            uint8_t *local = lbase + (uint64_t)ls * lst, *remote = rbase + (uint64_t)rs * rst;
+            if (write)
+                memcpy(remote, local, item * run);
+            else
+                memcpy(local, remote, item * run);
+            t += run;
+        }
+        t = 0;
+        l++;
+    }
 }
 
 /* Record the first error of a post and log it once. */
@@ -367,6 +580,10 @@ static nixl_status_t shm_req_fail(shm_req_t *r, nixl_status_t st, int err, size_
 nixl_status_t shm_req_run_item(shm_req_t *r, size_t i)
 {
     const shm_item_t *it = &r->items[i];
+    if (r->layer) {
+        shm_run_indexed(r, it);
+        return NIXL_OK;
+    }
     if (r->mapped) {
         shm_run_mapped(r, it);
         return NIXL_OK;
@@ -390,6 +607,19 @@ nixl_status_t shm_req_run_item(shm_req_t *r, size_t i)
     return shm_req_fail(r, st, e, 0, want);
 }
 
+/* A mapped request without a notification has nothing that fails when
+ * the peer is gone (its memory stays mapped here; CMA would fail with
+ * ESRCH, the notification finds no socket), and the post's liveness check
+ * may be up to SAMEHOST_LIVENESS_NS old: such a request looks once more,
+ * after the copy, so that it never succeeds towards a peer that had
+ * already exited when it was posted. */
+static nixl_status_t shm_req_done_check(shm_req_t *r)
+{
+    if (r->mapped && !r->notif.has)
+        return samehost_proc_alive(r->be->host, "shm", &r->peer->proc, 1);
+    return NIXL_OK;
+}
+
 void shm_req_finish(shm_req_t *r, int canceled)
 {
     int st = atomic_load(&r->err);
@@ -397,6 +627,8 @@ void shm_req_finish(shm_req_t *r, int canceled)
         st = NIXL_ERR_CANCELED;
     if (st == NIXL_OK && r->notif.has)
         st = samehost_notif_send_raw(&r->be->notif, &r->peer->notif, r->notif.buf, r->notif.len, &r->cancel);
+    if (st == NIXL_OK)
+        st = shm_req_done_check(r);
     atomic_store_explicit(&r->status, st, memory_order_release);
 }
 
@@ -423,6 +655,8 @@ nixl_status_t shm_xfer_post(void *bev, nixl_be_req_t *hdr, const void *notif, si
             st = shm_req_run_item(r, i);
         if (st == NIXL_OK && r->notif.has)
             st = samehost_notif_send_raw(&be->notif, &r->peer->notif, r->notif.buf, r->notif.len, NULL);
+        if (st == NIXL_OK)
+            st = shm_req_done_check(r);
         atomic_store(&r->status, st);
         return st;
     }

@@ -1236,11 +1236,67 @@ static void test_indexed_native(void)
                               shape == 0 ? "make of an indexed request" : "make almost of an indexed request");
                 nixl_xfer_release(x);
             }
+            /* One layer of it (layer 1's slots): an indexed request too. */
+            if (lp && rp) {
+                static uint32_t l1[NS], r1[NS];
+                for (int k = 0; k < NS; k++) {
+                    l1[k] = (uint32_t)SLOTS + ls[k];
+                    r1[k] = (uint32_t)SLOTS + rs[k];
+                }
+                ctr(&c, 1);
+                memset(dst, 0, sizeof(dst));
+                x = NULL;
+                CHECK_ST(nixl_xfer_make(a, NIXL_OP_WRITE, lp, l1, rp, r1, NS, NULL, &x), NIXL_OK);
+                ctr(&c, 0);
+                CHECK(c.indexed_prepares == 1);
+                indexed_round(x, lb + 1, ls, rb + 1, rs, 1, NS, STRIDE, ITEM, "fake.indexed",
+                              "make of a one-layer indexed request");
+                nixl_xfer_release(x);
+                /* A slot past the last layer's end, in the one layer: refused. */
+                r1[NS - 1] = LAYERS * SLOTS;
+                x = NULL;
+                CHECK_ST(nixl_xfer_make(a, NIXL_OP_WRITE, lp, l1, rp, r1, NS, NULL, &x), NIXL_ERR_INVALID_PARAM);
+                CHECK(x == NULL);
+            }
             /* An index past the lists: refused as any make's. */
             ri[LAYERS * NS - 1] = LAYERS * SLOTS;
             x = NULL;
             CHECK_ST(nixl_xfer_make(a, NIXL_OP_WRITE, lp, li, rp, ri, LAYERS * NS, NULL, &x), NIXL_ERR_INVALID_PARAM);
             CHECK(x == NULL);
+            nixl_prep_release(lp);
+            nixl_prep_release(rp);
+        }
+
+        /* Slots that mostly run on, items next to each other (stride ==
+         * length): made in pieces, which merge into fewer, larger ones. */
+        {
+            static nixl_desc_t lall[SLOTS], rall[SLOTS];
+            static uint32_t li[NS], ri[NS];
+            for (int k = 0; k < SLOTS; k++) {
+                lall[k] = (nixl_desc_t){lb[0] + (uint64_t)k * STRIDE, STRIDE, 0, 0, NULL};
+                rall[k] = (nixl_desc_t){rb[0] + (uint64_t)k * STRIDE, STRIDE, 0, 0, NULL};
+            }
+            uint32_t lrun[NS], rrun[NS];
+            for (int k = 0; k < NS; k++) { /* runs of 8: 105 of 120 continue the previous pair */
+                li[k] = lrun[k] = (uint32_t)((k / 8) * 16 + k % 8);
+                ri[k] = rrun[k] = (uint32_t)(SLOTS - 16 - (k / 8) * 16 + k % 8);
+            }
+            nixl_dlist_t lal = dl(lall, SLOTS), ral = dl(rall, SLOTS);
+            nixl_prep_t *lp = NULL, *rp = NULL;
+            CHECK_ST(nixl_prep_create(a, NULL, &lal, NULL, &lp), NIXL_OK);
+            CHECK_ST(nixl_prep_create(a, "ix-target", &ral, NULL, &rp), NIXL_OK);
+            ctr(&c, 1);
+            memset(dst, 0, sizeof(dst));
+            x = NULL;
+            CHECK_ST(lp && rp ? nixl_xfer_make(a, NIXL_OP_WRITE, lp, li, rp, ri, NS, NULL, &x) : NIXL_ERR_NULL,
+                     NIXL_OK);
+            ctr(&c, 0);
+            CHECK(c.indexed_prepares == 0);
+            indexed_round(x, lb, lrun, rb, rrun, 1, NS, STRIDE, STRIDE, "fake.copy", "make of runs");
+            nixl_xfer_info_t ri8;
+            CHECK_ST(x ? nixl_xfer_info(x, &ri8) : NIXL_ERR_NULL, NIXL_OK);
+            CHECK(x && ri8.descs == NS / 8 && ri8.descs_in == NS);
+            nixl_xfer_release(x);
             nixl_prep_release(lp);
             nixl_prep_release(rp);
         }
