@@ -11,7 +11,7 @@ set -eu
 # Everything the build, the tests and the sanitizer/fuzzer builds need.
 PACKAGES="meson ninja-build pkg-config gcc clang libclang-rt-14-dev python3 libssl-dev liburing-dev
 python3-pytest python3-numpy
-libfabric-dev libfabric-bin libhwloc-dev
+libfabric-dev libfabric-bin libhwloc-dev libucx-dev ucx-utils
 etcd-server etcd-client libcurl4-openssl-dev libcjson-dev openssl
 iproute2 nftables
 fio"

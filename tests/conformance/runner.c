@@ -388,6 +388,47 @@ static int case_run(const conf_case_t *c, unsigned timeout_s)
     return RES_FAIL;
 }
 
+/* Whether an instance of the backend can be created here at all (ucx with
+ * no usable transport, say): tried once in a child, so the runner itself
+ * never holds a backend across the forks of the cases.  0 when it can;
+ * otherwise the creation's status, its name in why. */
+static int backend_creatable(const char *name, char *why, size_t cap)
+{
+    int fds[2];
+    if (pipe(fds) != 0)
+        return 0;
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(fds[0]);
+        close(fds[1]);
+        return 0;
+    }
+    if (pid == 0) {
+        close(fds[0]);
+        nixl_agent_config_t cfg = {.field_mask = NIXL_AGENT_CONFIG_NAME, .name = "conf_probe"};
+        nixl_agent_t *a = NULL;
+        nixl_backend_t *b = NULL;
+        nixl_status_t st = nixl_agent_create(&cfg, &a);
+        if (st == NIXL_OK)
+            st = nixl_backend_create(a, name, NULL, 0, &b);
+        if (a)
+            nixl_agent_destroy(a);
+        int32_t v = (int32_t)st;
+        ssize_t w = write(fds[1], &v, sizeof(v));
+        (void)w;
+        _exit(0);
+    }
+    close(fds[1]);
+    int32_t v = 0;
+    ssize_t r = read(fds[0], &v, sizeof(v));
+    close(fds[0]);
+    waitpid(pid, NULL, 0);
+    if (r != (ssize_t)sizeof(v) || v == NIXL_OK)
+        return 0;
+    snprintf(why, cap, "%s", nixl_status_name((nixl_status_t)v));
+    return (int)v;
+}
+
 static const nixl_backend_info_t *backend_find(const char *name, char *avail, size_t cap)
 {
     const nixl_backend_info_t *infos = NULL;
@@ -524,6 +565,13 @@ int main(int argc, char **argv)
     if (!conf_opts.info) {
         printf("SKIP  all: backend '%s' is not available here (available: %s)\n", conf_opts.backend,
                avail[0] ? avail : "none");
+        free(all_cases);
+        return 77;
+    }
+    char why[64];
+    if (backend_creatable(conf_opts.backend, why, sizeof(why)) == NIXL_ERR_NOT_SUPPORTED) {
+        printf("SKIP  all: backend '%s' cannot be created here (%s: the log line above says why)\n",
+               conf_opts.backend, why);
         free(all_cases);
         return 77;
     }

@@ -715,6 +715,44 @@ def test_ucx_reaches_other_hosts_through_libfabric_when_no_ucx_is_built(caplog, 
             a.close()
 
 
+def test_ucx_is_our_ucx_backend_when_built(caplog):
+    import logging
+    avail = nixl.available_backends()
+    if "ucx" not in avail:
+        pytest.skip(f"needs the ucx backend (built: {', '.join(avail)})")
+    with caplog.at_level(logging.INFO, logger="nixl"):
+        agents = [nixl_agent(unique("ucx"), nixl_agent_config(enable_prog_thread=False)) for _ in range(2)]
+    try:
+        for a in agents:
+            made = [a._name_of[h] for h in a.backends["UCX"]]
+            assert "ucx" in made and "libfabric" not in made
+        assert not [r for r in caplog.records if "no ucx backend is built" in r.getMessage()]
+        # the bytes go over ucx when asked, as they would to another host
+        a, b = agents
+        src = np.random.default_rng(5).integers(0, 256, 1 << 16, dtype=np.uint8)
+        dst = np.zeros(1 << 16, np.uint8)
+        a.register_memory(src)
+        b.register_memory(dst)
+        a.add_remote_agent(b.get_agent_metadata())
+        b.add_remote_agent(a.get_agent_metadata())
+        h = a.initialize_xfer("WRITE", a.get_xfer_descs(src), b.get_xfer_descs(dst), b.name, b"over-ucx",
+                              backends=["ucx"])
+        a.transfer(h)
+        deadline = time.monotonic() + 30
+        while a.check_xfer_state(h) == "PROC":
+            assert time.monotonic() < deadline
+        assert a.get_xfer_info(h).path.startswith("ucx.") and a.query_xfer_backend(h) == "UCX"
+        assert np.array_equal(src, dst)
+        got = []
+        while not got and time.monotonic() < deadline:
+            for msgs in b.get_new_notifs().values():
+                got += msgs
+        assert got == [b"over-ucx"]
+    finally:
+        for a in agents:
+            a.close()
+
+
 # ---- telemetry (issue 11, item 4) ----
 
 def _shm_pair(capture, n=1 << 14):

@@ -1,0 +1,433 @@
+/*
+ * ucx.c - the ucx backend: one-sided READ/WRITE of host memory over UCX
+ * (ucp), to other hosts and, when the core gives it one, to this host.
+ *
+ * One ucp_context and one ucp_worker per instance (features RMA and AM);
+ * the conn info is the worker's address, a region's public key what
+ * ucp_rkey_pack gives.  Endpoints are made when a peer is loaded, with
+ * UCP_ERR_HANDLING_MODE_PEER so a peer that dies fails its requests
+ * instead of hanging them.  Each piece is one ucp_put_nbx / ucp_get_nbx; a
+ * notification is an active message sent once ucp_ep_flush_nbx says the
+ * request's operations completed at the peer (ucx_xfer.c).
+ *
+ * This file holds the ops table, the parameters, the instance
+ * (create/destroy) and progress: inside status and progress calls, and on
+ * a thread of the backend (progress_thread=1) so that a target that makes
+ * no calls still serves the peers whose RMA UCX emulates over active
+ * messages (tcp) and still receives notifications.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ucx.h"
+#include "ucx_int.h"
+
+static const nixl_param_info_t ucx_params[] = {
+    {"transports", "",
+     "UCT transports a request may take, comma-separated (rc_mlx5,dc_mlx5; tcp; sysv,posix,cma...); empty: any. "
+     "A request whose endpoint uses another is a counted fallback (NIXL_ALLOW_FALLBACK=0 refuses it)"},
+    {"progress_thread", "1",
+     "1: a backend thread progresses the UCX worker when the application does not call in, sleeping on its event fd when idle (needed where UCX "
+     "emulates RMA over active messages, tcp); 0: progress only inside calls"},
+    {"progress_us", "50", "the progress thread's nap between rounds while requests are in flight, in microseconds (idle, it sleeps on the worker's event fd)"},
+    {"keepalive_ms", "500",
+     "UCX keepalive interval (UCX_KEEPALIVE_INTERVAL unless set): a peer that stops answering fails within a few "
+     "intervals"},
+    {"release_wait_ms", "2000",
+     "releasing a request in flight waits this long for UCX to finish it, then closes the peer's endpoint"},
+};
+#define UCX_NUM_PARAMS (sizeof(ucx_params) / sizeof(ucx_params[0]))
+
+nixl_status_t ucx_status_of(ucs_status_t st)
+{
+    switch (st) {
+    case UCS_OK:
+        return NIXL_OK;
+    case UCS_INPROGRESS:
+        return NIXL_IN_PROG;
+    case UCS_ERR_CANCELED:
+        return NIXL_ERR_CANCELED;
+    case UCS_ERR_NO_MEMORY:
+        return NIXL_ERR_NO_MEMORY;
+    case UCS_ERR_UNREACHABLE:
+    case UCS_ERR_ENDPOINT_TIMEOUT:
+    case UCS_ERR_CONNECTION_RESET:
+    case UCS_ERR_NOT_CONNECTED:
+        return NIXL_ERR_PEER_GONE;
+    default:
+        return NIXL_ERR_XFER_FAILED;
+    }
+}
+
+/* ---- parameters ---- */
+
+static const char *ucx_param(const nixl_param_t *params, size_t n, size_t idx)
+{
+    const char *v = params ? nixl_param_find(params, n, ucx_params[idx].key) : NULL;
+    return v ? v : ucx_params[idx].default_value;
+}
+
+static nixl_status_t ucx_parse_transports(ucx_be_t *be, const char *value)
+{
+    const char *v = value;
+    be->ntransports = 0;
+    while (*v) {
+        const char *end = strchr(v, ',');
+        size_t n = end ? (size_t)(end - v) : strlen(v);
+        if (n == 0 || n > UCX_TL_NAME_MAX || be->ntransports == UCX_TRANSPORTS_MAX) {
+            UCX_ERROR(be, "ucx: transports=\"%s\" is not valid: expected up to %d names of 1 to %d characters, "
+                          "comma-separated", value, UCX_TRANSPORTS_MAX, UCX_TL_NAME_MAX);
+            return NIXL_ERR_INVALID_PARAM;
+        }
+        for (size_t i = 0; i < n; i++) {
+            char c = v[i];
+            if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')) {
+                UCX_ERROR(be, "ucx: transports: \"%.*s\" is not a transport name", (int)n, v);
+                return NIXL_ERR_INVALID_PARAM;
+            }
+        }
+        memcpy(be->transports[be->ntransports], v, n);
+        be->transports[be->ntransports][n] = 0;
+        be->ntransports++;
+        v = end ? end + 1 : v + n;
+    }
+    return NIXL_OK;
+}
+
+static nixl_status_t ucx_parse_params(ucx_be_t *be, const nixl_param_t *params, size_t n, uint64_t *keepalive_ms)
+{
+    for (size_t i = 0; i < n; i++) {
+        size_t k;
+        for (k = 0; k < UCX_NUM_PARAMS; k++)
+            if (params[i].key && strcmp(params[i].key, ucx_params[k].key) == 0)
+                break;
+        if (k == UCX_NUM_PARAMS) {
+            UCX_ERROR(be, "ucx: unknown parameter \"%s\"", params[i].key ? params[i].key : "(null)");
+            return NIXL_ERR_INVALID_PARAM;
+        }
+    }
+    nixl_status_t st = ucx_parse_transports(be, ucx_param(params, n, 0));
+    if (st != NIXL_OK)
+        return st;
+    const char *v = ucx_param(params, n, 1);
+    if (nixl_param_parse_bool(v, &be->progress_thread) != 0) {
+        UCX_ERROR(be, "ucx: progress_thread=\"%s\" is not valid: expected 0 or 1", v);
+        return NIXL_ERR_INVALID_PARAM;
+    }
+    uint64_t u;
+    v = ucx_param(params, n, 2);
+    if (nixl_param_parse_size(v, &u) != 0 || u < 1 || u > 100000) {
+        UCX_ERROR(be, "ucx: progress_us=\"%s\" is not valid: expected 1 to 100000", v);
+        return NIXL_ERR_INVALID_PARAM;
+    }
+    be->progress_us = (unsigned)u;
+    v = ucx_param(params, n, 3);
+    if (nixl_param_parse_size(v, keepalive_ms) != 0 || *keepalive_ms < 10 || *keepalive_ms > 3600000) {
+        UCX_ERROR(be, "ucx: keepalive_ms=\"%s\" is not valid: expected 10 to 3600000", v);
+        return NIXL_ERR_INVALID_PARAM;
+    }
+    v = ucx_param(params, n, 4);
+    if (nixl_param_parse_size(v, &be->release_wait_ms) != 0 || be->release_wait_ms > 3600000) {
+        UCX_ERROR(be, "ucx: release_wait_ms=\"%s\" is not valid: expected 0 to 3600000", v);
+        return NIXL_ERR_INVALID_PARAM;
+    }
+    return NIXL_OK;
+}
+
+/* ---- progress ---- */
+
+void ucx_progress_locked(ucx_be_t *be)
+{
+    /* Bounded: a peer streaming at us must not keep a status call here. */
+    for (int i = 0; i < 256 && ucp_worker_progress(be->worker); i++)
+        ;
+    ucx_peers_reap_locked(be);
+    ucx_reqs_advance_locked(be, UCX_BY_CALL);
+}
+
+static nixl_status_t ucx_progress(void *bev)
+{
+    ucx_be_t *be = bev;
+    pthread_mutex_lock(&be->lock);
+    ucx_progress_locked(be);
+    pthread_mutex_unlock(&be->lock);
+    return NIXL_OK;
+}
+
+/* While requests of ours are in flight the thread naps progress_us between
+ * rounds; idle, it arms the worker and sleeps on its event fd (UCX's
+ * wakeup feature), so an idle agent costs no CPU and still wakes for a
+ * peer's emulated RMA or a notification.  The sleep is bounded (10 ms) so
+ * that stop is seen and peers' liveness keeps being looked at. */
+static void *ucx_thread_main(void *arg)
+{
+    ucx_be_t *be = arg;
+    struct timespec nap = {0, (long)be->progress_us * 1000};
+    while (!atomic_load_explicit(&be->stop, memory_order_acquire)) {
+        pthread_mutex_lock(&be->lock);
+        unsigned n = ucp_worker_progress(be->worker);
+        ucx_peers_reap_locked(be);
+        /* A cancel or release waiting for the lock goes first: advancing
+         * now could hand its notification to UCX while the caller that
+         * wants it withheld waits behind this round (a progress call can
+         * move megabytes over tcp). */
+        if (!atomic_load_explicit(&be->cancel_waiting, memory_order_acquire))
+            ucx_reqs_advance_locked(be, UCX_BY_THREAD);
+        int idle = n == 0 && !be->run;
+        ucs_status_t armed = idle && be->efd >= 0 ? ucp_worker_arm(be->worker) : UCS_ERR_BUSY;
+        pthread_mutex_unlock(&be->lock);
+        if (armed == UCS_OK) {
+            struct pollfd pfd = {.fd = be->efd, .events = POLLIN};
+            (void)poll(&pfd, 1, 10);
+        } else if (n == 0) {
+            nanosleep(&nap, NULL);
+        }
+    }
+    return NULL;
+}
+
+/* ---- instance ---- */
+
+static int ucx_host_usable(const nixl_host_services_t *host)
+{
+    size_t need = offsetof(nixl_host_services_t, agent_name) + sizeof(host->agent_name);
+    return host && host->abi_version >= 1 && host->struct_size >= need && host->log_enabled && host->log &&
+           host->config_get && host->fallback && host->notif_deliver && host->agent_name;
+}
+
+/* Whether UCX_TLS lets the shared-memory transports in: setting their
+ * options otherwise makes UCX warn about an unused setting. */
+static int ucx_tls_may_use_mm(void)
+{
+    const char *tls = getenv("UCX_TLS");
+    if (!tls || !*tls || tls[0] == '^')
+        return 1;
+    static const char *const mm[] = {"all", "sm", "shm", "mm", "posix", "sysv"};
+    for (const char *t = tls; *t;) {
+        size_t n = strcspn(t, ",");
+        for (size_t i = 0; i < sizeof(mm) / sizeof(mm[0]); i++)
+            if (strlen(mm[i]) == n && strncmp(t, mm[i], n) == 0)
+                return 1;
+        t += n;
+        if (*t == ',')
+            t++;
+    }
+    return 0;
+}
+
+/* UCX reads its UCX_* variables itself; ours change its defaults only where
+ * the user left them alone. */
+static void ucx_config_default(ucx_be_t *be, ucp_config_t *cfg, const char *key, const char *value)
+{
+    char env[64];
+    snprintf(env, sizeof(env), "UCX_%s", key);
+    if (getenv(env))
+        return;
+    ucs_status_t st = ucp_config_modify(cfg, key, value);
+    if (st != UCS_OK)
+        UCX_WARN(be, "ucx: cannot set UCX %s=%s: %s", key, value, ucs_status_string(st));
+}
+
+static nixl_status_t ucx_create(const nixl_host_services_t *host, const nixl_param_t *params, size_t num_params,
+                                void **be_out)
+{
+    if (!ucx_host_usable(host) || !be_out)
+        return NIXL_ERR_INVALID_PARAM;
+    ucx_be_t *be = calloc(1, sizeof(*be));
+    if (!be)
+        return NIXL_ERR_NO_MEMORY;
+    be->host = host;
+    uint64_t keepalive_ms = 500;
+    nixl_status_t st = ucx_parse_params(be, params, num_params, &keepalive_ms);
+    if (st != NIXL_OK)
+        goto err_free;
+    if (pthread_mutex_init(&be->lock, NULL) != 0) {
+        st = NIXL_ERR_NO_MEMORY;
+        goto err_free;
+    }
+
+    ucp_config_t *cfg;
+    ucs_status_t us = ucp_config_read(NULL, NULL, &cfg);
+    if (us != UCS_OK) {
+        UCX_ERROR(be, "ucx backend unavailable: ucp_config_read: %s", ucs_status_string(us));
+        st = NIXL_ERR_NOT_SUPPORTED;
+        goto err_lock;
+    }
+    /* UCX 1.13's shared-memory transports (sysv, posix) support peer
+     * failure handling only with MM_ERROR_HANDLING=y; without it an
+     * endpoint in UCP_ERR_HANDLING_MODE_PEER finds no same-host transport
+     * ("no peer failure handler") and a peer of UCX_TLS=sm is unreachable. */
+    if (!getenv("UCX_POSIX_ERROR_HANDLING") && !getenv("UCX_SYSV_ERROR_HANDLING") && ucx_tls_may_use_mm())
+        ucx_config_default(be, cfg, "MM_ERROR_HANDLING", "y");
+    char ka[32];
+    snprintf(ka, sizeof(ka), "%llums", (unsigned long long)keepalive_ms);
+    ucx_config_default(be, cfg, "KEEPALIVE_INTERVAL", ka);
+
+    ucp_params_t pp = {
+        .field_mask = UCP_PARAM_FIELD_FEATURES,
+        .features = UCP_FEATURE_RMA | UCP_FEATURE_AM | (be->progress_thread ? UCP_FEATURE_WAKEUP : 0),
+    };
+    us = ucp_init(&pp, cfg, &be->ctx);
+    ucp_config_release(cfg);
+    if (us != UCS_OK) {
+        UCX_ERROR(be, "ucx backend unavailable: ucp_init: %s", ucs_status_string(us));
+        st = NIXL_ERR_NOT_SUPPORTED;
+        goto err_lock;
+    }
+    ucp_context_attr_t ca = {.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES};
+    if (ucp_context_query(be->ctx, &ca) == UCS_OK)
+        be->has_cuda = (ca.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
+
+    ucp_worker_params_t wp = {
+        .field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+        .thread_mode = UCS_THREAD_MODE_SINGLE, /* every call under be->lock */
+    };
+    us = ucp_worker_create(be->ctx, &wp, &be->worker);
+    if (us != UCS_OK) {
+        UCX_ERROR(be, "ucx backend unavailable: ucp_worker_create: %s", ucs_status_string(us));
+        st = NIXL_ERR_NOT_SUPPORTED;
+        goto err_ctx;
+    }
+    ucp_am_handler_param_t ap = {
+        .field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
+                      UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG,
+        .id = UCX_AM_NOTIF,
+        .flags = UCP_AM_FLAG_WHOLE_MSG,
+        .cb = ucx_am_recv,
+        .arg = be,
+    };
+    us = ucp_worker_set_am_recv_handler(be->worker, &ap);
+    if (us != UCS_OK) {
+        UCX_ERROR(be, "ucx: ucp_worker_set_am_recv_handler: %s", ucs_status_string(us));
+        st = NIXL_ERR_BACKEND;
+        goto err_worker;
+    }
+    ucp_address_t *addr;
+    size_t alen;
+    us = ucp_worker_get_address(be->worker, &addr, &alen);
+    if (us != UCS_OK || alen == 0 || alen > UCX_CONN_ADDR_MAX) {
+        UCX_ERROR(be, "ucx: ucp_worker_get_address: %s (%zu bytes)", ucs_status_string(us), alen);
+        if (us == UCS_OK)
+            ucp_worker_release_address(be->worker, addr);
+        st = NIXL_ERR_BACKEND;
+        goto err_worker;
+    }
+    be->addr = malloc(alen);
+    if (!be->addr) {
+        ucp_worker_release_address(be->worker, addr);
+        st = NIXL_ERR_NO_MEMORY;
+        goto err_worker;
+    }
+    memcpy(be->addr, addr, alen);
+    be->addr_len = alen;
+    ucp_worker_release_address(be->worker, addr);
+
+    be->efd = -1;
+    if (be->progress_thread) {
+        int fd = -1;
+        us = ucp_worker_get_efd(be->worker, &fd);
+        if (us == UCS_OK)
+            be->efd = fd;
+        else
+            UCX_INFO(be, "ucx: no worker event fd (%s): the idle progress thread naps instead of sleeping",
+                     ucs_status_string(us));
+        if (pthread_create(&be->thread, NULL, ucx_thread_main, be) != 0) {
+            UCX_ERROR(be, "ucx: cannot start the progress thread");
+            st = NIXL_ERR_NO_MEMORY;
+            goto err_addr;
+        }
+        be->thread_started = 1;
+    }
+    UCX_DEBUG(be, "ucx: created: UCX %s, worker address %zu bytes, CUDA memory %s, progress thread %d",
+              ucp_get_version_string(), be->addr_len, be->has_cuda ? "yes" : "no", be->progress_thread);
+    *be_out = be;
+    return NIXL_OK;
+
+err_addr:
+    free(be->addr);
+err_worker:
+    ucp_worker_destroy(be->worker);
+err_ctx:
+    ucp_cleanup(be->ctx);
+err_lock:
+    pthread_mutex_destroy(&be->lock);
+err_free:
+    free(be);
+    return st;
+}
+
+static void ucx_destroy(void *bev)
+{
+    ucx_be_t *be = bev;
+    if (!be)
+        return;
+    if (be->thread_started) {
+        atomic_store_explicit(&be->stop, 1, memory_order_release);
+        pthread_join(be->thread, NULL);
+    }
+    /* Peers should be gone; close what a careless core left. */
+    while (be->peers)
+        ucx_peer_unload(be, be->peers);
+    free(be->addr);
+    ucp_worker_destroy(be->worker);
+    ucp_cleanup(be->ctx);
+    pthread_mutex_destroy(&be->lock);
+    free(be);
+}
+
+static nixl_status_t ucx_describe(void *bev, char *buf, size_t *len)
+{
+    ucx_be_t *be = bev;
+    char text[512];
+    int n = snprintf(text, sizeof(text), "UCX %s, worker address %zu bytes, CUDA memory: %s, transports: %s%s\n",
+                     ucp_get_version_string(), be->addr_len, be->has_cuda ? "yes" : "no (VRAM: NO_PATH)",
+                     be->ntransports ? "" : "any", be->ntransports ? be->transports[0] : "");
+    for (unsigned i = 1; i < be->ntransports && n > 0 && (size_t)n < sizeof(text); i++)
+        n += snprintf(text + n, sizeof(text) - (size_t)n, ",%s", be->transports[i]);
+    size_t need = strlen(text) + 1;
+    if (buf && *len)
+        snprintf(buf, *len, "%s", text);
+    *len = need;
+    return NIXL_OK;
+}
+
+static const nixl_backend_ops_t ucx_ops = {
+    .abi_version = NIXL_BACKEND_ABI_VERSION,
+    .struct_size = sizeof(nixl_backend_ops_t),
+    .name = "ucx",
+    .description = "other hosts (and this one) over UCX: ucp put/get of host memory, notifications as active "
+                   "messages after a flush; the path names the transport UCX chose (ucx.tcp, ucx.sysv, ucx.rc_mlx5...)",
+    .mem_types = NIXL_MEM_BIT(NIXL_MEM_DRAM) | NIXL_MEM_BIT(NIXL_MEM_VRAM),
+    .caps = NIXL_CAP_CROSS_HOST | NIXL_CAP_NOTIF | NIXL_CAP_PROGRESS,
+    .params = ucx_params,
+    .num_params = UCX_NUM_PARAMS,
+    .create = ucx_create,
+    .destroy = ucx_destroy,
+    .reg = ucx_reg,
+    .dereg = ucx_dereg,
+    .rkey_pack = ucx_rkey_pack,
+    .conn_pack = ucx_conn_pack,
+    .peer_unload = ucx_peer_unload,
+    .rkey_load = ucx_rkey_load,
+    .rkey_unload = ucx_rkey_unload,
+    .xfer_prepare = ucx_xfer_prepare,
+    .xfer_post = ucx_xfer_post,
+    .xfer_status = ucx_xfer_status,
+    .xfer_release = ucx_xfer_release,
+    .notif_send = ucx_notif_send,
+    .progress = ucx_progress,
+    .describe = ucx_describe,
+    .xfer_cancel = ucx_xfer_cancel,
+    .peer_open = ucx_peer_open,
+    .peer_connect = ucx_peer_connect,
+    .peer_alive = ucx_peer_alive,
+};
+
+const nixl_backend_ops_t *nixl_backend_ucx_ops(void)
+{
+    return &ucx_ops;
+}

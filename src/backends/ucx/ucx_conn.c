@@ -1,0 +1,510 @@
+/*
+ * ucx_conn.c - peers of the ucx backend: the conn info (our worker's
+ * address), the endpoint made when a peer is loaded, how a peer is found
+ * gone, which transport its endpoint uses, and notifications.
+ *
+ * Endpoints are made with UCP_ERR_HANDLING_MODE_PEER and an error
+ * callback: when UCX finds the peer unreachable (a reset connection, a
+ * keepalive unanswered) it calls back, every operation in flight on the
+ * endpoint completes with an error, and the peer is marked gone, so its
+ * requests end NIXL_ERR_PEER_GONE and new ones are refused at once.  A
+ * peer in our pid namespace is also watched through a pidfd (the core's
+ * record of who it is): a process that exited is found at the next post
+ * or status call, before UCX's keepalive would notice, and its endpoint is
+ * closed so what it had in flight ends.
+ *
+ * Notifications are active messages (id UCX_AM_NOTIF) whose header is the
+ * sender's agent name and whose data is the message, sent eagerly so the
+ * receiver always has the whole message in its callback.  The name is what
+ * the sender says it is: UCX endpoints made from an address carry no
+ * identity of their own (docs/trust.md's rule for peers applies).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ucx_int.h"
+
+/* ---- conn info ---- */
+
+nixl_status_t ucx_conn_pack(void *bev, void *buf, size_t *len)
+{
+    ucx_be_t *be = bev;
+    size_t need = UCX_CONN_HDR + be->addr_len;
+    if (!len)
+        return NIXL_ERR_NULL;
+    if (!buf || *len < need) {
+        *len = need;
+        return buf ? NIXL_ERR_TOO_BIG : NIXL_OK;
+    }
+    uint8_t *p = buf;
+    nixl_put_u32(p, UCX_CONN_MAGIC);
+    nixl_put_u16(p + 4, UCX_CONN_VERSION);
+    nixl_put_u16(p + 6, 0);
+    nixl_put_u32(p + 8, (uint32_t)be->addr_len);
+    memcpy(p + UCX_CONN_HDR, be->addr, be->addr_len);
+    *len = need;
+    return NIXL_OK;
+}
+
+nixl_status_t ucx_conn_parse(const void *conn, size_t len, const uint8_t **addr, size_t *addr_len, const char **why)
+{
+    const uint8_t *p = conn;
+    if (!conn || len < UCX_CONN_HDR) {
+        *why = "shorter than its header";
+        return NIXL_ERR_BAD_METADATA;
+    }
+    if (nixl_get_u32(p) != UCX_CONN_MAGIC) {
+        *why = "bad magic";
+        return NIXL_ERR_BAD_METADATA;
+    }
+    if (nixl_get_u16(p + 4) != UCX_CONN_VERSION) {
+        *why = "unknown version";
+        return NIXL_ERR_BAD_METADATA;
+    }
+    if (nixl_get_u16(p + 6) != 0) {
+        *why = "reserved field not zero";
+        return NIXL_ERR_BAD_METADATA;
+    }
+    uint32_t alen = nixl_get_u32(p + 8);
+    if (alen == 0 || alen > UCX_CONN_ADDR_MAX) {
+        *why = "worker address length out of range";
+        return NIXL_ERR_BAD_METADATA;
+    }
+    if ((size_t)alen != len - UCX_CONN_HDR) {
+        *why = "worker address length does not match the conn info's";
+        return NIXL_ERR_BAD_METADATA;
+    }
+    *addr = p + UCX_CONN_HDR;
+    *addr_len = alen;
+    return NIXL_OK;
+}
+
+/* ---- which transport an endpoint uses ----
+ *
+ * UCX 1.13 has no query for an endpoint's transports (ucp_ep_query gives
+ * its name and socket addresses only), so the endpoint's configuration is
+ * printed with ucp_ep_print_info into memory and its lane lines read:
+ *
+ *   lane[0]:  0:tcp/lo.0 md[0]  -> md[0]/tcp/sysdev[255] am am_bw#0 keepalive wireup
+ *   put[1]: 0..<short>..4294967296..<bcopy>..(inf)
+ *
+ * A lane that puts use (a put[N] line, or an "rma" usage) carries a
+ * request's pieces; without one UCX emulates RMA over the active-message
+ * lane ("am"), whose transport is then the one that moves the bytes.  The
+ * bulk-RMA lane (rma_bw: rendezvous) comes last.  This is the endpoint's
+ * configuration, read once when the peer is loaded: UCX may still choose
+ * another lane of it for a given key (a region the lane's memory domain
+ * did not register). */
+int ucx_ep_info_transport(const char *info, char *tl, size_t cap)
+{
+    enum { LANES = 32 };
+    char names[LANES][UCX_TL_NAME_MAX + 1];
+    int score[LANES];
+    int nl = 0;
+    memset(score, 0, sizeof(score));
+    for (const char *line = info; line && *line;) {
+        const char *eol = strchr(line, '\n');
+        size_t n = eol ? (size_t)(eol - line) : strlen(line);
+        char buf[256];
+        if (n >= sizeof(buf))
+            n = sizeof(buf) - 1;
+        memcpy(buf, line, n);
+        buf[n] = 0;
+        line = eol ? eol + 1 : NULL;
+        char *s = strstr(buf, "lane[");
+        int idx;
+        if (s && sscanf(s, "lane[%d]:", &idx) == 1 && idx >= 0 && idx < LANES) {
+            /* "  0:tcp/lo.0 md[0] -> ...": the transport between ':' and '/' */
+            char *c = strchr(s, ':');
+            c = c ? strchr(c + 1, ':') : NULL;
+            char *slash = c ? strchr(c, '/') : NULL;
+            if (!c || !slash || slash - c - 1 <= 0 || slash - c - 1 > UCX_TL_NAME_MAX)
+                continue;
+            memcpy(names[idx], c + 1, (size_t)(slash - c - 1));
+            names[idx][slash - c - 1] = 0;
+            if (idx >= nl) {
+                for (int k = nl; k < idx; k++)
+                    names[k][0] = 0;
+                nl = idx + 1;
+            }
+            const char *uses = strstr(slash, "->");
+            int sc = 0;
+            for (const char *t = uses ? strchr(uses + 2, ' ') : NULL; t && *t;) {
+                while (*t == ' ')
+                    t++;
+                size_t tn = strcspn(t, " ");
+                if (tn >= 3 && strncmp(t, "rma", 3) == 0 && !(tn >= 6 && strncmp(t, "rma_bw", 6) == 0))
+                    sc = sc < 3 ? 3 : sc;
+                else if (tn >= 2 && strncmp(t, "am", 2) == 0 && (tn == 2 || t[2] == '#') && sc < 2)
+                    sc = 2;
+                else if (tn >= 6 && strncmp(t, "rma_bw", 6) == 0 && sc < 1)
+                    sc = 1;
+                t += tn;
+            }
+            score[idx] = score[idx] > sc ? score[idx] : sc;
+            continue;
+        }
+        s = strstr(buf, "put[");
+        if (s && sscanf(s, "put[%d]:", &idx) == 1 && idx >= 0 && idx < LANES)
+            score[idx] = 3;
+    }
+    int best = -1;
+    for (int i = 0; i < nl; i++)
+        if (names[i][0] && score[i] > 0 && (best < 0 || score[i] > score[best]))
+            best = i;
+    if (best < 0 || strlen(names[best]) >= cap)
+        return -1;
+    strcpy(tl, names[best]);
+    return 0;
+}
+
+const char *ucx_path_intern(ucx_be_t *be, const char *tl)
+{
+    char p[48];
+    snprintf(p, sizeof(p), "ucx.%s", tl);
+    for (unsigned i = 0; i < be->npaths; i++)
+        if (strcmp(be->paths[i], p) == 0)
+            return be->paths[i];
+    if (be->npaths == UCX_PATHS_MAX)
+        return "ucx.other";
+    snprintf(be->paths[be->npaths], sizeof(be->paths[0]), "%s", p);
+    return be->paths[be->npaths++];
+}
+
+static void ucx_peer_path(ucx_be_t *be, ucx_peer_t *peer)
+{
+    char tl[UCX_TL_NAME_MAX + 1] = "unknown";
+    char *text = NULL;
+    size_t tlen = 0;
+    FILE *f = open_memstream(&text, &tlen);
+    if (f) {
+        ucp_ep_print_info(peer->ep, f);
+        fclose(f);
+        if (ucx_ep_info_transport(text, tl, sizeof(tl)) != 0)
+            snprintf(tl, sizeof(tl), "unknown");
+    }
+    free(text);
+    peer->path = ucx_path_intern(be, tl);
+    peer->fallback = 0;
+    if (be->ntransports) {
+        int ok = 0;
+        for (unsigned i = 0; i < be->ntransports; i++)
+            ok |= strcmp(be->transports[i], tl) == 0;
+        if (!ok) {
+            peer->fallback = 1;
+            char list[64] = "";
+            size_t n = 0;
+            for (unsigned i = 0; i < be->ntransports && n < sizeof(list); i++)
+                n += (size_t)snprintf(list + n, sizeof(list) - n, "%s%s", i ? "," : "", be->transports[i]);
+            snprintf(peer->cause, sizeof(peer->cause), "UCX chose transport %s, not in transports=%s", tl, list);
+        }
+    }
+    UCX_DEBUG(be, "ucx: peer %s: endpoint uses %s%s", peer->name, peer->path, peer->fallback ? " (fallback)" : "");
+}
+
+/* ---- peers ---- */
+
+static void ucx_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
+{
+    ucx_peer_t *peer = arg;
+    (void)ep;
+    /* Runs inside ucp_worker_progress, be->lock held.  The endpoint is
+     * closed after progress returns (ucx_peers_reap_locked). */
+    if (!peer->gone) {
+        peer->gone = 1;
+        peer->gone_status = status;
+    }
+    peer->close_owed = 1;
+}
+
+static void ucx_ep_close_locked(ucx_be_t *be, ucx_peer_t *peer, int force, uint64_t wait_ms)
+{
+    if (!peer->ep)
+        return;
+    ucp_request_param_t rp = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS, .flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0};
+    void *req = ucp_ep_close_nbx(peer->ep, &rp);
+    peer->ep = NULL;
+    if (!UCS_PTR_IS_PTR(req))
+        return;
+    uint64_t deadline = nixl_now_ns() + wait_ms * 1000000ull;
+    while (ucp_request_check_status(req) == UCS_INPROGRESS && nixl_now_ns() < deadline)
+        ucp_worker_progress(be->worker);
+    ucp_request_free(req);
+}
+
+void ucx_peer_fail_locked(ucx_be_t *be, ucx_peer_t *peer, const char *why)
+{
+    if (!peer->gone) {
+        peer->gone = 1;
+        peer->gone_status = UCS_ERR_CONNECTION_RESET;
+    }
+    if (!peer->gone_logged) {
+        /* An error for the requests it fails; a peer that went away with
+         * nothing in flight (its agent was destroyed first) is news only. */
+        peer->gone_logged = 1;
+        NIXL_BE_LOG(be->host, peer->nreqs ? NIXL_LOG_ERROR : NIXL_LOG_INFO, "ucx: peer %s is gone: %s%s",
+                    peer->name, why, peer->nreqs ? "" : " (no request in flight)");
+    }
+    peer->close_owed = 0;
+    ucx_ep_close_locked(be, peer, 1, 100);
+}
+
+void ucx_peers_reap_locked(ucx_be_t *be)
+{
+    for (ucx_peer_t *p = be->peers; p; p = p->next) {
+        if (!p->close_owed)
+            continue;
+        char why[96];
+        snprintf(why, sizeof(why), "UCX reported %s", ucs_status_string(p->gone_status));
+        ucx_peer_fail_locked(be, p, why);
+    }
+}
+
+nixl_status_t ucx_peer_check_locked(ucx_be_t *be, ucx_peer_t *peer)
+{
+    if (nixl_unlikely(peer->close_owed))
+        ucx_peers_reap_locked(be);
+    if (nixl_unlikely(peer->gone))
+        return NIXL_ERR_PEER_GONE;
+    if (peer->have_proc && samehost_proc_alive(be->host, "ucx", &peer->proc, 0) != NIXL_OK) {
+        ucx_peer_fail_locked(be, peer, "its process exited");
+        return NIXL_ERR_PEER_GONE;
+    }
+    return NIXL_OK;
+}
+
+nixl_status_t ucx_peer_open(void *bev, const nixl_be_peer_t *who, const void *conn, size_t conn_len,
+                            void **peer_out)
+{
+    ucx_be_t *be = bev;
+    if (!who || !peer_out)
+        return NIXL_ERR_NULL;
+    const uint8_t *addr;
+    size_t alen;
+    const char *why = "";
+    nixl_status_t st = ucx_conn_parse(conn, conn_len, &addr, &alen, &why);
+    if (st != NIXL_OK) {
+        UCX_ERROR(be, "ucx: conn info of peer %s refused: %s", who->name ? who->name : "?", why);
+        return st;
+    }
+    ucx_peer_t *peer = calloc(1, sizeof(*peer));
+    if (!peer)
+        return NIXL_ERR_NO_MEMORY;
+    peer->be = be;
+    snprintf(peer->name, sizeof(peer->name), "%s", who->name ? who->name : "?");
+    if (who->same_pidns && who->pid && !who->same_process) {
+        st = samehost_proc_open(be->host, "ucx", peer->name, (pid_t)who->pid, who->start_time, &peer->proc);
+        if (st == NIXL_ERR_PEER_GONE) {
+            free(peer);
+            return st;
+        }
+        peer->have_proc = st == NIXL_OK;
+    }
+    /* UCX copies what it needs of the address during ep creation; an
+     * aligned copy of ours is passed, not a pointer into the blob. */
+    void *acopy = malloc(alen);
+    if (!acopy) {
+        st = NIXL_ERR_NO_MEMORY;
+        goto err_proc;
+    }
+    memcpy(acopy, addr, alen);
+    ucp_ep_params_t ep = {
+        .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLER,
+        .address = acopy,
+        .err_mode = UCP_ERR_HANDLING_MODE_PEER,
+        .err_handler = {.cb = ucx_ep_error, .arg = peer},
+    };
+    pthread_mutex_lock(&be->lock);
+    ucs_status_t us = ucp_ep_create(be->worker, &ep, &peer->ep);
+    free(acopy);
+    if (us != UCS_OK) {
+        pthread_mutex_unlock(&be->lock);
+        UCX_ERROR(be, "ucx: no endpoint to peer %s: ucp_ep_create: %s (UCX_TLS=%s)", peer->name,
+                  ucs_status_string(us), getenv("UCX_TLS") ? getenv("UCX_TLS") : "all");
+        st = us == UCS_ERR_UNREACHABLE ? NIXL_ERR_NO_PATH : NIXL_ERR_BACKEND;
+        goto err_proc;
+    }
+    ucx_peer_path(be, peer);
+    peer->next = be->peers;
+    be->peers = peer;
+    pthread_mutex_unlock(&be->lock);
+    *peer_out = peer;
+    return NIXL_OK;
+
+err_proc:
+    if (peer->have_proc)
+        samehost_proc_close(&peer->proc);
+    free(peer);
+    return st;
+}
+
+void ucx_peer_unload(void *bev, void *peerv)
+{
+    ucx_be_t *be = bev;
+    ucx_peer_t *peer = peerv;
+    if (!peer)
+        return;
+    pthread_mutex_lock(&be->lock);
+    for (ucx_peer_t **pp = &be->peers; *pp; pp = &(*pp)->next)
+        if (*pp == peer) {
+            *pp = peer->next;
+            break;
+        }
+    /* A live peer gets what we sent it (flush), bounded; a gone one is
+     * closed at once. */
+    ucx_ep_close_locked(be, peer, peer->gone, be->release_wait_ms);
+    pthread_mutex_unlock(&be->lock);
+    if (peer->have_proc)
+        samehost_proc_close(&peer->proc);
+    free(peer);
+}
+
+/* Wire the endpoint up now: a flush completes once UCX connected its lanes
+ * and the peer answered, so the first request pays nothing of it.  Bounded
+ * by release_wait_ms. */
+nixl_status_t ucx_peer_connect(void *bev, void *peerv)
+{
+    ucx_be_t *be = bev;
+    ucx_peer_t *peer = peerv;
+    pthread_mutex_lock(&be->lock);
+    nixl_status_t st = ucx_peer_check_locked(be, peer);
+    if (st != NIXL_OK || !peer->ep) {
+        pthread_mutex_unlock(&be->lock);
+        return NIXL_ERR_PEER_GONE;
+    }
+    ucp_request_param_t rp = {.op_attr_mask = 0};
+    void *req = ucp_ep_flush_nbx(peer->ep, &rp);
+    ucs_status_t us = UCS_OK;
+    if (UCS_PTR_IS_ERR(req)) {
+        us = UCS_PTR_STATUS(req);
+    } else if (req) {
+        uint64_t deadline = nixl_now_ns() + be->release_wait_ms * 1000000ull;
+        while ((us = ucp_request_check_status(req)) == UCS_INPROGRESS && nixl_now_ns() < deadline)
+            ucp_worker_progress(be->worker);
+        ucp_request_free(req);
+    }
+    ucx_peers_reap_locked(be);
+    if (peer->gone)
+        st = NIXL_ERR_PEER_GONE;
+    else if (us == UCS_INPROGRESS)
+        st = NIXL_ERR_TIMEOUT;
+    else
+        st = ucx_status_of(us);
+    pthread_mutex_unlock(&be->lock);
+    if (st != NIXL_OK)
+        UCX_ERROR(be, "ucx: connecting to peer %s: %s", peer->name,
+                  us == UCS_INPROGRESS ? "no answer within release_wait_ms" : ucs_status_string(us));
+    return st;
+}
+
+/* 0 once the peer is known gone.  1 only where there is something to judge
+ * by, a pidfd on its process; an endpoint alone proves nothing (UCX keeps
+ * alive only endpoints it wired up, and says nothing of when it last heard
+ * the peer), so otherwise -1: the core must not refuse a restarted peer's
+ * new instance on our word. */
+int ucx_peer_alive(void *bev, void *peerv)
+{
+    ucx_be_t *be = bev;
+    ucx_peer_t *peer = peerv;
+    pthread_mutex_lock(&be->lock);
+    int r = peer->gone ? 0 : -1;
+    if (r < 0 && peer->have_proc)
+        r = samehost_proc_alive(be->host, "ucx", &peer->proc, 1) == NIXL_OK ? 1 : 0;
+    pthread_mutex_unlock(&be->lock);
+    return r;
+}
+
+/* ---- notifications ---- */
+
+static void ucx_notif_own_done(void *request, ucs_status_t status, void *user_data)
+{
+    ucx_req_t *r = user_data;
+    /* The request may be done already (its data landed before the send
+     * was handed over): a failed send is logged, not reported. */
+    if (status != UCS_OK)
+        UCX_ERROR(r->be, "ucx: the notification of a request to %s failed: %s", r->peer->name,
+                  ucs_status_string(status));
+    r->am_req = NULL;
+    ucp_request_free(request);
+}
+
+static void ucx_notif_copy_done(void *request, ucs_status_t status, void *user_data)
+{
+    (void)status;
+    free(user_data);
+    ucp_request_free(request);
+}
+
+/* owner NULL: a standalone notification, whose bytes are copied; else the
+ * request's, whose buffer lives until the request is released (release
+ * waits for the send). */
+nixl_status_t ucx_notif_post_locked(ucx_be_t *be, ucx_peer_t *peer, const void *msg, size_t len, ucx_req_t *owner)
+{
+    void *copy = NULL;
+    if (!owner && len) {
+        copy = malloc(len);
+        if (!copy)
+            return NIXL_ERR_NO_MEMORY;
+        memcpy(copy, msg, len);
+        msg = copy;
+    }
+    ucp_request_param_t rp = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS,
+        .flags = UCP_AM_SEND_FLAG_EAGER,
+        .cb.send = owner ? ucx_notif_own_done : ucx_notif_copy_done,
+        .user_data = owner ? (void *)owner : copy,
+    };
+    const char *name = be->host->agent_name;
+    void *req = ucp_am_send_nbx(peer->ep, UCX_AM_NOTIF, name, strlen(name), msg, len, &rp);
+    if (UCS_PTR_IS_ERR(req)) {
+        free(copy);
+        UCX_ERROR(be, "ucx: notification to %s: ucp_am_send_nbx: %s", peer->name,
+                  ucs_status_string(UCS_PTR_STATUS(req)));
+        return peer->gone ? NIXL_ERR_PEER_GONE : ucx_status_of(UCS_PTR_STATUS(req));
+    }
+    if (!req) {
+        free(copy);
+        return NIXL_OK;
+    }
+    if (owner)
+        owner->am_req = req;
+    return NIXL_OK;
+}
+
+nixl_status_t ucx_notif_send(void *bev, void *peerv, const void *msg, size_t len)
+{
+    ucx_be_t *be = bev;
+    ucx_peer_t *peer = peerv;
+    pthread_mutex_lock(&be->lock);
+    nixl_status_t st = ucx_peer_check_locked(be, peer);
+    if (st == NIXL_OK)
+        st = ucx_notif_post_locked(be, peer, msg, len, NULL);
+    if (st == NIXL_OK)
+        ucx_progress_locked(be);
+    pthread_mutex_unlock(&be->lock);
+    return st;
+}
+
+ucs_status_t ucx_am_recv(void *arg, const void *header, size_t header_length, void *data, size_t length,
+                         const ucp_am_recv_param_t *param)
+{
+    ucx_be_t *be = arg;
+    /* Eager data (UCP_AM_RECV_ATTR_FLAG_DATA or not) is valid for the
+     * callback's duration: notif_deliver copies it. */
+    if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
+        /* Sent eagerly by our peers: a rendezvous message is not ours. */
+        UCX_WARN(be, "ucx: a notification arrived by rendezvous: dropped");
+        return UCS_OK;
+    }
+    char name[UCX_NAME_MAX + 1];
+    if (header_length == 0 || header_length > UCX_NAME_MAX || memchr(header, 0, header_length)) {
+        UCX_WARN(be, "ucx: a notification with a bad sender name (%zu bytes): dropped", header_length);
+        return UCS_OK;
+    }
+    memcpy(name, header, header_length);
+    name[header_length] = 0;
+    be->host->notif_deliver(be->host->ctx, name, data, length);
+    return UCS_OK;
+}

@@ -1,0 +1,199 @@
+/*
+ * ucx_int.h - what the files of the ucx backend share: the instance, peers,
+ * registrations, remote keys, requests, the wire formats' parsers, and the
+ * functions each file offers the others.  Nothing here is seen by the core.
+ *
+ * Files: ucx.c (ops table, parameters, instance, progress thread),
+ * ucx_conn.c (conn info, peers and their endpoints, liveness, the
+ * transport a peer's endpoint uses, notifications), ucx_mem.c
+ * (registration and remote keys), ucx_xfer.c (requests).
+ *
+ * Locking: every UCX call of an instance is made under be->lock (the
+ * worker is UCS_THREAD_MODE_SINGLE): the core's ops, the registration pool
+ * threads and the backend's progress thread all take it.  UCX callbacks
+ * therefore run with be->lock held.
+ */
+#ifndef NIXL_BACKENDS_UCX_INT_H
+#define NIXL_BACKENDS_UCX_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include <ucp/api/ucp.h>
+
+#include "../common/samehost.h"
+#include "nixl/backend.h"
+
+#define UCX_ERROR(be, ...) NIXL_BE_ERROR((be)->host, __VA_ARGS__)
+#define UCX_WARN(be, ...) NIXL_BE_WARN((be)->host, __VA_ARGS__)
+#define UCX_INFO(be, ...) NIXL_BE_INFO((be)->host, __VA_ARGS__)
+#define UCX_DEBUG(be, ...) NIXL_BE_DEBUG((be)->host, __VA_ARGS__)
+
+#define UCX_NAME_MAX 63       /* agent names, as NIXL_NAME_MAX */
+#define UCX_TL_NAME_MAX 16    /* UCT transport names: tcp, sysv, rc_mlx5... */
+#define UCX_TRANSPORTS_MAX 16 /* entries of the transports parameter */
+#define UCX_PATHS_MAX 32      /* distinct "ucx.<tl>" strings an instance hands out */
+#define UCX_AM_NOTIF 0x4e     /* active message id of notifications */
+
+/* ---- wire formats (little-endian), validated field by field ----
+ *
+ * conn info: u32 magic "UCXC", u16 version (1), u16 0, u32 address length,
+ *            then the ucp worker address (ucp_worker_get_address).
+ * key blob:  u32 magic "UCXK", u16 version (1), u16 flags (bit 0: VRAM
+ *            this UCX cannot carry, no key follows), u64 region address,
+ *            u64 region length, u32 key length, then ucp_rkey_pack's bytes.
+ */
+#define UCX_CONN_MAGIC 0x43584355u /* "UCXC" */
+#define UCX_CONN_VERSION 1
+#define UCX_CONN_HDR 12
+#define UCX_CONN_ADDR_MAX (1u << 16)
+#define UCX_RKEY_MAGIC 0x4b584355u /* "UCXK" */
+#define UCX_RKEY_VERSION 1
+#define UCX_RKEY_HDR 28
+#define UCX_RKEY_F_NOCUDA 1u
+#define UCX_RKEY_PACKED_MAX (1u << 16)
+
+/* NIXL_OK with *addr / *addr_len inside conn; NIXL_ERR_BAD_METADATA (the
+ * field that was wrong in *why) otherwise. */
+nixl_status_t ucx_conn_parse(const void *conn, size_t len, const uint8_t **addr, size_t *addr_len, const char **why);
+/* The same for a key blob of region (its address, length and memory type
+ * must be what the blob says); *packed NULL with the NOCUDA flag. */
+nixl_status_t ucx_rkey_parse(const nixl_be_region_t *region, const void *blob, size_t len, uint32_t *flags,
+                             const uint8_t **packed, size_t *packed_len, const char **why);
+
+typedef struct ucx_be ucx_be_t;
+typedef struct ucx_req ucx_req_t;
+
+/* reg() output. */
+typedef struct ucx_reg {
+    uint64_t addr, len;
+    nixl_mem_t mem;
+    ucp_mem_h memh; /* NULL for VRAM this UCX cannot carry */
+    void *packed;   /* ucp_rkey_pack's buffer */
+    size_t packed_len;
+} ucx_reg_t;
+
+typedef struct ucx_peer {
+    ucx_be_t *be;
+    struct ucx_peer *next; /* be->peers */
+    char name[UCX_NAME_MAX + 1];
+    ucp_ep_h ep;           /* NULL once closed */
+    int gone;              /* the error callback fired, or the process exited */
+    ucs_status_t gone_status;
+    int gone_logged;
+    int close_owed;        /* the ep failed: close it (FORCE) outside the callback */
+    const char *path;      /* "ucx.<tl>": the transport its endpoint uses */
+    int fallback;          /* that transport is not among the transports parameter's */
+    char cause[80];
+    int have_proc;         /* a pidfd on a peer of our pid namespace */
+    samehost_proc_t proc;
+    unsigned nreqs;        /* requests of this peer still in flight */
+} ucx_peer_t;
+
+/* rkey_load() output. */
+typedef struct ucx_rmd {
+    uint64_t addr, len;
+    uint32_t flags;
+    ucp_rkey_h rkey; /* NULL with UCX_RKEY_F_NOCUDA */
+} ucx_rmd_t;
+
+typedef enum { UCX_REQ_IDLE, UCX_REQ_RUN, UCX_REQ_DONE, UCX_REQ_FAILED } ucx_req_state_t;
+
+struct ucx_req {
+    nixl_be_req_t hdr;
+    ucx_be_t *be;
+    ucx_peer_t *peer;
+    nixl_op_t op;
+    const nixl_be_iov_t *iov; /* the core's, valid until release */
+    size_t count;
+    ucx_req_state_t state;
+    nixl_status_t err;        /* FAILED: how it ended */
+    size_t inflight;          /* put/get requests of UCX not completed */
+    ucs_status_t op_status;   /* the first error a put/get completed with */
+    void *flush_req;          /* ucp_ep_flush_nbx in flight */
+    int flushed;              /* every put/get of this post is remotely complete */
+    int flush_seen;           /* a status or progress call saw it flushed */
+    void *am_req;             /* the notification's send in flight */
+    int notif_sent;           /* handed to UCX: it will be delivered */
+    int canceling;            /* xfer_cancel or release: never send the notification */
+    uint64_t posted_ns;       /* the last post (the thread's grace before a notification) */
+    void *notif;
+    size_t notif_len, notif_cap;
+    const char *cause;        /* fallback cause, when hdr.fallback */
+    ucx_req_t *next_run, *prev_run; /* be->run: requests in flight */
+};
+
+struct ucx_be {
+    const nixl_host_services_t *host;
+    pthread_mutex_t lock;
+    ucp_context_h ctx;
+    ucp_worker_h worker;
+    void *addr; /* our worker address */
+    size_t addr_len;
+    int has_cuda; /* ucp_context memory types include CUDA */
+    int vram_logged;
+
+    /* parameters */
+    char transports[UCX_TRANSPORTS_MAX][UCX_TL_NAME_MAX + 1];
+    unsigned ntransports;
+    int progress_thread;
+    unsigned progress_us;
+    uint64_t release_wait_ms;
+
+    ucx_peer_t *peers;
+    ucx_req_t *run; /* requests in flight */
+
+    char paths[UCX_PATHS_MAX][48];
+    unsigned npaths;
+
+    int efd; /* the worker's event fd (progress thread), -1 without one */
+    pthread_t thread;
+    atomic_int stop;
+    atomic_int cancel_waiting; /* cancels and releases waiting for the lock */
+    int thread_started;
+};
+
+/* ucx_conn.c */
+nixl_status_t ucx_conn_pack(void *be, void *buf, size_t *len);
+nixl_status_t ucx_peer_open(void *be, const nixl_be_peer_t *peer, const void *conn, size_t conn_len, void **peer_out);
+void ucx_peer_unload(void *be, void *peer);
+int ucx_peer_alive(void *be, void *peer);
+nixl_status_t ucx_peer_connect(void *be, void *peer);
+nixl_status_t ucx_notif_send(void *be, void *peer, const void *msg, size_t len);
+nixl_status_t ucx_notif_post_locked(ucx_be_t *be, ucx_peer_t *peer, const void *msg, size_t len, ucx_req_t *owner);
+ucs_status_t ucx_am_recv(void *arg, const void *header, size_t header_length, void *data, size_t length,
+                         const ucp_am_recv_param_t *param);
+/* NIXL_OK while the peer can be used; NIXL_ERR_PEER_GONE (logged once). */
+nixl_status_t ucx_peer_check_locked(ucx_be_t *be, ucx_peer_t *peer);
+/* Close endpoints whose peers failed, so UCX ends what they had in flight. */
+void ucx_peers_reap_locked(ucx_be_t *be);
+/* Mark the peer gone and close its endpoint at once (FORCE). */
+void ucx_peer_fail_locked(ucx_be_t *be, ucx_peer_t *peer, const char *why);
+/* The transport name a printout of ucp_ep_print_info says carries RMA. */
+int ucx_ep_info_transport(const char *info, char *tl, size_t cap);
+const char *ucx_path_intern(ucx_be_t *be, const char *tl);
+
+/* ucx_mem.c */
+nixl_status_t ucx_reg(void *be, const nixl_be_region_t *region, void **md_out);
+void ucx_dereg(void *be, void *md);
+nixl_status_t ucx_rkey_pack(void *be, void *md, void *buf, size_t *len);
+nixl_status_t ucx_rkey_load(void *be, void *peer, const nixl_be_region_t *region, const void *rkey, size_t rkey_len,
+                            void **rmd_out);
+void ucx_rkey_unload(void *be, void *rmd);
+
+/* ucx_xfer.c */
+nixl_status_t ucx_xfer_prepare(void *be, const nixl_be_xfer_t *xfer, nixl_be_req_t **req_out);
+nixl_status_t ucx_xfer_post(void *be, nixl_be_req_t *req, const void *notif, size_t notif_len);
+nixl_status_t ucx_xfer_status(void *be, nixl_be_req_t *req);
+void ucx_xfer_cancel(void *be, nixl_be_req_t *req);
+void ucx_xfer_release(void *be, nixl_be_req_t *req);
+/* Called after ucp_worker_progress: advance requests whose last
+ * operation completed (notifications after the flush). */
+enum { UCX_BY_POST, UCX_BY_CALL, UCX_BY_THREAD }; /* who advances (ucx_xfer.c) */
+void ucx_reqs_advance_locked(ucx_be_t *be, int by);
+/* Progress the worker until nothing moves (be->lock held). */
+void ucx_progress_locked(ucx_be_t *be);
+nixl_status_t ucx_status_of(ucs_status_t st);
+
+#endif

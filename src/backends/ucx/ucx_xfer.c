@@ -1,0 +1,415 @@
+/*
+ * ucx_xfer.c - requests of the ucx backend.
+ *
+ * A post is one ucp_put_nbx (WRITE) or ucp_get_nbx (READ) per piece, each
+ * with a completion callback counted against the request, then one
+ * ucp_ep_flush_nbx on the peer's endpoint.  The notification, if any, is
+ * an active message sent only once that flush completed: UCX completes a
+ * flush after every operation posted on the endpoint before it completed
+ * remotely, so the peer sees the notification only after every byte of the
+ * request landed in its memory (a put's own completion means only that our
+ * buffer may be reused).  Active messages on one endpoint are delivered in
+ * order, so a standalone notification sent later arrives later.
+ *
+ * The post path costs one UCX call per piece and no allocation of ours
+ * (the core merged contiguous pieces already).  Requests in flight are on
+ * be->run; progress (status calls, the progress thread) moves each one to
+ * its notification and its end.
+ *
+ * A request is done once its operations and the flush completed and its
+ * notification, if any, was handed to UCX (from then on it will arrive,
+ * after the bytes): the send itself may still run, and release or a repost
+ * wait for it, since its buffer is the request's.  So a post that saw the
+ * whole request through does not report NIXL_IN_PROG for a request whose
+ * notification is already on its way.
+ *
+ * Ends: NIXL_OK; NIXL_ERR_PEER_GONE when the peer was found gone (UCX's
+ * error callback, or its process exited) whatever UCX said of the
+ * operations; NIXL_ERR_CANCELED after xfer_cancel, once no operation of
+ * the request is in flight and if its notification was not yet handed to
+ * UCX (after that it ends as it would have: the notification is on its
+ * way, every byte landed); NIXL_ERR_XFER_FAILED for other UCX errors.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ucx_int.h"
+
+static void ucx_run_add(ucx_be_t *be, ucx_req_t *r)
+{
+    r->prev_run = NULL;
+    r->next_run = be->run;
+    if (be->run)
+        be->run->prev_run = r;
+    be->run = r;
+    r->peer->nreqs++;
+}
+
+static void ucx_run_del(ucx_be_t *be, ucx_req_t *r)
+{
+    if (r->prev_run)
+        r->prev_run->next_run = r->next_run;
+    else
+        be->run = r->next_run;
+    if (r->next_run)
+        r->next_run->prev_run = r->prev_run;
+    r->next_run = r->prev_run = NULL;
+    r->peer->nreqs--;
+}
+
+static void ucx_op_done(void *request, ucs_status_t status, void *user_data)
+{
+    ucx_req_t *r = user_data;
+    r->inflight--;
+    if (status != UCS_OK && r->op_status == UCS_OK)
+        r->op_status = status;
+    ucp_request_free(request);
+}
+
+static void ucx_flush_done(void *request, ucs_status_t status, void *user_data)
+{
+    ucx_req_t *r = user_data;
+    r->flush_req = NULL;
+    if (status == UCS_OK)
+        r->flushed = 1;
+    else if (r->op_status == UCS_OK)
+        r->op_status = status;
+    ucp_request_free(request);
+}
+
+static void ucx_req_end(ucx_be_t *be, ucx_req_t *r, nixl_status_t st)
+{
+    ucx_run_del(be, r);
+    r->err = st;
+    r->state = st == NIXL_OK ? UCX_REQ_DONE : UCX_REQ_FAILED;
+}
+
+/* Who advances a request, which decides when its notification may go once
+ * its flush completed:
+ *
+ *   UCX_BY_POST    the post itself: at once (its caller has not seen the
+ *                  request in flight, so has nothing to cancel yet);
+ *   UCX_BY_CALL    a status or progress call: only if an earlier call had
+ *                  already seen the flush complete.  The core polls a
+ *                  request before releasing it (xfer_free_locked): that
+ *                  poll may be the one that sees the flush end, and the
+ *                  caller releasing what it saw in flight must not get the
+ *                  notification delivered; a caller polling to completion
+ *                  pays one more poll;
+ *   UCX_BY_THREAD  the progress thread: only for a request posted at least
+ *                  UCX_NOTIF_GRACE_NS ago.  The thread is there for callers
+ *                  who do not call in; one who posted a moment ago still
+ *                  does and may be about to release it (a 64 MiB WRITE over
+ *                  tcp is past its puts, waiting for its flush's answer,
+ *                  when post returns). */
+#define UCX_NOTIF_GRACE_NS 1000000ull
+
+/* Move one request on: notification after the flush, then its end. */
+static void ucx_req_advance(ucx_be_t *be, ucx_req_t *r, int by, uint64_t now)
+{
+    if (r->state != UCX_REQ_RUN)
+        return;
+    int may_notify = by == UCX_BY_POST || (by == UCX_BY_CALL && r->flush_seen) ||
+                     (by == UCX_BY_THREAD && now - r->posted_ns >= UCX_NOTIF_GRACE_NS);
+    if (r->flushed && r->notif_len && !r->notif_sent && !r->canceling && r->op_status == UCS_OK &&
+        r->inflight == 0 && may_notify) {
+        /* The flush completed: every operation of the request completed at
+         * the peer.  Only now may the notification go. */
+        nixl_status_t st = r->peer->ep ? ucx_notif_post_locked(be, r->peer, r->notif, r->notif_len, r)
+                                       : NIXL_ERR_PEER_GONE;
+        UCX_DEBUG(be, "ucx: request %p to %s: notification handed to UCX (status %d)", (void *)r, r->peer->name,
+                  (int)st);
+        if (st == NIXL_OK)
+            r->notif_sent = 1;
+        else if (r->op_status == UCS_OK)
+            r->op_status = st == NIXL_ERR_PEER_GONE ? UCS_ERR_CONNECTION_RESET : UCS_ERR_IO_ERROR;
+    }
+    if (r->flushed && by == UCX_BY_CALL)
+        r->flush_seen = 1;
+    /* The notification's own send does not hold the request: once UCX has
+     * it, every byte landed and it will be delivered; the request is done.
+     * Its buffer (r->notif) is ours and outlives the send (release and a
+     * repost wait for it, ucx_req_quiesce_locked). */
+    if (r->inflight || r->flush_req)
+        return;
+    if (r->op_status != UCS_OK) {
+        nixl_status_t st = r->peer->gone ? NIXL_ERR_PEER_GONE
+                           : r->canceling && !r->notif_sent ? NIXL_ERR_CANCELED
+                                                            : ucx_status_of(r->op_status);
+        ucx_req_end(be, r, st);
+        return;
+    }
+    if (r->canceling && !r->notif_sent) {
+        ucx_req_end(be, r, NIXL_ERR_CANCELED);
+        return;
+    }
+    if (!r->flushed)
+        return;
+    if (r->notif_len && !r->notif_sent)
+        return;
+    ucx_req_end(be, r, NIXL_OK);
+}
+
+void ucx_reqs_advance_locked(ucx_be_t *be, int by)
+{
+    uint64_t now = nixl_now_ns();
+    for (ucx_req_t *r = be->run, *next; r; r = next) {
+        next = r->next_run;
+        if (r->peer->gone && r->peer->ep) /* close it: UCX then ends its operations */
+            ucx_peer_fail_locked(be, r->peer, "UCX reported it unreachable");
+        ucx_req_advance(be, r, by, now);
+    }
+}
+
+/* Wait until nothing of UCX's refers to r: its operations and its
+ * notification's send.  Bounded by release_wait_ms, then the peer's
+ * endpoint is closed so UCX ends what is left.  0 when quiet. */
+static int ucx_req_quiesce_locked(ucx_be_t *be, ucx_req_t *r)
+{
+    uint64_t deadline = nixl_now_ns() + be->release_wait_ms * 1000000ull;
+    while ((r->state == UCX_REQ_RUN || r->am_req) && nixl_now_ns() < deadline) {
+        (void)ucx_peer_check_locked(be, r->peer);
+        ucx_progress_locked(be);
+    }
+    if (r->state == UCX_REQ_RUN || r->am_req) {
+        /* Closing the endpoint makes UCX end every operation on it. */
+        ucx_peer_fail_locked(be, r->peer, "a request did not finish within release_wait_ms");
+        deadline = nixl_now_ns() + 1000000000ull;
+        while ((r->state == UCX_REQ_RUN || r->am_req) && nixl_now_ns() < deadline)
+            ucx_progress_locked(be);
+    }
+    return r->state == UCX_REQ_RUN || r->am_req ? -1 : 0;
+}
+
+static nixl_status_t ucx_req_status(const ucx_req_t *r)
+{
+    switch (r->state) {
+    case UCX_REQ_RUN:
+        return NIXL_IN_PROG;
+    case UCX_REQ_DONE:
+        return NIXL_OK;
+    case UCX_REQ_FAILED:
+        return r->err;
+    default:
+        return NIXL_ERR_INVALID_PARAM;
+    }
+}
+
+nixl_status_t ucx_xfer_prepare(void *bev, const nixl_be_xfer_t *x, nixl_be_req_t **req_out)
+{
+    ucx_be_t *be = bev;
+    if (!x || !req_out || !x->peer || (x->count && !x->iov))
+        return NIXL_ERR_NULL;
+    if (x->op != NIXL_OP_WRITE && x->op != NIXL_OP_READ)
+        return NIXL_ERR_INVALID_PARAM;
+    if (x->local_mem == NIXL_MEM_VRAM || x->remote_mem == NIXL_MEM_VRAM) {
+        /* One ERROR line per instance, DEBUG after it. */
+        nixl_log_level_t lvl = be->vram_logged ? NIXL_LOG_DEBUG : NIXL_LOG_ERROR;
+        be->vram_logged = 1;
+        NIXL_BE_LOG(be->host, lvl,
+                    "ucx: VRAM cannot be moved through this backend: %s (UCX %s); no path for %s VRAM",
+                    be->has_cuda ? "GPU memory is not handled by this slice of the backend yet"
+                                 : "this UCX lacks CUDA support (ucp_context memory types: host only)",
+                    ucp_get_version_string(), x->local_mem == NIXL_MEM_VRAM ? "local" : "the peer's");
+        return NIXL_ERR_NO_PATH;
+    }
+    if (x->local_mem != NIXL_MEM_DRAM || x->remote_mem != NIXL_MEM_DRAM) {
+        UCX_ERROR(be, "ucx: memory types DRAM only (local %d, remote %d)", (int)x->local_mem, (int)x->remote_mem);
+        return NIXL_ERR_MEM_TYPE;
+    }
+    for (size_t i = 0; i < x->count; i++) {
+        const ucx_reg_t *g = x->iov[i].lmd;
+        const ucx_rmd_t *rm = x->iov[i].rmd;
+        if (nixl_unlikely(!g || !g->memh || !rm || !rm->rkey))
+            return NIXL_ERR_INVALID_PARAM;
+    }
+    ucx_req_t *r = calloc(1, sizeof(*r));
+    if (!r)
+        return NIXL_ERR_NO_MEMORY;
+    ucx_peer_t *peer = x->peer;
+    r->be = be;
+    r->peer = peer;
+    r->op = x->op;
+    r->iov = x->iov;
+    r->count = x->count;
+    r->state = UCX_REQ_IDLE;
+    r->hdr.path = peer->path ? peer->path : "ucx.unknown";
+    r->hdr.fallback = (uint32_t)peer->fallback;
+    r->cause = peer->cause;
+    *req_out = &r->hdr;
+    return NIXL_OK;
+}
+
+nixl_status_t ucx_xfer_post(void *bev, nixl_be_req_t *req, const void *notif, size_t notif_len)
+{
+    ucx_be_t *be = bev;
+    ucx_req_t *r = (ucx_req_t *)req;
+    if (!r)
+        return NIXL_ERR_NULL;
+    if (notif_len && !notif)
+        return NIXL_ERR_NULL;
+    pthread_mutex_lock(&be->lock);
+    nixl_status_t st;
+    if (r->state == UCX_REQ_RUN) {
+        st = NIXL_ERR_IN_FLIGHT;
+        goto out;
+    }
+    ucx_peer_t *peer = r->peer;
+    if (nixl_unlikely(r->am_req) && ucx_req_quiesce_locked(be, r) != 0) {
+        st = NIXL_ERR_IN_FLIGHT; /* the last notification's send never ended */
+        goto out;
+    }
+    st = ucx_peer_check_locked(be, peer);
+    if (st != NIXL_OK || !peer->ep) {
+        st = NIXL_ERR_PEER_GONE;
+        r->state = UCX_REQ_FAILED;
+        r->err = st;
+        goto out;
+    }
+    if (notif_len > r->notif_cap) {
+        void *p = realloc(r->notif, notif_len);
+        if (!p) {
+            st = NIXL_ERR_NO_MEMORY;
+            goto out;
+        }
+        r->notif = p;
+        r->notif_cap = notif_len;
+    }
+    if (notif_len)
+        memcpy(r->notif, notif, notif_len);
+    r->notif_len = notif_len;
+    r->state = UCX_REQ_RUN;
+    r->err = NIXL_OK;
+    r->inflight = 0;
+    r->op_status = UCS_OK;
+    r->flush_req = NULL;
+    r->flushed = 0;
+    r->am_req = NULL;
+    r->notif_sent = 0;
+    r->canceling = 0;
+    r->posted_ns = nixl_now_ns();
+    r->flush_seen = 0;
+    ucx_run_add(be, r);
+    if (r->hdr.fallback)
+        be->host->fallback(be->host->ctx, r->hdr.path, r->cause);
+
+    ucp_request_param_t rp = {
+        .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMH,
+        .cb.send = ucx_op_done,
+        .user_data = r,
+    };
+    int wr = r->op == NIXL_OP_WRITE;
+    for (size_t i = 0; i < r->count; i++) {
+        const nixl_be_iov_t *v = &r->iov[i];
+        const ucx_reg_t *g = v->lmd;
+        const ucx_rmd_t *rm = v->rmd;
+        rp.memh = g->memh;
+        void *q = wr ? ucp_put_nbx(peer->ep, (void *)(uintptr_t)v->laddr, v->len, v->raddr, rm->rkey, &rp)
+                     : ucp_get_nbx(peer->ep, (void *)(uintptr_t)v->laddr, v->len, v->raddr, rm->rkey, &rp);
+        if (nixl_likely(q == NULL))
+            continue;
+        if (nixl_unlikely(UCS_PTR_IS_ERR(q))) {
+            r->op_status = UCS_PTR_STATUS(q);
+            UCX_ERROR(be, "ucx: %s of %llu bytes to %s: %s", wr ? "ucp_put_nbx" : "ucp_get_nbx",
+                      (unsigned long long)v->len, peer->name, ucs_status_string(r->op_status));
+            break;
+        }
+        r->inflight++;
+    }
+    if (r->op_status == UCS_OK) {
+        ucp_request_param_t fp = {
+            .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
+            .cb.send = ucx_flush_done,
+            .user_data = r,
+        };
+        void *q = ucp_ep_flush_nbx(peer->ep, &fp);
+        if (q == NULL)
+            r->flushed = 1;
+        else if (UCS_PTR_IS_ERR(q))
+            r->op_status = UCS_PTR_STATUS(q);
+        else
+            r->flush_req = q;
+    }
+    ucx_req_advance(be, r, UCX_BY_POST, 0);
+    /* One round, not a drain: a small request ends here, a large one
+     * returns IN_PROG with its bytes still to move, so a release right
+     * after finds it in flight (status calls and the thread move it on). */
+    if (r->state == UCX_REQ_RUN) {
+        ucp_worker_progress(be->worker);
+        ucx_req_advance(be, r, UCX_BY_POST, 0);
+    }
+    st = ucx_req_status(r);
+out:
+    pthread_mutex_unlock(&be->lock);
+    return st;
+}
+
+nixl_status_t ucx_xfer_status(void *bev, nixl_be_req_t *req)
+{
+    ucx_be_t *be = bev;
+    ucx_req_t *r = (ucx_req_t *)req;
+    if (!r)
+        return NIXL_ERR_NULL;
+    pthread_mutex_lock(&be->lock);
+    if (r->state == UCX_REQ_RUN) {
+        (void)ucx_peer_check_locked(be, r->peer); /* a dead process: its endpoint is closed */
+        ucx_progress_locked(be);
+    }
+    nixl_status_t st = ucx_req_status(r);
+    pthread_mutex_unlock(&be->lock);
+    return st;
+}
+
+static void ucx_cancel_locked(ucx_be_t *be, ucx_req_t *r)
+{
+    if (r->state != UCX_REQ_RUN)
+        return;
+    r->canceling = 1;
+    UCX_DEBUG(be, "ucx: request %p to %s: canceling (inflight %zu, flush %s)", (void *)r, r->peer->name,
+              r->inflight, r->flush_req ? "pending" : r->flushed ? "done" : "none");
+    /* UCX 1.13 cancels receives only: for our flush this asks nothing it
+     * can refuse, and the request still ends only once UCX let go of its
+     * operations (completed, or ended when the endpoint was closed). */
+    if (r->flush_req)
+        ucp_request_cancel(be->worker, r->flush_req);
+    ucx_req_advance(be, r, UCX_BY_CALL, 0);
+}
+
+void ucx_xfer_cancel(void *bev, nixl_be_req_t *req)
+{
+    ucx_be_t *be = bev;
+    ucx_req_t *r = (ucx_req_t *)req;
+    if (!r)
+        return;
+    atomic_fetch_add(&be->cancel_waiting, 1);
+    pthread_mutex_lock(&be->lock);
+    atomic_fetch_sub(&be->cancel_waiting, 1);
+    ucx_cancel_locked(be, r);
+    pthread_mutex_unlock(&be->lock);
+}
+
+void ucx_xfer_release(void *bev, nixl_be_req_t *req)
+{
+    ucx_be_t *be = bev;
+    ucx_req_t *r = (ucx_req_t *)req;
+    if (!r)
+        return;
+    atomic_fetch_add(&be->cancel_waiting, 1);
+    pthread_mutex_lock(&be->lock);
+    atomic_fetch_sub(&be->cancel_waiting, 1);
+    if (r->state == UCX_REQ_RUN || r->am_req) {
+        ucx_cancel_locked(be, r);
+        if (ucx_req_quiesce_locked(be, r) != 0) {
+            /* UCX may still complete into it: keep the request rather
+             * than free memory a callback would write. */
+            UCX_ERROR(be, "ucx: a released request to %s never finished: leaked", r->peer->name);
+            if (r->state == UCX_REQ_RUN)
+                ucx_run_del(be, r);
+            pthread_mutex_unlock(&be->lock);
+            return;
+        }
+    }
+    pthread_mutex_unlock(&be->lock);
+    free(r->notif);
+    free(r);
+}

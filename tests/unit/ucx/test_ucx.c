@@ -1,0 +1,673 @@
+/*
+ * test_ucx.c - the ucx backend through its ops, with a fake host (no
+ * core): two instances in one process over whatever UCX_TLS allows.
+ *
+ *   conn_corrupt  every truncation and damaged field of the conn info is
+ *                 refused (BAD_METADATA) before UCX sees it; the good one
+ *                 loads
+ *   rkey_corrupt  the same for a region's key blob, and a key that names
+ *                 another region or memory type
+ *   xfer          WRITE with a notification (the bytes are there when it
+ *                 arrives, sender named), READ back, bytes compared; the
+ *                 path names a transport
+ *   ep_info       the ucp_ep_print_info parser on UCX 1.13's printouts
+ *   vram          VRAM registers (no UCX handle), its key says so, a
+ *                 request is NO_PATH with one ERROR line
+ *   fallback      transports=rc_mlx5 over tcp: the request is a fallback,
+ *                 counted at post with its cause; transports=tcp: none
+ *   peer_lost     a peer process SIGKILLed, loaded as if on another host
+ *                 (no pidfd): requests end PEER_GONE through UCX's error
+ *                 callback within 5 s, notifications are refused
+ *
+ * Exit 77 (skip) with the reason when UCX cannot create an instance here.
+ */
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../../common/test_check.h"
+#include "backends/ucx/ucx.h"
+#include "backends/ucx/ucx_int.h"
+
+typedef struct host {
+    nixl_host_services_t hs;
+    nixl_host_cuda_t cuda;
+    char name[64];
+    char sender[64];
+    uint8_t msg[256];
+    size_t msg_len;
+    atomic_int notifs;
+    const uint8_t *watch, *want; /* the data a notification announces */
+    size_t watch_len;
+    int watch_bad;
+    int fallbacks;
+    char cause[128];
+} host_t;
+
+static unsigned errors_logged;
+
+static int host_log_enabled(nixl_log_level_t level)
+{
+    const char *e = getenv("UCX_TEST_LOG");
+    return level <= NIXL_LOG_WARN || (e && (int)level <= atoi(e));
+}
+
+static void host_log(nixl_log_level_t level, const char *where, const char *fmt, ...)
+{
+    va_list ap;
+    if (level == NIXL_LOG_ERROR)
+        errors_logged++;
+    va_start(ap, fmt);
+    fprintf(stderr, "[%d %s] ", (int)level, where);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+static const char *host_config_get(const char *name)
+{
+    return getenv(name);
+}
+
+static void host_fallback(void *ctx, const char *path, const char *cause)
+{
+    host_t *h = ctx;
+    h->fallbacks++;
+    snprintf(h->cause, sizeof(h->cause), "%s: %s", path, cause);
+}
+
+static void host_notif_deliver(void *ctx, const char *sender, const void *msg, size_t len)
+{
+    host_t *h = ctx;
+    snprintf(h->sender, sizeof(h->sender), "%s", sender);
+    h->msg_len = len < sizeof(h->msg) ? len : sizeof(h->msg);
+    memcpy(h->msg, msg, h->msg_len);
+    if (h->watch && memcmp(h->watch, h->want, h->watch_len) != 0)
+        h->watch_bad = 1;
+    atomic_fetch_add(&h->notifs, 1);
+}
+
+static void host_init(host_t *h, const char *name)
+{
+    memset(h, 0, sizeof(*h));
+    snprintf(h->name, sizeof(h->name), "%s", name);
+    h->hs.abi_version = NIXL_BACKEND_ABI_VERSION;
+    h->hs.struct_size = sizeof(h->hs);
+    h->hs.ctx = h;
+    h->hs.log_enabled = host_log_enabled;
+    h->hs.log = host_log;
+    h->hs.config_get = host_config_get;
+    h->hs.fallback = host_fallback;
+    h->hs.notif_deliver = host_notif_deliver;
+    h->hs.agent_name = h->name;
+    h->hs.cuda = &h->cuda;
+}
+
+static const nixl_backend_ops_t *ops;
+
+/* Creates an instance or exits 77 with the reason. */
+static void *be_create(host_t *h, const char *name, const nixl_param_t *params, size_t n)
+{
+    host_init(h, name);
+    void *be = NULL;
+    nixl_status_t st = ops->create(&h->hs, params, n, &be);
+    if (st == NIXL_ERR_NOT_SUPPORTED) {
+        printf("SKIP: UCX cannot create an instance here (UCX_TLS=%s; the log line above says why)\n",
+               getenv("UCX_TLS") ? getenv("UCX_TLS") : "all");
+        exit(77);
+    }
+    CHECK_ST(st, NIXL_OK);
+    if (!be)
+        exit(1);
+    return be;
+}
+
+static uint8_t *conn_of(void *be, size_t *len)
+{
+    *len = 0;
+    CHECK_ST(ops->conn_pack(be, NULL, len), NIXL_OK);
+    uint8_t *c = malloc(*len);
+    CHECK(c != NULL);
+    CHECK_ST(ops->conn_pack(be, c, len), NIXL_OK);
+    return c;
+}
+
+static nixl_be_peer_t who(const char *name)
+{
+    nixl_be_peer_t p;
+    memset(&p, 0, sizeof(p));
+    p.name = name;
+    p.generation = 1;
+    p.same_process = p.same_host = p.same_pidns = p.same_netns = p.same_uid = 1;
+    return p;
+}
+
+static void *peer_of(void *be, void *other, const char *other_name)
+{
+    size_t len;
+    uint8_t *c = conn_of(other, &len);
+    nixl_be_peer_t w = who(other_name);
+    void *peer = NULL;
+    CHECK_ST(ops->peer_open(be, &w, c, len, &peer), NIXL_OK);
+    free(c);
+    return peer;
+}
+
+static void expect_conn_refused(void *be, const uint8_t *c, size_t len, const char *what)
+{
+    nixl_be_peer_t w = who("b");
+    void *peer = NULL;
+    nixl_status_t st = ops->peer_open(be, &w, c, len, &peer);
+    if (st != NIXL_ERR_BAD_METADATA) {
+        fprintf(stderr, "conn info %s: peer_open returned %s, want NIXL_ERR_BAD_METADATA\n", what,
+                nixl_status_name(st));
+        failures++;
+        if (st == NIXL_OK)
+            ops->peer_unload(be, peer);
+    }
+}
+
+static int case_conn_corrupt(void)
+{
+    host_t ha, hb;
+    void *a = be_create(&ha, "a", NULL, 0), *b = be_create(&hb, "b", NULL, 0);
+    size_t len;
+    uint8_t *c = conn_of(b, &len);
+    CHECK(len > UCX_CONN_HDR);
+    for (size_t n = 0; n < len; n++)
+        expect_conn_refused(a, c, n, "truncated");
+    expect_conn_refused(a, NULL, 0, "absent");
+    uint8_t *d = malloc(len + 1);
+    CHECK(d != NULL);
+    struct {
+        size_t off;
+        uint8_t xor;
+        const char *what;
+    } flips[] = {{0, 0x01, "magic"}, {3, 0x80, "magic"}, {4, 0x02, "version"}, {5, 0x01, "version"},
+                 {6, 0x01, "reserved"}, {7, 0x10, "reserved"}, {8, 0x01, "address length"},
+                 {9, 0x01, "address length"}, {11, 0x80, "address length"}};
+    for (size_t i = 0; i < sizeof(flips) / sizeof(flips[0]); i++) {
+        memcpy(d, c, len);
+        d[flips[i].off] ^= flips[i].xor;
+        expect_conn_refused(a, d, len, flips[i].what);
+    }
+    memcpy(d, c, len);
+    nixl_put_u32(d + 8, 0);
+    expect_conn_refused(a, d, len, "address length 0");
+    nixl_put_u32(d + 8, UINT32_MAX);
+    expect_conn_refused(a, d, len, "address length 2^32-1");
+    memcpy(d, c, len);
+    d[len] = 0;
+    expect_conn_refused(a, d, len + 1, "with a byte appended");
+    /* The parser on its own names the field. */
+    const uint8_t *addr;
+    size_t alen;
+    const char *why = "";
+    memcpy(d, c, len);
+    d[4] ^= 1;
+    CHECK_ST(ucx_conn_parse(d, len, &addr, &alen, &why), NIXL_ERR_BAD_METADATA);
+    CHECK(strstr(why, "version") != NULL);
+    CHECK_ST(ucx_conn_parse(c, len, &addr, &alen, &why), NIXL_OK);
+    CHECK(addr == c + UCX_CONN_HDR && alen == len - UCX_CONN_HDR);
+    /* The good one loads. */
+    void *peer = peer_of(a, b, "b");
+    if (peer)
+        ops->peer_unload(a, peer);
+    free(d);
+    free(c);
+    ops->destroy(a);
+    ops->destroy(b);
+    return failures;
+}
+
+static void *key_of(void *be, void *md, size_t *len)
+{
+    *len = 0;
+    CHECK_ST(ops->rkey_pack(be, md, NULL, len), NIXL_OK);
+    uint8_t *k = malloc(*len);
+    CHECK(k != NULL);
+    CHECK_ST(ops->rkey_pack(be, md, k, len), NIXL_OK);
+    return k;
+}
+
+static void expect_key_refused(void *be, void *peer, const nixl_be_region_t *r, const uint8_t *k, size_t len,
+                               const char *what)
+{
+    void *rmd = NULL;
+    nixl_status_t st = ops->rkey_load(be, peer, r, k, len, &rmd);
+    if (st != NIXL_ERR_BAD_METADATA) {
+        fprintf(stderr, "key %s: rkey_load returned %s, want NIXL_ERR_BAD_METADATA\n", what, nixl_status_name(st));
+        failures++;
+        if (st == NIXL_OK)
+            ops->rkey_unload(be, rmd);
+    }
+}
+
+static int case_rkey_corrupt(void)
+{
+    host_t ha, hb;
+    void *a = be_create(&ha, "a", NULL, 0), *b = be_create(&hb, "b", NULL, 0);
+    static uint8_t buf[65536];
+    nixl_be_region_t r = {.mem_type = NIXL_MEM_DRAM, .addr = (uint64_t)(uintptr_t)buf, .len = sizeof(buf)};
+    void *md = NULL;
+    CHECK_ST(ops->reg(b, &r, &md), NIXL_OK);
+    void *peer = peer_of(a, b, "b");
+    size_t len;
+    uint8_t *k = key_of(b, md, &len);
+    CHECK(len > UCX_RKEY_HDR);
+    for (size_t n = 0; n < len; n++)
+        expect_key_refused(a, peer, &r, k, n, "truncated");
+    uint8_t *d = malloc(len + 1);
+    CHECK(d != NULL);
+    struct {
+        size_t off;
+        uint8_t xor;
+        const char *what;
+    } flips[] = {{0, 0x01, "magic"}, {2, 0x40, "magic"}, {4, 0x01, "version"}, {6, 0x01, "flags (VRAM on DRAM)"},
+                 {6, 0x02, "unknown flag"}, {7, 0x80, "unknown flag"}, {8, 0x01, "address"}, {15, 0x01, "address"},
+                 {16, 0x01, "length"}, {23, 0x80, "length"}, {24, 0x01, "key length"}, {27, 0x01, "key length"}};
+    for (size_t i = 0; i < sizeof(flips) / sizeof(flips[0]); i++) {
+        memcpy(d, k, len);
+        d[flips[i].off] ^= flips[i].xor;
+        expect_key_refused(a, peer, &r, d, len, flips[i].what);
+    }
+    memcpy(d, k, len);
+    d[len] = 0;
+    expect_key_refused(a, peer, &r, d, len + 1, "with a byte appended");
+    /* The right blob for another region, or another memory type. */
+    nixl_be_region_t other = r;
+    other.addr += 4096;
+    other.len -= 4096;
+    expect_key_refused(a, peer, &other, k, len, "of another region");
+    other = r;
+    other.mem_type = NIXL_MEM_VRAM;
+    expect_key_refused(a, peer, &other, k, len, "for VRAM");
+    /* A DRAM blob claiming to be a VRAM key without bytes. */
+    memcpy(d, k, UCX_RKEY_HDR);
+    nixl_put_u16(d + 6, UCX_RKEY_F_NOCUDA);
+    nixl_put_u32(d + 24, 0);
+    expect_key_refused(a, peer, &r, d, UCX_RKEY_HDR, "VRAM flag on a DRAM region");
+    void *rmd = NULL;
+    CHECK_ST(ops->rkey_load(a, peer, &r, k, len, &rmd), NIXL_OK);
+    if (rmd)
+        ops->rkey_unload(a, rmd);
+    free(d);
+    free(k);
+    ops->peer_unload(a, peer);
+    ops->dereg(b, md);
+    ops->destroy(a);
+    ops->destroy(b);
+    return failures;
+}
+
+static nixl_status_t wait_req(void *be, nixl_be_req_t *req, nixl_status_t st)
+{
+    uint64_t t0 = test_now_ms();
+    while (st == NIXL_IN_PROG && test_now_ms() - t0 < 10000)
+        st = ops->xfer_status(be, req);
+    return st;
+}
+
+static int case_xfer(void)
+{
+    host_t ha, hb;
+    void *a = be_create(&ha, "a", NULL, 0), *b = be_create(&hb, "b", NULL, 0);
+    enum { N = 1 << 20 };
+    uint8_t *la = malloc(N), *rb = malloc(N), *want = malloc(N);
+    CHECK(la && rb && want);
+    for (size_t i = 0; i < N; i++) {
+        la[i] = (uint8_t)(i * 7 + 1);
+        rb[i] = (uint8_t)(i * 13 + 5);
+    }
+    nixl_be_region_t lr = {.mem_type = NIXL_MEM_DRAM, .addr = (uint64_t)(uintptr_t)la, .len = N};
+    nixl_be_region_t rr = {.mem_type = NIXL_MEM_DRAM, .addr = (uint64_t)(uintptr_t)rb, .len = N};
+    void *lmd = NULL, *rmd_b = NULL, *rmd = NULL;
+    CHECK_ST(ops->reg(a, &lr, &lmd), NIXL_OK);
+    CHECK_ST(ops->reg(b, &rr, &rmd_b), NIXL_OK);
+    void *peer = peer_of(a, b, "b");
+    size_t klen;
+    uint8_t *k = key_of(b, rmd_b, &klen);
+    CHECK_ST(ops->rkey_load(a, peer, &rr, k, klen, &rmd), NIXL_OK);
+    free(k);
+    if (!peer || !rmd)
+        return ++failures;
+    CHECK_ST(ops->peer_connect(a, peer), NIXL_OK); /* wired up before the first request */
+
+    /* WRITE three pieces; the untouched bytes stay. */
+    nixl_be_iov_t iov[3] = {
+        {lr.addr, rr.addr + 100, 1000, lmd, rmd},
+        {lr.addr + 4096, rr.addr + 8192, 300000, lmd, rmd},
+        {lr.addr + N - 7, rr.addr + N - 7, 7, lmd, rmd},
+    };
+    memcpy(want, rb, N);
+    for (int i = 0; i < 3; i++)
+        memcpy(want + (iov[i].raddr - rr.addr), la + (iov[i].laddr - lr.addr), iov[i].len);
+    hb.watch = rb;
+    hb.want = want;
+    hb.watch_len = N;
+    nixl_be_xfer_t x = {NIXL_OP_WRITE, peer, NIXL_MEM_DRAM, NIXL_MEM_DRAM, iov, 3, 301007};
+    nixl_be_req_t *req = NULL;
+    CHECK_ST(ops->xfer_prepare(a, &x, &req), NIXL_OK);
+    if (!req)
+        return ++failures;
+    CHECK(req->path && strncmp(req->path, "ucx.", 4) == 0 && strcmp(req->path, "ucx.unknown") != 0);
+    printf("path %s\n", req->path);
+    CHECK_ST(wait_req(a, req, ops->xfer_post(a, req, "done", 4)), NIXL_OK);
+    uint64_t t0 = test_now_ms();
+    while (atomic_load(&hb.notifs) == 0 && test_now_ms() - t0 < 5000)
+        ops->progress(b);
+    CHECK(atomic_load(&hb.notifs) == 1);
+    CHECK(hb.watch_bad == 0);
+    CHECK(strcmp(hb.sender, "a") == 0);
+    CHECK(hb.msg_len == 4 && memcmp(hb.msg, "done", 4) == 0);
+    CHECK(memcmp(rb, want, N) == 0);
+    hb.watch = NULL;
+    ops->xfer_release(a, req);
+
+    /* READ it back into other places of ours. */
+    memset(la, 0xee, N);
+    nixl_be_iov_t back[2] = {{lr.addr + 10, rr.addr + 100, 1000, lmd, rmd},
+                             {lr.addr + 500000, rr.addr + 8192, 300000, lmd, rmd}};
+    nixl_be_xfer_t y = {NIXL_OP_READ, peer, NIXL_MEM_DRAM, NIXL_MEM_DRAM, back, 2, 301000};
+    CHECK_ST(ops->xfer_prepare(a, &y, &req), NIXL_OK);
+    CHECK_ST(wait_req(a, req, ops->xfer_post(a, req, NULL, 0)), NIXL_OK);
+    CHECK(memcmp(la + 10, want + 100, 1000) == 0);
+    CHECK(memcmp(la + 500000, want + 8192, 300000) == 0);
+    CHECK(la[9] == 0xee && la[1010] == 0xee && la[499999] == 0xee && la[800000] == 0xee);
+    ops->xfer_release(a, req);
+
+    /* A standalone notification, the other way round. */
+    void *peer_a = peer_of(b, a, "a");
+    CHECK_ST(ops->notif_send(b, peer_a, "hi", 2), NIXL_OK);
+    t0 = test_now_ms();
+    while (atomic_load(&ha.notifs) == 0 && test_now_ms() - t0 < 5000) {
+        ops->progress(a);
+        ops->progress(b);
+    }
+    CHECK(atomic_load(&ha.notifs) == 1 && strcmp(ha.sender, "b") == 0 && ha.msg_len == 2);
+    ops->peer_unload(b, peer_a);
+
+    ops->rkey_unload(a, rmd);
+    ops->peer_unload(a, peer);
+    ops->dereg(a, lmd);
+    ops->dereg(b, rmd_b);
+    ops->destroy(a);
+    ops->destroy(b);
+    free(la);
+    free(rb);
+    free(want);
+    return failures;
+}
+
+static int case_ep_info(void)
+{
+    static const struct {
+        const char *text, *want;
+    } cases[] = {
+        {"#\n# UCP endpoint \n#\n#               peer: <no debug data>\n"
+         "#                 lane[0]:  0:tcp/lo.0 md[0]                -> md[0]/tcp/sysdev[255] am am_bw#0 keepalive "
+         "wireup\n#\n#                 am_send: 0..<egr/short>..8185..<egr/zcopy>..20553..<rndv>..(inf)\n#\n"
+         "#                  rma_bw: mds rndv_rkey_size 9\n",
+         "tcp"},
+        {"#                 lane[0]:  0:sysv/memory.0 md[0]           -> md[0]/sysv/sysdev[255] am am_bw#0\n"
+         "#                 lane[1]:  1:posix/memory.0 md[1]          -> md[1]/posix/sysdev[255]\n"
+         "#                 lane[2]:  2:cma/memory.0 md[2]            -> md[2]/cma/sysdev[255] rma_bw#0\n"
+         "#                  put[1]: 0..<short>..4294967296..<bcopy>..(inf)\n",
+         "posix"},
+        {"#                 lane[0]:  0:tcp/lo.0 md[0]                -> md[0]/tcp/sysdev[255] am am_bw#0 wireup\n"
+         "#                 lane[1]:  2:cma/memory.0 md[1]            -> md[1]/cma/sysdev[255] rma_bw#0\n",
+         "tcp"},
+        {"#                 lane[0]:  1:rc_mlx5/mlx5_0:1 md[1] -> md[1]/ib/sysdev[255] rma#0 amo am am_bw#0\n"
+         "#                 lane[1]:  4:ud_verbs/mlx5_0:1 md[1] -> md[1]/ib/sysdev[255] wireup\n",
+         "rc_mlx5"},
+        {"# no lanes at all\n", NULL},
+        {"#  lane[0]:  0:this_name_is_far_too_long_for_a_transport/x md[0] -> am\n", NULL},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char tl[UCX_TL_NAME_MAX + 1] = "";
+        int rc = ucx_ep_info_transport(cases[i].text, tl, sizeof(tl));
+        if (cases[i].want ? rc != 0 || strcmp(tl, cases[i].want) != 0 : rc == 0) {
+            fprintf(stderr, "ep_info %zu: rc %d tl '%s', want %s\n", i, rc, tl, cases[i].want ? cases[i].want : "none");
+            failures++;
+        }
+    }
+    return failures;
+}
+
+static int case_vram(void)
+{
+    host_t ha, hb;
+    void *a = be_create(&ha, "a", NULL, 0), *b = be_create(&hb, "b", NULL, 0);
+    static uint8_t fake_gpu[4096], host_mem[4096];
+    nixl_be_region_t vr = {.mem_type = NIXL_MEM_VRAM, .addr = (uint64_t)(uintptr_t)fake_gpu, .len = sizeof(fake_gpu)};
+    nixl_be_region_t dr = {.mem_type = NIXL_MEM_DRAM, .addr = (uint64_t)(uintptr_t)host_mem, .len = sizeof(host_mem)};
+    void *vmd = NULL, *dmd = NULL, *vrmd = NULL;
+    CHECK_ST(ops->reg(b, &vr, &vmd), NIXL_OK);
+    CHECK_ST(ops->reg(a, &dr, &dmd), NIXL_OK);
+    size_t klen;
+    uint8_t *k = key_of(b, vmd, &klen);
+    CHECK(klen == UCX_RKEY_HDR && (nixl_get_u16(k + 6) & UCX_RKEY_F_NOCUDA));
+    void *peer = peer_of(a, b, "b");
+    CHECK_ST(ops->rkey_load(a, peer, &vr, k, klen, &vrmd), NIXL_OK);
+    free(k);
+    nixl_be_iov_t iov = {dr.addr, vr.addr, 64, dmd, vrmd};
+    nixl_be_xfer_t x = {NIXL_OP_WRITE, peer, NIXL_MEM_DRAM, NIXL_MEM_VRAM, &iov, 1, 64};
+    nixl_be_req_t *req = NULL;
+    unsigned e0 = errors_logged;
+    CHECK_ST(ops->xfer_prepare(a, &x, &req), NIXL_ERR_NO_PATH);
+    x.op = NIXL_OP_READ;
+    CHECK_ST(ops->xfer_prepare(a, &x, &req), NIXL_ERR_NO_PATH);
+    CHECK(errors_logged - e0 == 1);
+    CHECK(req == NULL);
+    ops->rkey_unload(a, vrmd);
+    ops->peer_unload(a, peer);
+    ops->dereg(a, dmd);
+    ops->dereg(b, vmd);
+    ops->destroy(a);
+    ops->destroy(b);
+    return failures;
+}
+
+static int fallback_run(const char *transports, int want_fallback)
+{
+    host_t ha, hb;
+    nixl_param_t p = {"transports", transports};
+    void *a = be_create(&ha, "a", &p, 1), *b = be_create(&hb, "b", NULL, 0);
+    static uint8_t src[4096], dst[4096];
+    nixl_be_region_t lr = {.mem_type = NIXL_MEM_DRAM, .addr = (uint64_t)(uintptr_t)src, .len = sizeof(src)};
+    nixl_be_region_t rr = {.mem_type = NIXL_MEM_DRAM, .addr = (uint64_t)(uintptr_t)dst, .len = sizeof(dst)};
+    void *lmd = NULL, *bmd = NULL, *rmd = NULL;
+    CHECK_ST(ops->reg(a, &lr, &lmd), NIXL_OK);
+    CHECK_ST(ops->reg(b, &rr, &bmd), NIXL_OK);
+    void *peer = peer_of(a, b, "b");
+    size_t klen;
+    uint8_t *k = key_of(b, bmd, &klen);
+    CHECK_ST(ops->rkey_load(a, peer, &rr, k, klen, &rmd), NIXL_OK);
+    free(k);
+    memset(src, 0x5a, sizeof(src));
+    nixl_be_iov_t iov = {lr.addr, rr.addr, sizeof(src), lmd, rmd};
+    nixl_be_xfer_t x = {NIXL_OP_WRITE, peer, NIXL_MEM_DRAM, NIXL_MEM_DRAM, &iov, 1, sizeof(src)};
+    nixl_be_req_t *req = NULL;
+    CHECK_ST(ops->xfer_prepare(a, &x, &req), NIXL_OK);
+    if (!req)
+        return ++failures;
+    CHECK(strcmp(req->path, "ucx.tcp") == 0);
+    CHECK((int)req->fallback == want_fallback);
+    CHECK_ST(wait_req(a, req, ops->xfer_post(a, req, NULL, 0)), NIXL_OK);
+    CHECK(memcmp(src, dst, sizeof(src)) == 0);
+    CHECK(ha.fallbacks == want_fallback);
+    if (want_fallback) {
+        printf("fallback counted: %s\n", ha.cause);
+        CHECK(strstr(ha.cause, "ucx.tcp") && strstr(ha.cause, "transports=rc_mlx5,dc_mlx5"));
+    }
+    ops->xfer_release(a, req);
+    ops->rkey_unload(a, rmd);
+    ops->peer_unload(a, peer);
+    ops->dereg(a, lmd);
+    ops->dereg(b, bmd);
+    ops->destroy(a);
+    ops->destroy(b);
+    return failures;
+}
+
+static int case_fallback(void)
+{
+    const char *tls = getenv("UCX_TLS");
+    if (!tls || strcmp(tls, "tcp") != 0) {
+        printf("SKIP: fallback needs UCX_TLS=tcp (a known transport to be refused)\n");
+        return 77;
+    }
+    fallback_run("rc_mlx5,dc_mlx5", 1);
+    fallback_run("tcp", 0);
+    host_t h;
+    host_init(&h, "c");
+    nixl_param_t bad = {"transports", "tcp,,sm"};
+    void *be = NULL;
+    CHECK_ST(ops->create(&h.hs, &bad, 1, &be), NIXL_ERR_INVALID_PARAM);
+    bad.value = "TCP";
+    CHECK_ST(ops->create(&h.hs, &bad, 1, &be), NIXL_ERR_INVALID_PARAM);
+    return failures;
+}
+
+/* A peer process that dies, seen through UCX alone: the peer is loaded
+ * as if on another host (no pid namespace in common, so no pidfd), its
+ * process SIGKILLed, and a request to it must end NIXL_ERR_PEER_GONE
+ * through the endpoint's error callback (the kernel's reset for tcp,
+ * UCX's keepalive for sm), in bounded time. */
+static int write_all(int fd, const void *p, size_t n)
+{
+    const uint8_t *b = p;
+    while (n) {
+        ssize_t w = write(fd, b, n);
+        if (w <= 0)
+            return -1;
+        b += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static int read_all(int fd, void *p, size_t n)
+{
+    uint8_t *b = p;
+    while (n) {
+        ssize_t r = read(fd, b, n);
+        if (r <= 0)
+            return -1;
+        b += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
+static int case_peer_lost(void)
+{
+    enum { N = 1 << 20 };
+    int fds[2];
+    CHECK(pipe(fds) == 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        host_t hb;
+        void *b = be_create(&hb, "victim", NULL, 0);
+        uint8_t *buf = malloc(N);
+        memset(buf, 0x11, N);
+        nixl_be_region_t r = {.mem_type = NIXL_MEM_DRAM, .addr = (uint64_t)(uintptr_t)buf, .len = N};
+        void *md = NULL;
+        if (ops->reg(b, &r, &md) != NIXL_OK)
+            _exit(1);
+        size_t clen, klen;
+        uint8_t *c = conn_of(b, &clen), *k = key_of(b, md, &klen);
+        uint64_t hdr[3] = {r.addr, clen, klen};
+        if (write_all(fds[1], hdr, sizeof(hdr)) || write_all(fds[1], c, clen) || write_all(fds[1], k, klen))
+            _exit(1);
+        for (;;)
+            pause(); /* the progress thread serves the peer */
+    }
+    close(fds[1]);
+    uint64_t hdr[3];
+    CHECK(read_all(fds[0], hdr, sizeof(hdr)) == 0);
+    uint8_t *c = malloc(hdr[1]), *k = malloc(hdr[2]);
+    CHECK(c && k && read_all(fds[0], c, hdr[1]) == 0 && read_all(fds[0], k, hdr[2]) == 0);
+    close(fds[0]);
+    host_t ha;
+    void *a = be_create(&ha, "survivor", NULL, 0);
+    uint8_t *lb = malloc(N);
+    memset(lb, 0x22, N);
+    nixl_be_region_t lr = {.mem_type = NIXL_MEM_DRAM, .addr = (uint64_t)(uintptr_t)lb, .len = N};
+    nixl_be_region_t rr = {.mem_type = NIXL_MEM_DRAM, .addr = hdr[0], .len = N};
+    void *lmd = NULL, *peer = NULL, *rmd = NULL;
+    CHECK_ST(ops->reg(a, &lr, &lmd), NIXL_OK);
+    nixl_be_peer_t w = who("victim");
+    w.same_process = w.same_host = w.same_pidns = w.same_netns = 0; /* as another host */
+    CHECK_ST(ops->peer_open(a, &w, c, hdr[1], &peer), NIXL_OK);
+    CHECK_ST(ops->rkey_load(a, peer, &rr, k, hdr[2], &rmd), NIXL_OK);
+    free(c);
+    free(k);
+    if (!peer || !rmd) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        return ++failures;
+    }
+    nixl_be_iov_t iov = {lr.addr, rr.addr, N, lmd, rmd};
+    nixl_be_xfer_t x = {NIXL_OP_READ, peer, NIXL_MEM_DRAM, NIXL_MEM_DRAM, &iov, 1, N};
+    nixl_be_req_t *req = NULL;
+    CHECK_ST(ops->xfer_prepare(a, &x, &req), NIXL_OK);
+    CHECK_ST(wait_req(a, req, ops->xfer_post(a, req, NULL, 0)), NIXL_OK);
+    CHECK(lb[0] == 0x11 && lb[N - 1] == 0x11); /* the peer's bytes: it is alive */
+    CHECK(ops->peer_alive(a, peer) == -1); /* no pidfd: nothing to judge by */
+
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    uint64_t t0 = test_now_ms();
+    nixl_status_t st = NIXL_IN_PROG;
+    /* A READ needs the dead peer's memory (or, emulated, its answer): it
+     * may not succeed, nor hang; it ends when UCX finds the peer gone. */
+    st = wait_req(a, req, ops->xfer_post(a, req, NULL, 0));
+    uint64_t ms = test_now_ms() - t0;
+    printf("READ from the killed peer: %s after %llu ms\n", nixl_status_name(st), (unsigned long long)ms);
+    CHECK_ST(st, NIXL_ERR_PEER_GONE);
+    CHECK(ms < 5000);
+    CHECK(ops->peer_alive(a, peer) == 0);
+    CHECK_ST(ops->notif_send(a, peer, "x", 1), NIXL_ERR_PEER_GONE);
+    CHECK_ST(ops->peer_connect(a, peer), NIXL_ERR_PEER_GONE);
+    ops->xfer_release(a, req);
+    ops->rkey_unload(a, rmd);
+    ops->peer_unload(a, peer);
+    ops->dereg(a, lmd);
+    ops->destroy(a);
+    free(lb);
+    return failures;
+}
+
+int main(int argc, char **argv)
+{
+    ops = nixl_backend_ucx_ops();
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s conn_corrupt|rkey_corrupt|xfer|ep_info|vram|fallback|peer_lost\n", argv[0]);
+        return 2;
+    }
+    static const struct {
+        const char *name;
+        int (*fn)(void);
+    } cases[] = {{"conn_corrupt", case_conn_corrupt}, {"rkey_corrupt", case_rkey_corrupt}, {"xfer", case_xfer},
+                 {"ep_info", case_ep_info},           {"vram", case_vram},                 {"fallback", case_fallback},
+                 {"peer_lost", case_peer_lost}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        if (strcmp(argv[1], cases[i].name) != 0)
+            continue;
+        int rc = cases[i].fn();
+        if (rc == 77)
+            return 77;
+        if (failures)
+            fprintf(stderr, "%s: %d failure(s)\n", argv[1], failures);
+        return failures ? 1 : 0;
+    }
+    fprintf(stderr, "unknown case %s\n", argv[1]);
+    return 2;
+}
