@@ -6,7 +6,8 @@ cd "$(dirname "$0")/.."
 build=${1:-build}
 block=$(mktemp)
 trap 'rm -f "$block" "$block.new"' EXIT
-env -u NIXL_PLUGIN_DIR "$build/tools/nixl-info" -c --markdown >"$block"
+# The build's own backend modules (ucx is always one), no test modules.
+NIXL_PLUGIN_DIR=$build/src/backends "$build/tools/nixl-info" -c --markdown >"$block"
 awk -v f="$block" '
     /^<!-- BEGIN nixl-info -c --markdown -->$/ { print; while ((getline l < f) > 0) print l; skip = 1; next }
     /^<!-- END nixl-info -c --markdown -->$/ { skip = 0 }

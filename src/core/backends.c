@@ -39,9 +39,6 @@
 #ifdef NIXL_BUILTIN_LIBFABRIC
 #include "backends/libfabric/libfabric.h"
 #endif
-#ifdef NIXL_BUILTIN_UCX
-#include "backends/ucx/ucx.h"
-#endif
 #ifdef NIXL_BUILTIN_POSIX
 #include "backends/posix/posix.h"
 #endif
@@ -200,9 +197,6 @@ static void impls_init(void)
 #endif
 #ifdef NIXL_BUILTIN_LIBFABRIC
     impl_add(nixl_backend_libfabric_ops(), "built-in");
-#endif
-#ifdef NIXL_BUILTIN_UCX
-    impl_add(nixl_backend_ucx_ops(), "built-in");
 #endif
 #ifdef NIXL_BUILTIN_POSIX
     impl_add(nixl_backend_posix_ops(), "built-in");

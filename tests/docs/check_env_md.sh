@@ -1,12 +1,14 @@
 #!/bin/sh
 # docs/env.md must hold exactly what `nixl-info -c --markdown` prints, between its markers,
 # so the documented table cannot drift from the config table in the code.
-# usage: check_env_md.sh NIXL_INFO DOCS_ENV_MD
+# usage: check_env_md.sh NIXL_INFO DOCS_ENV_MD PLUGIN_DIR
+# PLUGIN_DIR: the build's own backend modules (ucx is always one), and nothing
+# else (no test modules).
 set -eu
-info=$1 doc=$2
+info=$1 doc=$2 plugins=$3
 want=$(mktemp) have=$(mktemp)
 trap 'rm -f "$want" "$have"' EXIT
-env -u NIXL_PLUGIN_DIR "$info" -c --markdown >"$want"
+NIXL_PLUGIN_DIR=$plugins "$info" -c --markdown >"$want"
 sed -n '/^<!-- BEGIN nixl-info -c --markdown -->$/,/^<!-- END nixl-info -c --markdown -->$/p' "$doc" |
     sed '1d;$d' >"$have"
 if ! [ -s "$have" ]; then

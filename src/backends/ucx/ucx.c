@@ -431,3 +431,12 @@ const nixl_backend_ops_t *nixl_backend_ucx_ops(void)
 {
     return &ucx_ops;
 }
+
+/* A loadable module (src/backends/meson.build says why): the core finds
+ * this entry in its plugin directory. */
+__attribute__((visibility("default"))) const nixl_backend_ops_t *nixl_backend_get_ops(void);
+
+__attribute__((visibility("default"))) const nixl_backend_ops_t *nixl_backend_get_ops(void)
+{
+    return &ucx_ops;
+}

@@ -2,7 +2,9 @@
  * ucx.h - entry point of the ucx backend (other hosts, and this one, over
  * UCX's ucp: put/get and active messages).
  *
- * The core includes this when the backend is built in (NIXL_BUILTIN_UCX).
+ * Always a loadable module (libnixl_backend_ucx.so, entry
+ * nixl_backend_get_ops; src/backends/meson.build says why); its unit tests
+ * build the sources themselves and call this.
  */
 #ifndef NIXL_BACKENDS_UCX_H
 #define NIXL_BACKENDS_UCX_H
