@@ -2021,9 +2021,24 @@ static void xfer_free_locked(nixl_xfer_t *x)
 {
     nixl_agent_t *a = x->agent;
     if (x->req) {
-        if (x->state == NIXL_XFER_IN_FLIGHT && xfer_poll_locked(x) == NIXL_IN_PROG) {
-            NIXL_INFO("agent %s: request to %s released in flight: canceled", a->name, x->peer->name);
-            nixl_stats_complete(a->stats, x->req->path ? x->req->path : "?", (int)x->req->fallback, 0, 0, 1);
+        if (x->state == NIXL_XFER_IN_FLIGHT) {
+            /* Released in flight: its notification is never sent.  Where
+             * the backend can cancel, it is told first, so that the look
+             * below (for the counts) cannot be the call that completes the
+             * request and sends it (ucx sends from its status call). */
+            nixl_status_t st;
+            if (be_can_cancel(x->backend)) {
+                be_xfer_cancel(x->backend, x->cuda_ctx, x->req);
+                st = be_xfer_status(x->backend, x->cuda_ctx, x->req);
+                if (st != NIXL_IN_PROG && st != NIXL_ERR_CANCELED)
+                    xfer_finish(x, st); /* too late to cancel: it ended as it would have */
+            } else {
+                st = xfer_poll_locked(x);
+            }
+            if (st == NIXL_IN_PROG || st == NIXL_ERR_CANCELED) {
+                NIXL_INFO("agent %s: request to %s released in flight: canceled", a->name, x->peer->name);
+                nixl_stats_complete(a->stats, x->req->path ? x->req->path : "?", (int)x->req->fallback, 0, 0, 1);
+            }
         }
         xfer_backend_release(x);
     }
