@@ -11,6 +11,9 @@ cd "$(dirname "$0")/.."
 NIXL_SETUP_ARGS="-Dwerror=true" scripts/setup.sh
 
 status=0
+# Each stage's test log is read again at the end (scripts/test-summary.py):
+# one left from an earlier run must not stand in for a stage that did not run.
+rm -f build/meson-logs/testlog.json build-asan/meson-logs/testlog.json build-tsan/meson-logs/testlog.json
 
 echo "== tests: build/ (-Dwerror=true)"
 meson test -C build --print-errorlogs || status=1
@@ -67,6 +70,10 @@ if [ -f build-tsan/build.ninja ]; then
         status=1
     fi
 fi
+
+# CI shows only the end of this output: name what failed in every stage here.
+echo "== summary"
+python3 scripts/test-summary.py build build-asan build-tsan || status=1
 
 if [ "$status" -eq 0 ]; then
     echo "test.sh: all passed"
