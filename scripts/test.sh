@@ -11,12 +11,26 @@ cd "$(dirname "$0")/.."
 NIXL_SETUP_ARGS="-Dwerror=true" scripts/setup.sh
 
 status=0
-# Each stage's test log is read again at the end (scripts/test-summary.py):
+# Each stage's output is read again at the end (scripts/test-summary.py):
 # one left from an earlier run must not stand in for a stage that did not run.
-rm -f build/meson-logs/testlog.json build-asan/meson-logs/testlog.json build-tsan/meson-logs/testlog.json
+for b in build build-asan build-tsan; do
+    rm -f "$b/meson-logs/testlog.json" "$b/meson-logs/console.txt"
+done
+
+# run_tests BUILDDIR ARGS...: meson test, its output shown and kept in
+# BUILDDIR/meson-logs/console.txt; fails as meson test does.
+run_tests() {
+    b=$1
+    shift
+    mkdir -p "$b/meson-logs"
+    rc_file="$b/meson-logs/console.rc"
+    echo 1 >"$rc_file"
+    { meson test -C "$b" "$@" 2>&1; echo $? >"$rc_file"; } | tee "$b/meson-logs/console.txt"
+    [ "$(cat "$rc_file")" = 0 ]
+}
 
 echo "== tests: build/ (-Dwerror=true)"
-meson test -C build --print-errorlogs || status=1
+run_tests build --print-errorlogs || status=1
 
 echo "== sanitizer build: build-asan/ (address,undefined; shm as a module; -Dwerror=true)"
 asan_args="-Db_sanitize=address,undefined -Dshm_backend=module -Dwerror=true"
@@ -29,7 +43,7 @@ else
 fi
 if [ -f build-asan/build.ninja ]; then
     if meson compile -C build-asan; then
-        meson test -C build-asan --print-errorlogs || status=1
+        run_tests build-asan --print-errorlogs || status=1
     else
         status=1
     fi
@@ -64,7 +78,7 @@ if [ -f build-tsan/build.ninja ]; then
             status=1
         else
             # shellcheck disable=SC2086 # one word per test name
-            meson test -C build-tsan --print-errorlogs $tsan_tests || status=1
+            run_tests build-tsan --print-errorlogs $tsan_tests || status=1
         fi
     else
         status=1
