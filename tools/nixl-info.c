@@ -1,8 +1,9 @@
 /*
  * nixl-info - what this libnixl offers: its version, the backends it finds
  * (built in or modules) with their memory types, capabilities and
- * parameters, the table of NIXL_* variables, and (-t) the libfabric rails
- * with the GPU -> NIC map, from an agent that creates that backend.
+ * parameters, the table of NIXL_* variables, and (-d NAME) what one backend
+ * says of itself once an agent created it: the libfabric rails with the GPU
+ * -> NIC map (-t), the UCX version and memory types of ucx.
  *
  * Uses only the public API.  `nixl-info -c --markdown` prints the exact
  * fragment docs/env.md embeds, so a test can diff the two.
@@ -27,13 +28,15 @@ static const struct {
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: nixl-info [-c [--markdown] | -t] [-h]\n"
+    fprintf(f, "usage: nixl-info [-c [--markdown] | -d NAME | -t] [-h]\n"
                "  (no option)      version and every available backend\n"
                "  -c, --config     every NIXL_* variable: name, current value, default, description\n"
                "      --markdown   with -c: the same as a markdown table (as in docs/env.md)\n"
-               "  -t, --topology   the libfabric backend as an agent creates it (NIXL_LIBFABRIC_* apply):\n"
-               "                   provider, rails (domain, PCI address, NUMA node) and, for each GPU\n"
-               "                   (PCI bus id, CUDA ordinal), the rails its memory is registered on\n"
+               "  -d, --describe NAME\n"
+               "                   backend NAME as an agent creates it (its NIXL_<NAME>_* variables apply),\n"
+               "                   in its own words (nixl_backend_describe); ucx: UCX version, CUDA memory\n"
+               "  -t, --topology   -d libfabric: provider, rails (domain, PCI address, NUMA node) and, for\n"
+               "                   each GPU (PCI bus id, CUDA ordinal), the rails its memory is registered on\n"
                "  -h, --help       this text\n");
 }
 
@@ -276,9 +279,9 @@ out_free:
     return rc;
 }
 
-/* ---- topology (-t) ---------------------------------------------------- */
+/* ---- one backend (-d NAME, -t) ------------------------------------------ */
 
-static int show_topology(void)
+static int describe_backend(const char *be_name)
 {
     char name[64];
     snprintf(name, sizeof(name), "nixl-info-%d", (int)getpid());
@@ -294,14 +297,15 @@ static int show_topology(void)
         fprintf(stderr, "nixl-info: cannot create an agent: %s\n", nixl_strerror(st));
         return 1;
     }
-    st = nixl_backend_create(agent, "libfabric", NULL, 0, &b);
+    st = nixl_backend_create(agent, be_name, NULL, 0, &b);
     if (st == NIXL_ERR_UNKNOWN_BACKEND) {
-        fprintf(stderr, "nixl-info: this libnixl has no libfabric backend\n");
+        fprintf(stderr, "nixl-info: this libnixl has no %s backend (built in or a module of NIXL_PLUGIN_DIR)\n",
+                be_name);
         goto out;
     }
     if (st != NIXL_OK) {
-        fprintf(stderr, "nixl-info: the libfabric backend could not be created: %s (NIXL_LOG_LEVEL=info says more)\n",
-                nixl_strerror(st));
+        fprintf(stderr, "nixl-info: the %s backend could not be created: %s (NIXL_LOG_LEVEL=info says more)\n",
+                be_name, nixl_strerror(st));
         goto out;
     }
     st = nixl_backend_describe(b, NULL, &len);
@@ -310,7 +314,7 @@ static int show_topology(void)
         st = buf != NULL ? nixl_backend_describe(b, buf, &len) : NIXL_ERR_NO_MEMORY;
     }
     if (st != NIXL_OK) {
-        fprintf(stderr, "nixl-info: cannot describe the libfabric backend: %s\n", nixl_strerror(st));
+        fprintf(stderr, "nixl-info: cannot describe the %s backend: %s\n", be_name, nixl_strerror(st));
         goto out;
     }
     fputs(buf, stdout);
@@ -323,7 +327,8 @@ out:
 
 int main(int argc, char **argv)
 {
-    int config = 0, markdown = 0, topology = 0;
+    int config = 0, markdown = 0;
+    const char *describe = NULL;
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -332,7 +337,14 @@ int main(int argc, char **argv)
         } else if (strcmp(a, "--markdown") == 0) {
             markdown = 1;
         } else if (strcmp(a, "-t") == 0 || strcmp(a, "--topology") == 0) {
-            topology = 1;
+            describe = "libfabric";
+        } else if (strcmp(a, "-d") == 0 || strcmp(a, "--describe") == 0) {
+            if (i + 1 >= argc || !*argv[i + 1]) {
+                fprintf(stderr, "nixl-info: %s needs a backend name\n", a);
+                usage(stderr);
+                return 2;
+            }
+            describe = argv[++i];
         } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             usage(stdout);
             return 0;
@@ -348,13 +360,13 @@ int main(int argc, char **argv)
         return 2;
     }
 
-    if (topology && config) {
-        fprintf(stderr, "nixl-info: -t and -c go separately\n");
+    if (describe && config) {
+        fprintf(stderr, "nixl-info: -d/-t and -c go separately\n");
         usage(stderr);
         return 2;
     }
 
-    int rc = topology ? show_topology() : config ? show_config(markdown) : show_backends();
+    int rc = describe ? describe_backend(describe) : config ? show_config(markdown) : show_backends();
     if (fflush(stdout) != 0) {
         perror("nixl-info: stdout");
         return 1;
