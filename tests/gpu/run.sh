@@ -152,6 +152,39 @@ else
     fi
 fi
 
+# ucx with host memory over this machine's own UCX (issue 17: what it offers,
+# the DRAM rows there).  Its module comes from this build when UCX's headers
+# are here, else from NIXL_UCX_MODULE_DIR: a libnixl_backend_ucx.so built of
+# this same tree elsewhere (the lent GPU machine has UCX's libraries only).
+say "== ucx, host memory (this machine's UCX)"
+ucx_dir=""
+if [ -f "$B/src/backends/libnixl_backend_ucx.so" ]; then
+    ucx_dir=$PWD/$B/src/backends
+elif [ -n "${NIXL_UCX_MODULE_DIR:-}" ] && [ -f "$NIXL_UCX_MODULE_DIR/libnixl_backend_ucx.so" ]; then
+    ucx_dir=$(cd "$NIXL_UCX_MODULE_DIR" && pwd)
+fi
+if [ -z "$ucx_dir" ]; then
+    say "SKIP ucx rows: no ucx module (no UCX headers here; set NIXL_UCX_MODULE_DIR to one built elsewhere)"
+else
+    NIXL_PLUGIN_DIR=$ucx_dir "$B/tools/nixl-info" -d ucx >"$R/ucx-info.txt" 2>&1
+    say "ucx: $(head -1 "$R/ucx-info.txt")"
+    for tls in tcp sm; do
+        for p in 1 2; do
+            NIXL_PLUGIN_DIR=$ucx_dir UCX_TLS=$tls timeout 200 "$B/tests/conformance/conformance" --backend ucx \
+                --procs $p >"$R/conformance-ucx-$tls-$p.log" 2>&1 || status=1
+            say "conformance ucx $tls procs $p: $(tail -1 "$R/conformance-ucx-$tls-$p.log")"
+            grep -E '^FAIL' "$R/conformance-ucx-$tls-$p.log" | head -10
+        done
+        for op in write read; do
+            for blk in 1M 64M; do
+                NIXL_PLUGIN_DIR=$ucx_dir UCX_TLS=$tls timeout 120 "$NB" --backend ucx --op $op --alloc malloc \
+                    --block $blk --batch 1 --iters 50 --json "$R/ucx-$tls-$op-$blk.json" \
+                    >"$R/ucx-$tls-$op-$blk.log" 2>&1 || { status=1; tail -3 "$R/ucx-$tls-$op-$blk.log"; }
+            done
+        done
+    done
+fi
+
 say "== summary"
 python3 - "$R" "$ngpu" >"$R/table.txt" <<'PY' || status=1
 import json, os, re, sys
@@ -243,6 +276,18 @@ if lf_rows or lf_kv:
     if lf_kv:
         print("goal (issue 19) libfabric KV replay < 533 ms: %s (%.1f ms)" % (
             "met" if lf_kv[0]["ms_per_request"] < 533 else "missed", lf_kv[0]["ms_per_request"]))
+for tls in ("tcp", "sm"):
+    for p in (1, 2):
+        try:
+            last = open(os.path.join(r, "conformance-ucx-%s-%d.log" % (tls, p))).read().strip().splitlines()[-1]
+            print("%-44s %s" % ("conformance ucx %s dram procs %d" % (tls, p), last.replace("summary: ", "")))
+        except (OSError, IndexError):
+            pass
+    for op in ("write", "read"):
+        for blk in ("1M", "64M"):
+            for x in rows("ucx-%s-%s-%s.json" % (tls, op, blk)):
+                print("%-36s %10.2f %10.2f %7.3f  %s" % ("ucx %s %s %d B dram" % (tls, op, x["block_size"]),
+                      x["gbps"], x["limit_gbps"], x["ratio"], x["path"]))
 for k in rows("bench-kv.json"):
     if "indexed_lib_ms" in k:
         print("goal (issue 13) indexed request <= 0.5 ms (C, --kv-e2e): %s (%.3f ms)" % (
@@ -258,7 +303,7 @@ tee -a "$R/summary.txt" <"$R/table.txt"
 if [ -n "${OUT:-}" ]; then
     for f in summary.txt testlog.txt conformance-cross.log bench-256m.json bench-small.json bench-kv.json \
         bench-kv-ce.json bench-staged-256m.json bench-kv-staged.json bench-host-write.json bench-host-read.json \
-        lf-256m.json lf-kv.json; do
+        lf-256m.json lf-kv.json ucx-info.txt; do
         [ -f "$R/$f" ] && cp "$R/$f" "$OUT/"
     done
 fi
