@@ -53,7 +53,8 @@ echo "== thread sanitizer build: build-tsan/ (thread; -Dwerror=true)"
 # TSAN_OPTIONS (halt at the first report, tests/tsan.supp) come from the test
 # env (tests/meson.build).  Left out here: GPU tests; the python package
 # (CPython cannot dlopen a TSan-built libnixl: static TLS); the etcd and
-# network-namespace integration tests (services, not threads); the trust
+# network-namespace tests (suites integration and netns: services and
+# timing, not threads; netns also takes those in suite faults); the trust
 # tests (they start threads in a child forked from a threaded process, which
 # TSan refuses); libfabric, whose tests want a dead peer noticed within 2 s,
 # which TSan's slowdown breaks, and take minutes each under it; the ucx
@@ -72,7 +73,7 @@ fi
 if [ -f build-tsan/build.ninja ]; then
     if meson compile -C build-tsan; then
         tsan_tests=$(meson test -C build-tsan --list --no-suite gpu --no-suite integration --no-suite libfabric \
-            --no-suite bench --no-suite trust 2>/dev/null | sed -n 's|^.* / ||p' | grep -v -e '^python$' -e '^conformance-libfabric-' -e '^conformance-ucx-')
+            --no-suite netns --no-suite bench --no-suite trust 2>/dev/null | sed -n 's|^.* / ||p' | grep -v -e '^python$' -e '^conformance-libfabric-' -e '^conformance-ucx-')
         if [ -z "$tsan_tests" ]; then
             echo "test.sh: no tests listed in build-tsan" >&2
             status=1

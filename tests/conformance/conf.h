@@ -46,6 +46,8 @@ typedef struct conf_opts {
     const char *exe; /* path to re-exec for the target process */
     const char *fault; /* --fault: the NIXL_FAULT spec every agent of the run gets (faults.c) */
     int expect_fault;  /* --expect-fault: a case may end with an error the spec injects */
+    int target_netns;        /* --target-netns NAME: that namespace's fd (the target enters it), else -1 */
+    const char *target_addr; /* --target-addr IP: where the target's listener is reached (127.0.0.1) */
 } conf_opts_t;
 
 extern conf_opts_t conf_opts;

@@ -452,8 +452,11 @@ static void usage(const char *argv0)
     fprintf(stderr,
             "usage: %s --backend NAME [--procs 1|2] [--mem dram|vram] [--devs I,T] [--filter SUBSTRING]\n"
             "          [--timeout SECONDS] [--list] [--fault SPEC [--expect-fault]]\n"
+            "          [--target-netns NAME --target-addr IP]\n"
             "  Runs the conformance battery against one backend.  --procs 2 puts the target\n"
-            "  agent in a child process and exchanges metadata through its listener.  --mem vram\n"
+            "  agent in a child process and exchanges metadata through its listener; with\n"
+            "  --target-netns that child runs in the network namespace NAME (ip netns), its\n"
+            "  listener reached at IP there (a cross-host backend between two hosts).  --mem vram\n"
             "  runs every case on GPU memory of both sides (initiator GPU I, target GPU T; 0,0).\n"
             "  --fault runs every agent under NIXL_FAULT=SPEC (docs/faults.md); --expect-fault lets a\n"
             "  case end with an error SPEC injects (FAULT), never with wrong bytes, a hang, another\n"
@@ -477,10 +480,12 @@ static void preload_backend_library(const char *backend)
 
 int main(int argc, char **argv)
 {
-    const char *filter = NULL, *mem = NULL, *devs = NULL;
+    const char *filter = NULL, *mem = NULL, *devs = NULL, *netns = NULL;
     unsigned timeout_s = 60;
     int list = 0;
     conf_opts.procs = 1;
+    conf_opts.target_netns = -1;
+    conf_opts.target_addr = "127.0.0.1";
 
     if (argc == 4 && strcmp(argv[1], "--target-role") == 0)
         return conf_target_main(atoi(argv[2]), atoi(argv[3]));
@@ -518,6 +523,12 @@ int main(int argc, char **argv)
             i++;
         } else if (strcmp(a, "--expect-fault") == 0) {
             conf_opts.expect_fault = 1;
+        } else if (strcmp(a, "--target-netns") == 0 && v) {
+            netns = v;
+            i++;
+        } else if (strcmp(a, "--target-addr") == 0 && v) {
+            conf_opts.target_addr = v;
+            i++;
         } else {
             usage(argv[0]);
             return 2;
@@ -536,6 +547,22 @@ int main(int argc, char **argv)
         usage(argv[0]);
         free(all_cases);
         return 2;
+    }
+    if (netns) {
+        /* Opened here, entered by each target (target.c) before its exec. */
+        char path[300];
+        snprintf(path, sizeof(path), "/run/netns/%s", netns);
+        if (conf_opts.procs != 2 || strcmp(conf_opts.target_addr, "127.0.0.1") == 0) {
+            fprintf(stderr, "--target-netns needs --procs 2 and --target-addr (the target's address there)\n");
+            free(all_cases);
+            return 2;
+        }
+        conf_opts.target_netns = open(path, O_RDONLY | O_CLOEXEC);
+        if (conf_opts.target_netns < 0) {
+            fprintf(stderr, "--target-netns %s: %s: %s\n", netns, path, strerror(errno));
+            free(all_cases);
+            return 2;
+        }
     }
     if (conf_fault_init()) {
         usage(argv[0]);

@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -448,6 +449,10 @@ static void target_spawn(conf_target_t *t)
         conf_fail(__FILE__, __LINE__, "fork: %s", strerror(errno));
     if (pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (conf_opts.target_netns >= 0 && setns(conf_opts.target_netns, CLONE_NEWNET) != 0) {
+            fprintf(stderr, "target: setns(--target-netns): %s\n", strerror(errno));
+            _exit(127);
+        }
         execv(conf_opts.exe, argv);
         _exit(127);
     }
@@ -479,9 +484,9 @@ void conf_target_exchange(conf_ctx_t *ctx)
         CHECK_OK(s);
         CHECK(strcmp(tname, CONF_INIT_NAME) == 0);
     } else {
-        CHECK_OK(nixl_md_fetch_remote(ctx->agent, "127.0.0.1", t->port, name));
+        CHECK_OK(nixl_md_fetch_remote(ctx->agent, conf_opts.target_addr, t->port, name));
         CHECK(strcmp(name, CONF_TARGET_NAME) == 0);
-        CHECK_OK(nixl_md_send_local(ctx->agent, "127.0.0.1", t->port));
+        CHECK_OK(nixl_md_send_local(ctx->agent, conf_opts.target_addr, t->port));
     }
     CHECK_OK(nixl_md_check_remote(ctx->agent, CONF_TARGET_NAME));
     CHECK_OK(conf_target_check_peer(ctx));

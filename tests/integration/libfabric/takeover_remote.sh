@@ -41,7 +41,7 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM
-. "$(dirname "$0")/netns_pair.sh"
+. "$(dirname "$0")/../netns/netns_pair.sh"
 netns_pair_up
 
 # The owner in nsA.
