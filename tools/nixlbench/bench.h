@@ -52,6 +52,7 @@ typedef struct bench_opts {
     /* memory of each side: DRAM, or VRAM on a GPU (ordinal in that process) */
     bench_mem_t init_mem, tgt_mem;
     int init_dev, tgt_dev;
+    const char *perftest; /* --perftest: ucx rows' limit binary, "none", or NULL (ucx_perftest on PATH) */
     int kv_replay;
     int kv_e2e; /* --kv-e2e: the replay, then whole requests in the engines' shapes */
     /* connection */

@@ -24,6 +24,7 @@
 #ifdef BENCH_HAVE_OFI
 #include "bench_ofi.h"
 #endif
+#include "bench_ucx.h"
 
 typedef struct row {
     uint64_t block, batch, bytes, iters;
@@ -231,6 +232,8 @@ static double row_limit(initiator_t *in, const row_t *r, uint64_t seed)
         int from = o->op == NIXL_OP_WRITE ? o->init_dev : o->tgt_dev, to = o->op == NIXL_OP_WRITE ? o->tgt_dev : o->init_dev;
         return bench_vram_limit(from, to, r->bytes);
     }
+    if (bench_ucx_wanted(o)) /* ucx: UCX's own ucx_perftest, same size, outstanding count and UCX_TLS */
+        return bench_ucx_limit(o, r->block, r->batch, o->op);
 #ifdef BENCH_HAVE_OFI
     if (bench_ofi_wanted(o)) /* libfabric: the raw provider loop of the same pieces (bench_ofi.c) */
         return bench_ofi_limit(o, r->block, r->batch, in->slot, o->op);
@@ -512,6 +515,7 @@ int bench_run_initiator(const bench_opts_t *o, const char *ip, uint16_t port)
                        bench_mem_name(o->init_mem), o->init_dev, bench_mem_name(o->tgt_mem), o->tgt_dev,
                        bench_vram_limit_name(from, to), from, to);
         }
+        bench_ucx_describe(o, stdout);
         print_header();
     }
 

@@ -157,6 +157,8 @@ static void usage(FILE *f)
           "  --gds                  GPU memory to and from a file (gds) against a raw cuFile loop\n"
           "                         (nixlbench --gds --help for its options)\n"
           "  --param KEY=VALUE      backend parameter, both sides (repeatable; e.g. threads=0)\n"
+          "  --perftest PATH|none   ucx rows: the ucx_perftest whose same-run rate is the limit\n"
+          "                         (default: ucx_perftest on PATH; none, or not found: memcpy)\n"
           "  --json FILE            one JSON object per row per line\n"
           "  --quiet                no table on stdout (errors still go to stderr)\n"
           "  --max-bytes SIZE       skip rows whose block x batch exceeds this (default 1G)\n"
@@ -179,6 +181,7 @@ enum {
     OPT_ROLE, OPT_LISTEN_PORT, OPT_REPORT_FD, OPT_POLL_US, OPT_PARAM, OPT_HELP,
     OPT_INIT_DEV, OPT_TARGET_DEV, OPT_KV_REPLAY, OPT_KV_E2E, OPT_PAIRS,
     OPT_ETCD, OPT_RANKS, OPT_SCHEME, OPT_RUN_ID, /* --etcd mode */
+    OPT_PERFTEST,
 };
 
 static const struct option long_opts[] = {
@@ -213,6 +216,7 @@ static const struct option long_opts[] = {
     {"ranks", required_argument, NULL, OPT_RANKS},
     {"scheme", required_argument, NULL, OPT_SCHEME},
     {"run-id", required_argument, NULL, OPT_RUN_ID},
+    {"perftest", required_argument, NULL, OPT_PERFTEST},
     {NULL, 0, NULL, 0},
 };
 
@@ -287,6 +291,11 @@ static void parse_opts(int argc, char **argv, bench_opts_t *o, char *ip, size_t 
     while ((c = getopt_long(argc, argv, "", long_opts, NULL)) != -1) {
         switch (c) {
         case OPT_BACKEND: o->backend = optarg; break;
+        case OPT_PERFTEST:
+            if (strcmp(optarg, "none") && access(optarg, X_OK) != 0)
+                bad_usage("--perftest: \"%s\" is not an executable (a ucx_perftest, or none)", optarg);
+            o->perftest = optarg;
+            break;
         case OPT_OP:
             if (!strcmp(optarg, "write"))
                 o->op = NIXL_OP_WRITE;

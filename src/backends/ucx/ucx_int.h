@@ -140,9 +140,11 @@ struct ucx_be {
     int progress_thread;
     unsigned progress_us;
     uint64_t release_wait_ms;
+    uint64_t spin_ns;
 
     ucx_peer_t *peers;
     ucx_req_t *run; /* requests in flight */
+    uint64_t posts; /* requests posted so far (the thread spins after one) */
 
     char paths[UCX_PATHS_MAX][48];
     unsigned npaths;

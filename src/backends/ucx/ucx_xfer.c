@@ -290,6 +290,7 @@ nixl_status_t ucx_xfer_post(void *bev, nixl_be_req_t *req, const void *notif, si
     r->posted_ns = nixl_now_ns();
     r->flush_seen = 0;
     ucx_run_add(be, r);
+    be->posts++;
     if (r->hdr.fallback)
         be->host->fallback(be->host->ctx, r->hdr.path, r->cause);
 

@@ -531,6 +531,16 @@ static int case_fallback(void)
     CHECK_ST(ops->create(&h.hs, &bad, 1, &be), NIXL_ERR_INVALID_PARAM);
     bad.value = "TCP";
     CHECK_ST(ops->create(&h.hs, &bad, 1, &be), NIXL_ERR_INVALID_PARAM);
+    /* spin_us: 0 to 100000 microseconds; 0 (nap at once) is valid. */
+    static const char *const bad_spin[] = {"100001", "-1", "x", ""};
+    for (size_t i = 0; i < sizeof(bad_spin) / sizeof(bad_spin[0]); i++) {
+        nixl_param_t sp = {"spin_us", bad_spin[i]};
+        CHECK_ST(ops->create(&h.hs, &sp, 1, &be), NIXL_ERR_INVALID_PARAM);
+    }
+    nixl_param_t zero = {"spin_us", "0"};
+    CHECK_ST(ops->create(&h.hs, &zero, 1, &be), NIXL_OK);
+    if (be)
+        ops->destroy(be);
     return failures;
 }
 

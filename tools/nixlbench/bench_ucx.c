@@ -1,0 +1,270 @@
+/*
+ * bench_ucx.c - the raw limit of nixlbench's ucx rows: ucx_perftest
+ * (Debian's ucx-utils), UCX's own benchmark, run in the same measurement
+ * turns as the row.
+ *
+ * Per measurement a perftest server and client are started on this host;
+ * both inherit the environment, so UCX_TLS and the rest of UCX's settings
+ * pick the same transports as the row's agents.  The client runs
+ * ucp_put_bw (WRITE) or ucp_get (READ) with messages of the row's block
+ * size and as many outstanding as the row's batch (-O), for about as many
+ * bytes as a row part moves; its overall bandwidth is the limit.  Its
+ * memory is UCX's own (ucp_mem_map with allocation): over shared-memory
+ * transports UCX maps such memory straight into the peer, which an
+ * application's registered buffer does not get, so there the ratio says
+ * what UCX itself gives registered memory, not what libnixl costs.
+ * libc only: nothing of UCX is linked.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench_ucx.h"
+
+/* The perftest binary: --perftest PATH, else ucx_perftest on PATH. */
+static const char *perftest_path(const bench_opts_t *o)
+{
+    static char found[4096];
+    static int looked;
+    if (o->perftest)
+        return strcmp(o->perftest, "none") ? o->perftest : NULL;
+    if (!looked) {
+        looked = 1;
+        const char *path = getenv("PATH");
+        while (path && *path) {
+            const char *end = strchr(path, ':');
+            size_t len = end ? (size_t)(end - path) : strlen(path);
+            if (len && len + sizeof("/ucx_perftest") < sizeof(found)) {
+                memcpy(found, path, len);
+                memcpy(found + len, "/ucx_perftest", sizeof("/ucx_perftest"));
+                if (access(found, X_OK) == 0)
+                    return found;
+            }
+            path = end ? end + 1 : NULL;
+        }
+        found[0] = '\0';
+    }
+    return found[0] ? found : NULL;
+}
+
+int bench_ucx_wanted(const bench_opts_t *o)
+{
+    return !strcmp(o->backend, "ucx") && o->init_mem == BENCH_MEM_DRAM && o->tgt_mem == BENCH_MEM_DRAM &&
+           perftest_path(o) != NULL;
+}
+
+void bench_ucx_describe(const bench_opts_t *o, FILE *f)
+{
+    if (strcmp(o->backend, "ucx") || o->init_mem != BENCH_MEM_DRAM || o->tgt_mem != BENCH_MEM_DRAM)
+        return;
+    const char *tls = getenv("UCX_TLS");
+    const char *p = perftest_path(o);
+    if (p)
+        fprintf(f, "# limit: %s %s, message = block, outstanding = batch, UCX_TLS=%s, same run\n", p,
+                o->op == NIXL_OP_WRITE ? "-t ucp_put_bw" : "-t ucp_get", tls ? tls : "(unset)");
+    else
+        fprintf(f, "# limit: memcpy of the same pieces: %s\n",
+                o->perftest ? "--perftest none" : "no ucx_perftest on PATH (Debian's ucx-utils)");
+}
+
+/* A port that was free a moment ago, for the perftest server. */
+static unsigned free_port(void)
+{
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    if (s < 0)
+        bench_die("ucx_perftest: socket: %s", strerror(errno));
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t al = sizeof(a);
+    if (bind(s, (struct sockaddr *)&a, sizeof(a)) != 0 || getsockname(s, (struct sockaddr *)&a, &al) != 0)
+        bench_die("ucx_perftest: no free port: %s", strerror(errno));
+    close(s);
+    return ntohs(a.sin_port);
+}
+
+/* 1 once a socket listens on port (from /proc/net/tcp*, so that looking
+ * does not connect to the server, which would take our probe for its
+ * client). */
+static int port_listening(unsigned port)
+{
+    static const char *const files[] = {"/proc/net/tcp", "/proc/net/tcp6"};
+    char want[16];
+    snprintf(want, sizeof(want), ":%04X", port);
+    for (size_t i = 0; i < 2; i++) {
+        FILE *f = fopen(files[i], "r");
+        if (!f)
+            continue;
+        char line[512];
+        int hit = 0;
+        while (!hit && fgets(line, sizeof(line), f)) {
+            char local[128], remote[128], state[8];
+            if (sscanf(line, "%*s %127s %127s %7s", local, remote, state) != 3)
+                continue;
+            const char *colon = strrchr(local, ':');
+            hit = colon && !strcmp(colon, want) && !strcmp(state, "0A");
+        }
+        fclose(f);
+        if (hit)
+            return 1;
+    }
+    return 0;
+}
+
+static pid_t spawn(char *const argv[], int out_fd)
+{
+    pid_t pid = fork();
+    if (pid < 0)
+        bench_die("ucx_perftest: fork: %s", strerror(errno));
+    if (pid == 0) {
+        int null = open("/dev/null", O_RDWR);
+        if (null >= 0) {
+            dup2(null, 0);
+            dup2(out_fd >= 0 ? out_fd : null, 1);
+            dup2(out_fd >= 0 ? out_fd : null, 2);
+        }
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+static void sleep_ms(unsigned ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Wait for pid up to deadline_ns; kill it past that.  Its wait status, or
+ * -1 when it was killed. */
+static int reap(pid_t pid, uint64_t deadline_ns)
+{
+    int ws;
+    for (;;) {
+        pid_t w = waitpid(pid, &ws, WNOHANG);
+        if (w == pid)
+            return ws;
+        if (w < 0 && errno != EINTR)
+            return -1;
+        if (bench_now_ns() > deadline_ns) {
+            kill(pid, SIGKILL);
+            (void)waitpid(pid, &ws, 0);
+            return -1;
+        }
+        sleep_ms(2);
+    }
+}
+
+int bench_ucx_parse_csv(const char *out, double *bytes_per_s)
+{
+    /* The header names the columns; overall_bw is in MB/s of 2^20 bytes. */
+    const char *h = strstr(out, "iterations,");
+    if (!h)
+        return -1;
+    const char *hend = strchr(h, '\n');
+    if (!hend)
+        return -1;
+    const char *hstop = hend[-1] == '\r' ? hend - 1 : hend;
+    int col = -1, c = 0;
+    for (const char *p = h; p < hstop; c++) {
+        const char *comma = memchr(p, ',', (size_t)(hstop - p));
+        size_t len = comma ? (size_t)(comma - p) : (size_t)(hstop - p);
+        if (len == strlen("overall_bw") && !memcmp(p, "overall_bw", len))
+            col = c;
+        if (!comma)
+            break;
+        p = comma + 1;
+    }
+    if (col < 0)
+        return -1;
+    const char *p = hend + 1;
+    while (*p == ' ')
+        p++;
+    for (c = 0; c < col; c++) {
+        p = strchr(p, ',');
+        if (!p)
+            return -1;
+        p++;
+    }
+    char *end;
+    errno = 0;
+    double v = strtod(p, &end);
+    if (end == p || errno || !(v > 0) || !isfinite(v) || (*end != ',' && *end != '\n' && *end != '\0' && *end != '\r'))
+        return -1;
+    *bytes_per_s = v * 1048576.0;
+    return 0;
+}
+
+double bench_ucx_limit(const bench_opts_t *o, uint64_t block, uint64_t batch, nixl_op_t op)
+{
+    const char *bin = perftest_path(o);
+    if (!bin)
+        bench_die("ucx_perftest: not found");
+    /* About 256 MiB per measurement, like a row part; at least 100 messages. */
+    uint64_t iters = (256ull << 20) / block;
+    if (iters < 100)
+        iters = 100;
+    if (iters > 200000)
+        iters = 200000;
+    uint64_t warm = iters / 10 < 10 ? 10 : iters / 10;
+    char port[16], size[24], n[24], w[24], outstanding[24];
+    unsigned pnum = free_port();
+    snprintf(port, sizeof(port), "%u", pnum);
+    snprintf(size, sizeof(size), "%" PRIu64, block);
+    snprintf(n, sizeof(n), "%" PRIu64, iters);
+    snprintf(w, sizeof(w), "%" PRIu64, warm);
+    snprintf(outstanding, sizeof(outstanding), "%" PRIu64, batch);
+    char *server_argv[] = {(char *)bin, "-p", port, NULL};
+    char *client_argv[] = {(char *)bin, "127.0.0.1", "-p", port, "-t", op == NIXL_OP_WRITE ? "ucp_put_bw" : "ucp_get",
+                           "-s", size, "-n", n, "-w", w, "-O", outstanding, "-f", "-v", NULL};
+    uint64_t deadline = bench_now_ns() + (uint64_t)o->timeout_ms * 1000000ull;
+
+    pid_t server = spawn(server_argv, -1);
+    while (!port_listening(pnum)) {
+        int ws;
+        if (waitpid(server, &ws, WNOHANG) == server)
+            bench_die("ucx_perftest: the server (%s -p %s) exited before it listened (status %d)", bin, port, ws);
+        if (bench_now_ns() > deadline) {
+            kill(server, SIGKILL);
+            (void)waitpid(server, &ws, 0);
+            bench_die("ucx_perftest: the server did not listen on port %s within %u ms", port, o->timeout_ms);
+        }
+        sleep_ms(2);
+    }
+    int fds[2];
+    if (pipe(fds) != 0)
+        bench_die("ucx_perftest: pipe: %s", strerror(errno));
+    pid_t client = spawn(client_argv, fds[1]);
+    close(fds[1]);
+    char out[16384];
+    size_t len = 0;
+    for (;;) {
+        ssize_t k = read(fds[0], out + len, sizeof(out) - 1 - len);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            break;
+        len += (size_t)k;
+        if (len == sizeof(out) - 1) /* keep the tail: the numbers come last */
+            len = 0;
+    }
+    out[len] = '\0';
+    close(fds[0]);
+    int cs = reap(client, deadline);
+    int ss = reap(server, deadline);
+    double bps;
+    if (cs != 0 || bench_ucx_parse_csv(out, &bps) != 0)
+        bench_die("ucx_perftest: %s %s -s %s -O %s failed (client status %d, server %d): %.400s", bin,
+                  client_argv[5], size, outstanding, cs, ss, out);
+    if (ss != 0)
+        bench_die("ucx_perftest: the server ended with status %d", ss);
+    return bps;
+}
