@@ -305,8 +305,10 @@ static nixl_status_t ucx_create(const nixl_host_services_t *host, const nixl_par
         goto err_lock;
     }
     ucp_context_attr_t ca = {.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES};
-    if (ucp_context_query(be->ctx, &ca) == UCS_OK)
+    if (ucp_context_query(be->ctx, &ca) == UCS_OK) {
+        be->mem_types = ca.memory_types;
         be->has_cuda = (ca.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
+    }
 
     ucp_worker_params_t wp = {
         .field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
@@ -405,18 +407,46 @@ static void ucx_destroy(void *bev)
     free(be);
 }
 
+/* Three lines: the UCX and what this backend makes of it; the memory types
+ * this UCX handles (ucp_context_query; a newer UCX than our headers may
+ * name types we only number); its transport/device resources
+ * (ucp_context_print_info), the candidates for the path. */
 static nixl_status_t ucx_describe(void *bev, char *buf, size_t *len)
 {
     ucx_be_t *be = bev;
-    char text[512];
-    int n = snprintf(text, sizeof(text), "UCX %s, worker address %zu bytes, CUDA memory: %s, transports: %s%s\n",
-                     ucp_get_version_string(), be->addr_len, be->has_cuda ? "yes" : "no (VRAM: NO_PATH)",
-                     be->ntransports ? "" : "any", be->ntransports ? be->transports[0] : "");
-    for (unsigned i = 1; i < be->ntransports && n > 0 && (size_t)n < sizeof(text); i++)
-        n += snprintf(text + n, sizeof(text) - (size_t)n, ",%s", be->transports[i]);
-    size_t need = strlen(text) + 1;
+    char text[2048];
+    size_t n = (size_t)snprintf(text, sizeof(text), "UCX %s, worker address %zu bytes, CUDA memory: %s, transports: %s%s",
+                                ucp_get_version_string(), be->addr_len, be->has_cuda ? "yes" : "no (VRAM: NO_PATH)",
+                                be->ntransports ? "" : "any", be->ntransports ? be->transports[0] : "");
+    for (unsigned i = 1; i < be->ntransports && n < sizeof(text); i++)
+        n += (size_t)snprintf(text + n, sizeof(text) - n, ",%s", be->transports[i]);
+    if (n < sizeof(text))
+        n += (size_t)snprintf(text + n, sizeof(text) - n, "\nUCX memory types:");
+    for (unsigned t = 0; t < 64 && n < sizeof(text); t++) {
+        if (!(be->mem_types & UCS_BIT(t)))
+            continue;
+        if (t < UCS_MEMORY_TYPE_LAST)
+            n += (size_t)snprintf(text + n, sizeof(text) - n, " %s", ucs_memory_type_names[t]);
+        else
+            n += (size_t)snprintf(text + n, sizeof(text) - n, " type%u", t);
+    }
+    char *info = NULL;
+    size_t ilen = 0;
+    FILE *f = open_memstream(&info, &ilen);
+    if (f) {
+        pthread_mutex_lock(&be->lock);
+        ucp_context_print_info(be->ctx, f);
+        pthread_mutex_unlock(&be->lock);
+        fclose(f);
+    }
+    if (n < sizeof(text))
+        n += (size_t)snprintf(text + n, sizeof(text) - n, "\nUCX resources: ");
+    if (n < sizeof(text) && (!info || ucx_ctx_info_resources(info, text + n, sizeof(text) - n) == 0))
+        snprintf(text + n, sizeof(text) - n, "(none listed)");
+    free(info);
+    size_t need = strlen(text) + 2;
     if (buf && *len)
-        snprintf(buf, *len, "%s", text);
+        snprintf(buf, *len, "%s\n", text);
     *len = need;
     return NIXL_OK;
 }

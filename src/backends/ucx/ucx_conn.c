@@ -159,6 +159,33 @@ int ucx_ep_info_transport(const char *info, char *tl, size_t cap)
     return 0;
 }
 
+size_t ucx_ctx_info_resources(const char *info, char *out, size_t cap)
+{
+    size_t n = 0, count = 0;
+    if (cap)
+        out[0] = '\0';
+    for (const char *line = info; line && *line;) {
+        const char *eol = strchr(line, '\n');
+        size_t len = eol ? (size_t)(eol - line) : strlen(line);
+        const char *next = eol ? eol + 1 : NULL;
+        /* "#      resource 1  :  md 1  dev 1  flags -- tcp/lo": the name after "-- " */
+        const char *r = memmem(line, len, "resource", 8);
+        const char *d = r ? memmem(r, len - (size_t)(r - line), "-- ", 3) : NULL;
+        if (d) {
+            const char *name = d + 3;
+            size_t nl = 0;
+            while (name + nl < line + len && name[nl] > ' ' && name[nl] <= '~')
+                nl++;
+            if (nl && n + nl + 2 <= cap) {
+                n += (size_t)snprintf(out + n, cap - n, "%s%.*s", count ? " " : "", (int)nl, name);
+                count++;
+            }
+        }
+        line = next;
+    }
+    return count;
+}
+
 const char *ucx_path_intern(ucx_be_t *be, const char *tl)
 {
     char p[48];

@@ -132,6 +132,7 @@ struct ucx_be {
     void *addr; /* our worker address */
     size_t addr_len;
     int has_cuda; /* ucp_context memory types include CUDA */
+    uint64_t mem_types; /* ucp_context_query's memory types (UCS_BIT of ucs_memory_type_t) */
     int vram_logged;
 
     /* parameters */
@@ -175,6 +176,10 @@ void ucx_peer_fail_locked(ucx_be_t *be, ucx_peer_t *peer, const char *why);
 /* The transport name a printout of ucp_ep_print_info says carries RMA. */
 int ucx_ep_info_transport(const char *info, char *tl, size_t cap);
 const char *ucx_path_intern(ucx_be_t *be, const char *tl);
+/* The transport/device names ("tcp/lo sysv/memory ...") of a printout of
+ * ucp_context_print_info, space-separated into out (what fits of cap);
+ * how many were written. */
+size_t ucx_ctx_info_resources(const char *info, char *out, size_t cap);
 
 /* ucx_mem.c */
 nixl_status_t ucx_reg(void *be, const nixl_be_region_t *region, void **md_out);

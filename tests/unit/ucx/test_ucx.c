@@ -436,6 +436,19 @@ static int case_ep_info(void)
             failures++;
         }
     }
+    /* ucp_context_print_info's resource lines (UCX 1.13.1 on the CI box). */
+    static const char ctx_info[] = "#\n# UCP context\n#\n#     component 0  :  self\n"
+                                   "#            md 1  :  component 1  tcp \n"
+                                   "#      resource 0  :  md 0  dev 0  flags -- self/memory0\n"
+                                   "#      resource 1  :  md 1  dev 1  flags -- tcp/lo\n"
+                                   "#      resource 5  :  md 4  dev 3  flags -- cma/memory\n#\n";
+    char res[64];
+    CHECK(ucx_ctx_info_resources(ctx_info, res, sizeof(res)) == 3);
+    CHECK(strcmp(res, "self/memory0 tcp/lo cma/memory") == 0);
+    /* What does not fit is left out whole; no resource lines, none. */
+    CHECK(ucx_ctx_info_resources(ctx_info, res, 20) == 2 && strcmp(res, "self/memory0 tcp/lo") == 0);
+    CHECK(ucx_ctx_info_resources("# resource 0 : flags --\n# md 0\n", res, sizeof(res)) == 0 && res[0] == 0);
+    CHECK(ucx_ctx_info_resources("# resource 0 : flags -- tcp/lo", res, sizeof(res)) == 1 && !strcmp(res, "tcp/lo"));
     return failures;
 }
 
