@@ -13,6 +13,7 @@
     X(NIXL_FALLBACK_WARN_MS, "1000", "at most one fallback warning per path and cause per this many ms") \
     X(NIXL_CUDA_LIB, "libcuda.so.1", "the CUDA driver library loaded at run time (VRAM support)")         \
     X(NIXL_LIBFABRIC_LIB, "libfabric.so.1", "libfabric backend: the libfabric library it loads at its first create (each function at the symbol version of the build-time libfabric)") \
+    X(NIXL_UCX_LIB, "libucp.so.0", "ucx backend: the libucp it loads at its first create (UCX at least the build-time version; until then nothing of UCX is in the process)") \
     X(NIXL_ALLOW_FALLBACK, "1", "0 refuses fallback paths: requests that would take one fail instead") \
     X(NIXL_INTRANODE_NETWORK, "fallback", "whether a network backend (libfabric) carries traffic to a peer on this host (same kernel and network namespace): fallback = yes, ranked after shm and cuda_ipc, so only where they cannot reach the peer or its memory; off = never") \
     X(NIXL_LISTEN_ADDR, "0.0.0.0", "address the metadata listener binds to")                   \

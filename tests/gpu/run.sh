@@ -10,6 +10,8 @@
 # and nvcc for the kernel.  Logs and JSON go to BUILD_DIR/gpu-results; the
 # main ones are also copied to $OUT when it is set.  Exit status: 0 when
 # every test passed or skipped and both benchmark goals were met, 1 otherwise.
+# GPU_RUN_ONLY="ucx libfabric" runs only those sections (tests, bench,
+# libfabric, ucx), to spend little device time on one question; unset: all.
 set -u
 cd "$(dirname "$0")/../.."
 B=${1:-build-gpu-run}
@@ -19,6 +21,12 @@ mkdir -p "$R"
 if command -v meson >/dev/null 2>&1; then MESON=meson; else MESON="python3 -m mesonbuild.mesonmain"; fi
 status=0
 say() { printf '%s\n' "$*" | tee -a "$R/summary.txt"; }
+want() {
+    [ -z "${GPU_RUN_ONLY:-}" ] && return 0
+    case " $GPU_RUN_ONLY " in *" $1 "*) return 0 ;; esac
+    say "== $1: left out (GPU_RUN_ONLY=$GPU_RUN_ONLY)"
+    return 1
+}
 
 say "== machine"
 nvidia-smi -L 2>&1 | tee -a "$R/summary.txt"
@@ -45,11 +53,13 @@ if ! $MESON compile -C "$B" nixlbench >>"$R/build.log" 2>&1; then
         tools/nixlbench/nixlbench.c tools/nixlbench/bench_initiator.c tools/nixlbench/bench_target.c \
         tools/nixlbench/bench_limits.c tools/nixlbench/bench_pattern.c tools/nixlbench/bench_notif.c \
         tools/nixlbench/bench_vram.c tools/nixlbench/bench_kv.c tools/nixlbench/bench_etcd.c \
-        -L"$B" -lnixl -ldl -Wl,-rpath,"$PWD/$B" -o "$NB" >>"$R/build.log" 2>&1 || { tail -20 "$R/build.log"; exit 1; }
+        tools/nixlbench/bench_reg.c tools/nixlbench/bench_storage.c tools/nixlbench/bench_fio.c \
+        tools/nixlbench/bench_ucx.c -L"$B" -lnixl -ldl -lm -lpthread -Wl,-rpath,"$PWD/$B" -o "$NB" >>"$R/build.log" 2>&1 || { tail -20 "$R/build.log"; exit 1; }
     say "(nixlbench built without its etcd mode)"
 fi
 grep -E 'cuda_ipc:' "$R/setup.log" 2>/dev/null | head -2
 
+if want tests; then
 say "== tests (suites gpu, cuda_ipc)"
 timeout 420 $MESON test -C "$B" --no-rebuild --suite gpu --suite cuda_ipc --print-errorlogs --num-processes 1 \
     >"$R/tests.log" 2>&1 || status=1
@@ -69,7 +79,9 @@ say "== conformance deadline, VRAM, staged fallback (NIXL_CUDA_IPC_MAP=0)"
 NIXL_CUDA_IPC_MAP=0 timeout 120 "$B/tests/conformance/conformance" --backend cuda_ipc --procs 2 --mem vram \
     --devs 0,$([ "$ngpu" -ge 2 ] && echo 1 || echo 0) --filter deadline >"$R/conformance-deadline-staged.log" 2>&1 || status=1
 grep -E 'deadline|^summary' "$R/conformance-deadline-staged.log" | tee -a "$R/summary.txt"
+fi
 
+if want bench; then
 say "== benchmarks"
 i_dev=0; t_dev=0
 [ "$ngpu" -ge 2 ] && t_dev=1
@@ -108,11 +120,14 @@ cat "$R/bench-staged-256m.log"
 NIXL_CUDA_IPC_MAP=0 timeout 180 "$NB" --backend cuda_ipc --kv-replay --initiator-mem vram --initiator-dev $kv_i \
     --target-mem vram --target-dev $kv_t --iters 3 --warmup 1 --json "$R/bench-kv-staged.json" >"$R/bench-kv-staged.log" 2>&1
 cat "$R/bench-kv-staged.log"
+fi
 
 # libfabric's shm provider with GPU memory: only when nixl was built with
 # the libfabric backend and the libfabric it loads (NIXL_LIBFABRIC_LIB, or
 # the system's libfabric.so.1) has CUDA support; Debian's and Ubuntu's have
 # none.  A probe row says which.
+$MESON compile -C "$B" nixl-info >>"$R/build.log" 2>&1
+if want libfabric; then
 say "== libfabric shm, VRAM (${NIXL_LIBFABRIC_LIB:-libfabric.so.1})"
 lf_row() { # NAME ARGS...: one nixlbench run over provider=shm, rc kept in NAME.rc
     n=$1
@@ -121,7 +136,6 @@ lf_row() { # NAME ARGS...: one nixlbench run over provider=shm, rc kept in NAME.
         --json "$R/$n.json" >"$R/$n.log" 2>&1
     echo $? >"$R/$n.rc"
 }
-$MESON compile -C "$B" nixl-info >>"$R/build.log" 2>&1
 if ! "$B/tools/nixl-info" 2>/dev/null | grep -q '^backend libfabric'; then
     say "SKIP libfabric rows: this build has no libfabric backend (no libfabric headers; PKG_CONFIG_PATH)"
 else
@@ -151,23 +165,25 @@ else
         echo "$lf_want" >"$R/lf-want.txt"
     fi
 fi
+fi
 
 # ucx with host memory over this machine's own UCX (issue 17: what it offers,
 # the DRAM rows there).  Its module comes from this build when UCX's headers
-# are here, else from NIXL_UCX_MODULE_DIR: a libnixl_backend_ucx.so built of
+# are here, else from GPU_UCX_MODULE_DIR: a libnixl_backend_ucx.so built of
 # this same tree elsewhere (the lent GPU machine has UCX's libraries only).
+if want ucx; then
 say "== ucx, host memory (this machine's UCX)"
 ucx_dir=""
 if [ -f "$B/src/backends/libnixl_backend_ucx.so" ]; then
     ucx_dir=$PWD/$B/src/backends
-elif [ -n "${NIXL_UCX_MODULE_DIR:-}" ] && [ -f "$NIXL_UCX_MODULE_DIR/libnixl_backend_ucx.so" ]; then
-    ucx_dir=$(cd "$NIXL_UCX_MODULE_DIR" && pwd)
+elif [ -n "${GPU_UCX_MODULE_DIR:-}" ] && [ -f "$GPU_UCX_MODULE_DIR/libnixl_backend_ucx.so" ]; then
+    ucx_dir=$(cd "$GPU_UCX_MODULE_DIR" && pwd)
 fi
 if [ -z "$ucx_dir" ]; then
-    say "SKIP ucx rows: no ucx module (no UCX headers here; set NIXL_UCX_MODULE_DIR to one built elsewhere)"
+    say "SKIP ucx rows: no ucx module (no UCX headers here; set GPU_UCX_MODULE_DIR to one built elsewhere)"
 else
     NIXL_PLUGIN_DIR=$ucx_dir "$B/tools/nixl-info" -d ucx >"$R/ucx-info.txt" 2>&1
-    say "ucx: $(head -1 "$R/ucx-info.txt")"
+    while IFS= read -r l; do say "ucx: $l"; done <"$R/ucx-info.txt"
     for tls in tcp sm; do
         for p in 1 2; do
             NIXL_PLUGIN_DIR=$ucx_dir UCX_TLS=$tls timeout 200 "$B/tests/conformance/conformance" --backend ucx \
@@ -183,6 +199,8 @@ else
             done
         done
     done
+    grep -h '^# limit' "$R"/ucx-*-write-1M.log | sort -u | tee -a "$R/summary.txt"
+fi
 fi
 
 say "== summary"
@@ -196,7 +214,8 @@ def rows(name):
         return []
 bad = 0
 print("%-44s %s" % ("test", "result"))
-for line in open(os.path.join(r, "tests.log")):
+ran_tests = os.path.exists(os.path.join(r, "tests.log"))  # GPU_RUN_ONLY may leave the tests out
+for line in open(os.path.join(r, "tests.log")) if ran_tests else []:
     m = re.match(r"\s*\d+/\d+\s+\S+\s+[-/]\s+(\S+)\s+(\S+)", line)  # meson writes " / " or " - "
     if m:
         print("%-44s %s" % (m.group(1), m.group(2)))
@@ -213,9 +232,10 @@ try:
 except OSError:
     ix = []
 ix_ok = bool(ix) and all(p == "cuda_ipc.kernel.indexed" for p in ix)
-bad += not ix_ok
-print("%-44s %s" % ("indexed requests' path (conformance)", ", ".join(sorted(set(ix))) or "none seen") +
-      ("" if ix_ok else "  (WRONG: want cuda_ipc.kernel.indexed)"))
+if ran_tests:
+    bad += not ix_ok
+    print("%-44s %s" % ("indexed requests' path (conformance)", ", ".join(sorted(set(ix))) or "none seen") +
+          ("" if ix_ok else "  (WRONG: want cuda_ipc.kernel.indexed)"))
 try:
     last = open(os.path.join(r, "conformance-deadline-staged.log")).read().strip().splitlines()[-1]
     print("%-44s %s" % ("conformance deadline, staged", last.replace("summary: ", "")))
@@ -303,8 +323,10 @@ tee -a "$R/summary.txt" <"$R/table.txt"
 if [ -n "${OUT:-}" ]; then
     for f in summary.txt testlog.txt conformance-cross.log bench-256m.json bench-small.json bench-kv.json \
         bench-kv-ce.json bench-staged-256m.json bench-kv-staged.json bench-host-write.json bench-host-read.json \
-        lf-256m.json lf-kv.json ucx-info.txt; do
+        lf-256m.json lf-kv.json ucx-info.txt conformance-ucx-tcp-1.log conformance-ucx-tcp-2.log \
+        conformance-ucx-sm-1.log conformance-ucx-sm-2.log; do
         [ -f "$R/$f" ] && cp "$R/$f" "$OUT/"
     done
+    for f in "$R"/ucx-*.json; do [ -f "$f" ] && cp "$f" "$OUT/"; done
 fi
 exit $status

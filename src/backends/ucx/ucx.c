@@ -271,6 +271,9 @@ static nixl_status_t ucx_create(const nixl_host_services_t *host, const nixl_par
     nixl_status_t st = ucx_parse_params(be, params, num_params, &keepalive_ms);
     if (st != NIXL_OK)
         goto err_free;
+    st = ucx_ucp_load(host); /* UCX itself, the first time (ucx_ucp.c) */
+    if (st != NIXL_OK)
+        goto err_free;
     if (pthread_mutex_init(&be->lock, NULL) != 0) {
         st = NIXL_ERR_NO_MEMORY;
         goto err_free;
@@ -297,7 +300,7 @@ static nixl_status_t ucx_create(const nixl_host_services_t *host, const nixl_par
         .field_mask = UCP_PARAM_FIELD_FEATURES,
         .features = UCP_FEATURE_RMA | UCP_FEATURE_AM | (be->progress_thread ? UCP_FEATURE_WAKEUP : 0),
     };
-    us = ucp_init(&pp, cfg, &be->ctx);
+    us = ucp_init_version(UCP_API_MAJOR, UCP_API_MINOR, &pp, cfg, &be->ctx); /* ucp_init, not inlined */
     ucp_config_release(cfg);
     if (us != UCS_OK) {
         UCX_ERROR(be, "ucx backend unavailable: ucp_init: %s", ucs_status_string(us));

@@ -6,7 +6,8 @@
  * Files: ucx.c (ops table, parameters, instance, progress thread),
  * ucx_conn.c (conn info, peers and their endpoints, liveness, the
  * transport a peer's endpoint uses, notifications), ucx_mem.c
- * (registration and remote keys), ucx_xfer.c (requests).
+ * (registration and remote keys), ucx_xfer.c (requests), ucx_ucp.c
+ * (UCX itself, loaded at the first create).
  *
  * Locking: every UCX call of an instance is made under be->lock (the
  * worker is UCS_THREAD_MODE_SINGLE): the core's ops, the registration pool
@@ -20,7 +21,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include <ucp/api/ucp.h>
+#include "ucx_ucp.h" /* <ucp/api/ucp.h>, its functions loaded at the first create */
 
 #include "../common/samehost.h"
 #include "nixl/backend.h"
