@@ -75,7 +75,7 @@ extern "C" {
     X(NIXL_ERR_STALE, -42, "request made against an older generation of the peer's metadata")    \
     X(NIXL_ERR_BAD_METADATA, -43, "metadata truncated or corrupted")                              \
     X(NIXL_ERR_MD_VERSION, -44, "metadata version not supported")                                 \
-    X(NIXL_ERR_PEER_GONE, -45, "peer process vanished")                                           \
+    X(NIXL_ERR_PEER_GONE, -45, "peer gone or unreachable")                                        \
     X(NIXL_ERR_SELF, -46, "an agent cannot load its own metadata")                                \
     X(NIXL_ERR_NAME_TAKEN, -47, "agent name already in use")                                      \
     X(NIXL_ERR_NOT_AUTHENTICATED, -48, "metadata not authenticated: no MAC, a wrong one, or a replay")   \

@@ -40,6 +40,9 @@ static const nixl_param_info_t ucx_params[] = {
      "intervals"},
     {"release_wait_ms", "2000",
      "releasing a request in flight waits this long for UCX to finish it, then closes the peer's endpoint"},
+    {"peer_timeout_ms", "5000",
+     "a peer from which nothing completed this long while requests to it are in flight (a link down, a stalled "
+     "process) is gone: its requests end NIXL_ERR_PEER_GONE; 0: only UCX's own error handling"},
     {"spin_us", "200",
      "after the last event or post the progress thread keeps polling this long before it naps or sleeps, so a "
      "stream of transfers is not paced by wake-ups; 0: nap at once"},
@@ -140,6 +143,12 @@ static nixl_status_t ucx_parse_params(ucx_be_t *be, const nixl_param_t *params, 
         return NIXL_ERR_INVALID_PARAM;
     }
     v = ucx_param(params, n, 5);
+    if (nixl_param_parse_size(v, &u) != 0 || (u != 0 && (u < 100 || u > 3600000))) {
+        UCX_ERROR(be, "ucx: peer_timeout_ms=\"%s\" is not valid: expected 0 (off) or 100 to 3600000", v);
+        return NIXL_ERR_INVALID_PARAM;
+    }
+    be->peer_timeout_ns = u * 1000000ull;
+    v = ucx_param(params, n, 6);
     if (nixl_param_parse_size(v, &u) != 0 || u > 100000) {
         UCX_ERROR(be, "ucx: spin_us=\"%s\" is not valid: expected 0 to 100000", v);
         return NIXL_ERR_INVALID_PARAM;

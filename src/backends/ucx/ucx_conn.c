@@ -277,6 +277,37 @@ void ucx_peer_fail_locked(ucx_be_t *be, ucx_peer_t *peer, const char *why)
     ucx_ep_close_locked(be, peer, 1, 100);
 }
 
+/* The silence rule, at most once a millisecond: UCX over tcp reports
+ * neither a link that went down nor a peer that stopped answering while
+ * data is unacknowledged (TCP retransmits for minutes; UCX's keepalive
+ * waits behind the data), so a request would hang.  A peer with requests
+ * in flight from which no operation of ours completed and no message came
+ * for peer_timeout_ms, counted from the later of that and its first
+ * request in flight, is gone. */
+static void ucx_silence_check_locked(ucx_be_t *be)
+{
+    uint64_t now = nixl_now_ns();
+    if (now - be->silence_checked_ns < 1000000ull)
+        return;
+    be->silence_checked_ns = now;
+    for (ucx_peer_t *p = be->peers; p; p = p->next) {
+        if (p->activity != p->activity_seen) {
+            p->activity_seen = p->activity;
+            p->heard_ns = now;
+        }
+        if (!p->nreqs || p->gone || !p->ep)
+            continue;
+        uint64_t since = p->heard_ns > p->busy_since_ns ? p->heard_ns : p->busy_since_ns;
+        if (now - since > be->peer_timeout_ns) {
+            char why[192];
+            snprintf(why, sizeof(why), "nothing completed for %llu ms with %u request(s) in flight (link down, or "
+                     "the peer stopped progressing; peer_timeout_ms)", (unsigned long long)((now - since) / 1000000ull),
+                     p->nreqs);
+            ucx_peer_fail_locked(be, p, why);
+        }
+    }
+}
+
 void ucx_peers_reap_locked(ucx_be_t *be)
 {
     for (ucx_peer_t *p = be->peers; p; p = p->next) {
@@ -286,6 +317,8 @@ void ucx_peers_reap_locked(ucx_be_t *be)
         snprintf(why, sizeof(why), "UCX reported %s", ucs_status_string(p->gone_status));
         ucx_peer_fail_locked(be, p, why);
     }
+    if (be->peer_timeout_ns)
+        ucx_silence_check_locked(be);
 }
 
 nixl_status_t ucx_peer_check_locked(ucx_be_t *be, ucx_peer_t *peer)
@@ -532,6 +565,9 @@ ucs_status_t ucx_am_recv(void *arg, const void *header, size_t header_length, vo
     }
     memcpy(name, header, header_length);
     name[header_length] = 0;
+    for (ucx_peer_t *p = be->peers; p; p = p->next) /* news from it (the silence rule) */
+        if (strcmp(p->name, name) == 0)
+            p->activity++;
     be->host->notif_deliver(be->host->ctx, name, data, length);
     return UCS_OK;
 }

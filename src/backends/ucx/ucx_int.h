@@ -36,6 +36,7 @@
 #define UCX_TRANSPORTS_MAX 16 /* entries of the transports parameter */
 #define UCX_PATHS_MAX 32      /* distinct "ucx.<tl>" strings an instance hands out */
 #define UCX_AM_NOTIF 0x4e     /* active message id of notifications */
+#define UCX_CHUNK (1ull << 20) /* the largest put/get of a post (ucx_xfer.c) */
 
 /* ---- wire formats (little-endian), validated field by field ----
  *
@@ -90,6 +91,12 @@ typedef struct ucx_peer {
     int have_proc;         /* a pidfd on a peer of our pid namespace */
     samehost_proc_t proc;
     unsigned nreqs;        /* requests of this peer still in flight */
+    /* Silence (ucx_peers_reap_locked): with requests in flight, a peer from
+     * which nothing completed for peer_timeout_ms is gone. */
+    uint64_t activity;      /* operations of ours that completed, messages from it */
+    uint64_t activity_seen; /* activity at the last look */
+    uint64_t heard_ns;      /* when activity was last seen to change */
+    uint64_t busy_since_ns; /* when nreqs last went from 0 to 1 */
 } ucx_peer_t;
 
 /* rkey_load() output. */
@@ -143,6 +150,8 @@ struct ucx_be {
     unsigned progress_us;
     uint64_t release_wait_ms;
     uint64_t spin_ns;
+    uint64_t peer_timeout_ns; /* 0: no silence rule */
+    uint64_t silence_checked_ns;
 
     ucx_peer_t *peers;
     ucx_req_t *run; /* requests in flight */

@@ -42,7 +42,8 @@ static void ucx_run_add(ucx_be_t *be, ucx_req_t *r)
     if (be->run)
         be->run->prev_run = r;
     be->run = r;
-    r->peer->nreqs++;
+    if (r->peer->nreqs++ == 0) /* silence is counted from here (ucx_peers_reap_locked) */
+        r->peer->busy_since_ns = r->posted_ns;
 }
 
 static void ucx_run_del(ucx_be_t *be, ucx_req_t *r)
@@ -63,6 +64,8 @@ static void ucx_op_done(void *request, ucs_status_t status, void *user_data)
     r->inflight--;
     if (status != UCS_OK && r->op_status == UCS_OK)
         r->op_status = status;
+    else if (status == UCS_OK)
+        r->peer->activity++;
     ucp_request_free(request);
 }
 
@@ -70,8 +73,10 @@ static void ucx_flush_done(void *request, ucs_status_t status, void *user_data)
 {
     ucx_req_t *r = user_data;
     r->flush_req = NULL;
-    if (status == UCS_OK)
+    if (status == UCS_OK) {
         r->flushed = 1;
+        r->peer->activity++;
+    }
     else if (r->op_status == UCS_OK)
         r->op_status = status;
     ucp_request_free(request);
@@ -300,22 +305,29 @@ nixl_status_t ucx_xfer_post(void *bev, nixl_be_req_t *req, const void *notif, si
         .user_data = r,
     };
     int wr = r->op == NIXL_OP_WRITE;
-    for (size_t i = 0; i < r->count; i++) {
+    for (size_t i = 0; i < r->count && r->op_status == UCS_OK; i++) {
         const nixl_be_iov_t *v = &r->iov[i];
         const ucx_reg_t *g = v->lmd;
         const ucx_rmd_t *rm = v->rmd;
         rp.memh = g->memh;
-        void *q = wr ? ucp_put_nbx(peer->ep, (void *)(uintptr_t)v->laddr, v->len, v->raddr, rm->rkey, &rp)
-                     : ucp_get_nbx(peer->ep, (void *)(uintptr_t)v->laddr, v->len, v->raddr, rm->rkey, &rp);
-        if (nixl_likely(q == NULL))
-            continue;
-        if (nixl_unlikely(UCS_PTR_IS_ERR(q))) {
-            r->op_status = UCS_PTR_STATUS(q);
-            UCX_ERROR(be, "ucx: %s of %llu bytes to %s: %s", wr ? "ucp_put_nbx" : "ucp_get_nbx",
-                      (unsigned long long)v->len, peer->name, ucs_status_string(r->op_status));
-            break;
+        /* Pieces above UCX_CHUNK go as several operations: each completion
+         * is news that the link moves (the silence rule), where one 64 MiB
+         * put on a slow link would say nothing for seconds. */
+        for (uint64_t off = 0; off < v->len; off += UCX_CHUNK) {
+            uint64_t n = v->len - off < UCX_CHUNK ? v->len - off : UCX_CHUNK;
+            void *lp = (void *)(uintptr_t)(v->laddr + off);
+            void *q = wr ? ucp_put_nbx(peer->ep, lp, n, v->raddr + off, rm->rkey, &rp)
+                         : ucp_get_nbx(peer->ep, lp, n, v->raddr + off, rm->rkey, &rp);
+            if (nixl_likely(q == NULL))
+                continue;
+            if (nixl_unlikely(UCS_PTR_IS_ERR(q))) {
+                r->op_status = UCS_PTR_STATUS(q);
+                UCX_ERROR(be, "ucx: %s of %llu bytes to %s: %s", wr ? "ucp_put_nbx" : "ucp_get_nbx",
+                          (unsigned long long)n, peer->name, ucs_status_string(r->op_status));
+                break;
+            }
+            r->inflight++;
         }
-        r->inflight++;
     }
     if (r->op_status == UCS_OK) {
         ucp_request_param_t fp = {

@@ -18,6 +18,12 @@
  *   peer_lost     a peer process SIGKILLed, loaded as if on another host
  *                 (no pidfd): requests end PEER_GONE through UCX's error
  *                 callback within 5 s, notifications are refused
+ *   silent        a peer that never progresses (no thread, no calls) is
+ *                 gone for silence: a READ ends PEER_GONE within
+ *                 peer_timeout_ms plus a margin (tcp)
+ *   chunks        a 5 MiB piece (several operations of UCX_CHUNK) written
+ *                 and read back, bytes compared; a short peer_timeout_ms (2 s)
+ *                 never fails a healthy peer
  *
  * Exit 77 (skip) with the reason when UCX cannot create an instance here.
  */
@@ -668,11 +674,131 @@ static int case_peer_lost(void)
     return failures;
 }
 
+/* A peer that stops progressing (an instance with no thread that never
+ * calls in: over tcp UCX needs it to answer wireup and RMA) is gone for
+ * the silence rule: a READ ends PEER_GONE within peer_timeout_ms (300)
+ * plus a margin, with one ERROR line saying why, never hangs. */
+static int case_silent(void)
+{
+    const char *tls = getenv("UCX_TLS");
+    if (!tls || strcmp(tls, "tcp") != 0) {
+        printf("SKIP: silent needs UCX_TLS=tcp (shared memory reads need no answer from the peer)\n");
+        return 77;
+    }
+    host_t ha, hb;
+    nixl_param_t pa = {"peer_timeout_ms", "300"}, pb = {"progress_thread", "0"};
+    void *a = be_create(&ha, "a", &pa, 1), *b = be_create(&hb, "b", &pb, 1);
+    enum { N = 1 << 16 };
+    uint8_t *la = calloc(1, N), *rb = calloc(1, N);
+    CHECK(la && rb);
+    nixl_be_region_t lr = {.mem_type = NIXL_MEM_DRAM, .addr = (uint64_t)(uintptr_t)la, .len = N};
+    nixl_be_region_t rr = {.mem_type = NIXL_MEM_DRAM, .addr = (uint64_t)(uintptr_t)rb, .len = N};
+    void *lmd = NULL, *rmd_b = NULL, *rmd = NULL;
+    CHECK_ST(ops->reg(a, &lr, &lmd), NIXL_OK);
+    CHECK_ST(ops->reg(b, &rr, &rmd_b), NIXL_OK);
+    void *peer = peer_of(a, b, "b");
+    size_t klen;
+    uint8_t *k = key_of(b, rmd_b, &klen);
+    CHECK_ST(ops->rkey_load(a, peer, &rr, k, klen, &rmd), NIXL_OK);
+    free(k);
+    if (!peer || !rmd)
+        return ++failures;
+    nixl_be_iov_t iov = {lr.addr, rr.addr, N, lmd, rmd};
+    nixl_be_xfer_t x = {NIXL_OP_READ, peer, NIXL_MEM_DRAM, NIXL_MEM_DRAM, &iov, 1, N};
+    nixl_be_req_t *req = NULL;
+    CHECK_ST(ops->xfer_prepare(a, &x, &req), NIXL_OK);
+    if (!req)
+        return ++failures;
+    unsigned errors_before = errors_logged;
+    uint64_t t0 = test_now_ms();
+    nixl_status_t st = wait_req(a, req, ops->xfer_post(a, req, NULL, 0));
+    uint64_t ms = test_now_ms() - t0;
+    printf("READ from a peer that never progresses: %s after %llu ms (peer_timeout_ms=300)\n", nixl_status_name(st),
+           (unsigned long long)ms);
+    CHECK_ST(st, NIXL_ERR_PEER_GONE);
+    CHECK(ms >= 300 && ms < 3000);
+    CHECK(errors_logged > errors_before);
+    CHECK(ops->peer_alive(a, peer) == 0);
+    CHECK_ST(ops->notif_send(a, peer, "x", 1), NIXL_ERR_PEER_GONE);
+    ops->xfer_release(a, req);
+    ops->rkey_unload(a, rmd);
+    ops->peer_unload(a, peer);
+    ops->dereg(a, lmd);
+    ops->dereg(b, rmd_b);
+    ops->destroy(a);
+    ops->destroy(b);
+    free(la);
+    free(rb);
+    return failures;
+}
+
+/* Pieces larger than UCX_CHUNK go as several operations: a WRITE of one
+ * piece of 5 MiB + 3 bytes at odd offsets, then a READ of it back, bytes
+ * compared, the neighbours untouched; under a peer_timeout_ms of 2000 a
+ * healthy peer is never found silent. */
+static int case_chunks(void)
+{
+    host_t ha, hb;
+    nixl_param_t pa = {"peer_timeout_ms", "2000"};
+    void *a = be_create(&ha, "a", &pa, 1), *b = be_create(&hb, "b", NULL, 0);
+    const size_t L = 5 * UCX_CHUNK + 3, N = L + 64;
+    uint8_t *la = malloc(N), *rb = malloc(N), *back = malloc(N);
+    CHECK(la && rb && back);
+    for (size_t i = 0; i < N; i++) {
+        la[i] = (uint8_t)(i * 29 + 11);
+        rb[i] = 0x5a;
+        back[i] = 0xee;
+    }
+    nixl_be_region_t lr = {.mem_type = NIXL_MEM_DRAM, .addr = (uint64_t)(uintptr_t)la, .len = N};
+    nixl_be_region_t br = {.mem_type = NIXL_MEM_DRAM, .addr = (uint64_t)(uintptr_t)back, .len = N};
+    nixl_be_region_t rr = {.mem_type = NIXL_MEM_DRAM, .addr = (uint64_t)(uintptr_t)rb, .len = N};
+    void *lmd = NULL, *bmd = NULL, *rmd_b = NULL, *rmd = NULL;
+    CHECK_ST(ops->reg(a, &lr, &lmd), NIXL_OK);
+    CHECK_ST(ops->reg(a, &br, &bmd), NIXL_OK);
+    CHECK_ST(ops->reg(b, &rr, &rmd_b), NIXL_OK);
+    void *peer = peer_of(a, b, "b");
+    size_t klen;
+    uint8_t *k = key_of(b, rmd_b, &klen);
+    CHECK_ST(ops->rkey_load(a, peer, &rr, k, klen, &rmd), NIXL_OK);
+    free(k);
+    if (!peer || !rmd)
+        return ++failures;
+    nixl_be_iov_t w = {lr.addr + 5, rr.addr + 17, L, lmd, rmd};
+    nixl_be_xfer_t x = {NIXL_OP_WRITE, peer, NIXL_MEM_DRAM, NIXL_MEM_DRAM, &w, 1, L};
+    nixl_be_req_t *req = NULL;
+    CHECK_ST(ops->xfer_prepare(a, &x, &req), NIXL_OK);
+    if (!req)
+        return ++failures;
+    CHECK_ST(wait_req(a, req, ops->xfer_post(a, req, NULL, 0)), NIXL_OK);
+    CHECK(memcmp(rb + 17, la + 5, L) == 0);
+    CHECK(rb[16] == 0x5a && rb[17 + L] == 0x5a);
+    ops->xfer_release(a, req);
+    nixl_be_iov_t r = {br.addr + 1, rr.addr + 17, L, bmd, rmd};
+    nixl_be_xfer_t y = {NIXL_OP_READ, peer, NIXL_MEM_DRAM, NIXL_MEM_DRAM, &r, 1, L};
+    CHECK_ST(ops->xfer_prepare(a, &y, &req), NIXL_OK);
+    CHECK_ST(wait_req(a, req, ops->xfer_post(a, req, NULL, 0)), NIXL_OK);
+    CHECK(memcmp(back + 1, la + 5, L) == 0);
+    CHECK(back[0] == 0xee && back[1 + L] == 0xee);
+    CHECK(ops->peer_alive(a, peer) != 0);
+    ops->xfer_release(a, req);
+    ops->rkey_unload(a, rmd);
+    ops->peer_unload(a, peer);
+    ops->dereg(a, lmd);
+    ops->dereg(a, bmd);
+    ops->dereg(b, rmd_b);
+    ops->destroy(a);
+    ops->destroy(b);
+    free(la);
+    free(rb);
+    free(back);
+    return failures;
+}
+
 int main(int argc, char **argv)
 {
     ops = nixl_backend_ucx_ops();
     if (argc < 2) {
-        fprintf(stderr, "usage: %s conn_corrupt|rkey_corrupt|xfer|ep_info|vram|fallback|peer_lost\n", argv[0]);
+        fprintf(stderr, "usage: %s conn_corrupt|rkey_corrupt|xfer|ep_info|vram|fallback|peer_lost|silent|chunks\n", argv[0]);
         return 2;
     }
     static const struct {
@@ -680,7 +806,7 @@ int main(int argc, char **argv)
         int (*fn)(void);
     } cases[] = {{"conn_corrupt", case_conn_corrupt}, {"rkey_corrupt", case_rkey_corrupt}, {"xfer", case_xfer},
                  {"ep_info", case_ep_info},           {"vram", case_vram},                 {"fallback", case_fallback},
-                 {"peer_lost", case_peer_lost}};
+                 {"peer_lost", case_peer_lost},       {"silent", case_silent},             {"chunks", case_chunks}};
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         if (strcmp(argv[1], cases[i].name) != 0)
             continue;
