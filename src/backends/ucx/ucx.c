@@ -412,6 +412,18 @@ static void ucx_destroy(void *bev)
     /* Peers should be gone; close what a careless core left. */
     while (be->peers)
         ucx_peer_unload(be, be->peers);
+    /* UCX 1.13 aborts in ucp_worker_destroy (an assertion in
+     * ucp_ep_purge_lanes, "got REP message") when an endpoint UCX made for
+     * a peer's wireup still has its reply queued: seen in CI when the two
+     * agents of a conformance case were destroyed in turn.  Let such
+     * replies go (or fail) first: progress until 2 ms pass with nothing
+     * done, at most 50 ms. */
+    uint64_t t0 = nixl_now_ns(), last = t0, now = t0;
+    while (now - last < 2000000ull && now - t0 < 50000000ull) {
+        if (ucp_worker_progress(be->worker))
+            last = now;
+        now = nixl_now_ns();
+    }
     free(be->addr);
     ucp_worker_destroy(be->worker);
     ucp_cleanup(be->ctx);

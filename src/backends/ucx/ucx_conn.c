@@ -304,6 +304,8 @@ static void ucx_silence_check_locked(ucx_be_t *be)
                      "the peer stopped progressing; peer_timeout_ms)", (unsigned long long)((now - since) / 1000000ull),
                      p->nreqs);
             ucx_peer_fail_locked(be, p, why);
+            p->silent = 1; /* silence alone: tried again later (ucx_peer_check_locked) */
+            p->gone_ns = now;
         }
     }
 }
@@ -321,10 +323,75 @@ void ucx_peers_reap_locked(ucx_be_t *be)
         ucx_silence_check_locked(be);
 }
 
+static ucs_status_t ucx_ep_open_locked(ucx_be_t *be, ucx_peer_t *peer)
+{
+    ucp_ep_params_t ep = {
+        .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLER,
+        .address = peer->addr,
+        .err_mode = UCP_ERR_HANDLING_MODE_PEER,
+        .err_handler = {.cb = ucx_ep_error, .arg = peer},
+    };
+    ucs_status_t us = ucp_ep_create(be->worker, &ep, &peer->ep);
+    if (us == UCS_OK)
+        ucx_peer_path(be, peer);
+    else
+        peer->ep = NULL;
+    return us;
+}
+
+/* A peer gone for silence alone, nothing of it in flight any more, at
+ * least twice peer_timeout_ms ago: a new endpoint from its address (a 3 s
+ * blackout is not the end of a peer).  Its requests' keys are unpacked
+ * again at their next post (ucx_rmd_fresh_locked).  A peer that is really
+ * gone fails this one the same way, after another timeout. */
+static void ucx_peer_renew_locked(ucx_be_t *be, ucx_peer_t *peer)
+{
+    uint64_t now = nixl_now_ns();
+    if (!peer->silent || peer->nreqs || peer->ep || now - peer->gone_ns < 2 * be->peer_timeout_ns)
+        return;
+    ucs_status_t us = ucx_ep_open_locked(be, peer);
+    if (us != UCS_OK) {
+        peer->gone_ns = now;
+        UCX_INFO(be, "ucx: peer %s: no new endpoint: %s", peer->name, ucs_status_string(us));
+        return;
+    }
+    peer->gen++;
+    peer->gone = 0;
+    peer->gone_logged = 0;
+    peer->close_owed = 0;
+    peer->silent = 0;
+    peer->heard_ns = now;
+    UCX_INFO(be, "ucx: peer %s: trying again after its silence, on a new endpoint (%s)", peer->name, peer->path);
+}
+
+ucs_status_t ucx_rmd_fresh_locked(ucx_be_t *be, ucx_rmd_t *rm)
+{
+    ucx_peer_t *peer = rm->peer;
+    if (!rm->packed || rm->gen == peer->gen)
+        return UCS_OK;
+    if (!peer->ep)
+        return UCS_ERR_NOT_CONNECTED;
+    ucp_rkey_h k;
+    ucs_status_t us = ucp_ep_rkey_unpack(peer->ep, rm->packed, &k);
+    if (us != UCS_OK) {
+        UCX_ERROR(be, "ucx: key of a region of peer %s on its new endpoint: ucp_ep_rkey_unpack: %s", peer->name,
+                  ucs_status_string(us));
+        return us;
+    }
+    if (rm->rkey)
+        ucp_rkey_destroy(rm->rkey);
+    rm->rkey = k;
+    rm->gen = peer->gen;
+    return UCS_OK;
+}
+
 nixl_status_t ucx_peer_check_locked(ucx_be_t *be, ucx_peer_t *peer)
 {
     if (nixl_unlikely(peer->close_owed))
         ucx_peers_reap_locked(be);
+    if (nixl_unlikely(peer->gone) && peer->silent)
+        ucx_peer_renew_locked(be, peer);
     if (nixl_unlikely(peer->gone))
         return NIXL_ERR_PEER_GONE;
     if (peer->have_proc && samehost_proc_alive(be->host, "ucx", &peer->proc, 0) != NIXL_OK) {
@@ -369,24 +436,18 @@ nixl_status_t ucx_peer_open(void *bev, const nixl_be_peer_t *who, const void *co
         goto err_proc;
     }
     memcpy(acopy, addr, alen);
-    ucp_ep_params_t ep = {
-        .field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                      UCP_EP_PARAM_FIELD_ERR_HANDLER,
-        .address = acopy,
-        .err_mode = UCP_ERR_HANDLING_MODE_PEER,
-        .err_handler = {.cb = ucx_ep_error, .arg = peer},
-    };
+    peer->addr = acopy; /* kept: a renewal makes a new endpoint from it */
+    peer->addr_len = alen;
     pthread_mutex_lock(&be->lock);
-    ucs_status_t us = ucp_ep_create(be->worker, &ep, &peer->ep);
-    free(acopy);
+    ucs_status_t us = ucx_ep_open_locked(be, peer);
     if (us != UCS_OK) {
         pthread_mutex_unlock(&be->lock);
         UCX_ERROR(be, "ucx: no endpoint to peer %s: ucp_ep_create: %s (UCX_TLS=%s)", peer->name,
                   ucs_status_string(us), getenv("UCX_TLS") ? getenv("UCX_TLS") : "all");
         st = us == UCS_ERR_UNREACHABLE ? NIXL_ERR_NO_PATH : NIXL_ERR_BACKEND;
+        free(peer->addr);
         goto err_proc;
     }
-    ucx_peer_path(be, peer);
     peer->next = be->peers;
     be->peers = peer;
     pthread_mutex_unlock(&be->lock);
@@ -418,6 +479,7 @@ void ucx_peer_unload(void *bev, void *peerv)
     pthread_mutex_unlock(&be->lock);
     if (peer->have_proc)
         samehost_proc_close(&peer->proc);
+    free(peer->addr);
     free(peer);
 }
 

@@ -97,6 +97,14 @@ typedef struct ucx_peer {
     uint64_t activity_seen; /* activity at the last look */
     uint64_t heard_ns;      /* when activity was last seen to change */
     uint64_t busy_since_ns; /* when nreqs last went from 0 to 1 */
+    /* Renewal: a peer gone for silence alone (silent) is tried again with
+     * a new endpoint from its address, at a call at least twice
+     * peer_timeout_ms after; remote keys follow the endpoint's gen. */
+    void *addr;             /* its worker address (the conn info's) */
+    size_t addr_len;
+    unsigned gen;           /* endpoints made so far, minus one */
+    int silent;
+    uint64_t gone_ns;
 } ucx_peer_t;
 
 /* rkey_load() output. */
@@ -104,6 +112,10 @@ typedef struct ucx_rmd {
     uint64_t addr, len;
     uint32_t flags;
     ucp_rkey_h rkey; /* NULL with UCX_RKEY_F_NOCUDA */
+    ucx_peer_t *peer;
+    unsigned gen;    /* the peer's endpoint rkey was unpacked on */
+    void *packed;    /* the key's bytes, to unpack again on a renewed endpoint */
+    size_t packed_len;
 } ucx_rmd_t;
 
 typedef enum { UCX_REQ_IDLE, UCX_REQ_RUN, UCX_REQ_DONE, UCX_REQ_FAILED } ucx_req_state_t;
@@ -183,6 +195,9 @@ nixl_status_t ucx_peer_check_locked(ucx_be_t *be, ucx_peer_t *peer);
 void ucx_peers_reap_locked(ucx_be_t *be);
 /* Mark the peer gone and close its endpoint at once (FORCE). */
 void ucx_peer_fail_locked(ucx_be_t *be, ucx_peer_t *peer, const char *why);
+/* rm's key unpacked on its peer's current endpoint (after a renewal);
+ * UCS_OK, or UCX's error. */
+ucs_status_t ucx_rmd_fresh_locked(ucx_be_t *be, ucx_rmd_t *rm);
 /* The transport name a printout of ucp_ep_print_info says carries RMA. */
 int ucx_ep_info_transport(const char *info, char *tl, size_t cap);
 const char *ucx_path_intern(ucx_be_t *be, const char *tl);

@@ -178,15 +178,19 @@ nixl_status_t ucx_rkey_load(void *bev, void *peerv, const nixl_be_region_t *regi
         memcpy(copy, packed, plen);
         pthread_mutex_lock(&be->lock);
         ucs_status_t us = peer->ep ? ucp_ep_rkey_unpack(peer->ep, copy, &rm->rkey) : UCS_ERR_NOT_CONNECTED;
+        rm->gen = peer->gen;
         pthread_mutex_unlock(&be->lock);
-        free(copy);
         if (us != UCS_OK) {
             UCX_ERROR(be, "ucx: key of a region of peer %s: ucp_ep_rkey_unpack: %s", peer->name,
                       ucs_status_string(us));
+            free(copy);
             free(rm);
             return peer->ep ? NIXL_ERR_BAD_METADATA : NIXL_ERR_PEER_GONE;
         }
+        rm->packed = copy; /* kept: a renewed endpoint unpacks it again */
+        rm->packed_len = plen;
     }
+    rm->peer = peer;
     *rmd_out = rm;
     return NIXL_OK;
 }
@@ -202,5 +206,6 @@ void ucx_rkey_unload(void *bev, void *rmdv)
         ucp_rkey_destroy(rm->rkey);
         pthread_mutex_unlock(&be->lock);
     }
+    free(rm->packed);
     free(rm);
 }

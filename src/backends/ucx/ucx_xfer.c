@@ -308,7 +308,9 @@ nixl_status_t ucx_xfer_post(void *bev, nixl_be_req_t *req, const void *notif, si
     for (size_t i = 0; i < r->count && r->op_status == UCS_OK; i++) {
         const nixl_be_iov_t *v = &r->iov[i];
         const ucx_reg_t *g = v->lmd;
-        const ucx_rmd_t *rm = v->rmd;
+        ucx_rmd_t *rm = v->rmd;
+        if (nixl_unlikely(rm->gen != peer->gen) && (r->op_status = ucx_rmd_fresh_locked(be, rm)) != UCS_OK)
+            break; /* the peer's endpoint was renewed since the key was unpacked */
         rp.memh = g->memh;
         /* Pieces above UCX_CHUNK go as several operations: each completion
          * is news that the link moves (the silence rule), where one 64 MiB

@@ -21,6 +21,8 @@
  *   silent        a peer that never progresses (no thread, no calls) is
  *                 gone for silence: a READ ends PEER_GONE within
  *                 peer_timeout_ms plus a margin (tcp)
+ *   renew         a peer gone for silence alone is tried again after twice
+ *                 peer_timeout_ms on a new endpoint: the READ then works
  *   chunks        a 5 MiB piece (several operations of UCX_CHUNK) written
  *                 and read back, bytes compared; a short peer_timeout_ms (2 s)
  *                 never fails a healthy peer
@@ -732,6 +734,72 @@ static int case_silent(void)
     return failures;
 }
 
+/* A peer gone for silence alone is tried again: b makes no progress until
+ * a's READ ended PEER_GONE (peer_timeout_ms 300); then b progresses.  A
+ * post within twice the timeout is refused at once; after it, a new
+ * endpoint is made, the key unpacked on it, and the READ returns b's
+ * bytes.  UCX's own errors (a reset) stay final: peer_lost. */
+static int case_renew(void)
+{
+    const char *tls = getenv("UCX_TLS");
+    if (!tls || strcmp(tls, "tcp") != 0) {
+        printf("SKIP: renew needs UCX_TLS=tcp (a peer that does not progress is silent there)\n");
+        return 77;
+    }
+    host_t ha, hb;
+    nixl_param_t pa = {"peer_timeout_ms", "300"}, pb = {"progress_thread", "0"};
+    void *a = be_create(&ha, "a", &pa, 1), *b = be_create(&hb, "b", &pb, 1);
+    enum { N = 1 << 16 };
+    uint8_t *la = calloc(1, N), *rb = malloc(N);
+    CHECK(la && rb);
+    for (size_t i = 0; i < N; i++)
+        rb[i] = (uint8_t)(i * 17 + 9);
+    nixl_be_region_t lr = {.mem_type = NIXL_MEM_DRAM, .addr = (uint64_t)(uintptr_t)la, .len = N};
+    nixl_be_region_t rr = {.mem_type = NIXL_MEM_DRAM, .addr = (uint64_t)(uintptr_t)rb, .len = N};
+    void *lmd = NULL, *rmd_b = NULL, *rmd = NULL;
+    CHECK_ST(ops->reg(a, &lr, &lmd), NIXL_OK);
+    CHECK_ST(ops->reg(b, &rr, &rmd_b), NIXL_OK);
+    void *peer = peer_of(a, b, "b");
+    size_t klen;
+    uint8_t *k = key_of(b, rmd_b, &klen);
+    CHECK_ST(ops->rkey_load(a, peer, &rr, k, klen, &rmd), NIXL_OK);
+    free(k);
+    if (!peer || !rmd)
+        return ++failures;
+    nixl_be_iov_t iov = {lr.addr, rr.addr, N, lmd, rmd};
+    nixl_be_xfer_t x = {NIXL_OP_READ, peer, NIXL_MEM_DRAM, NIXL_MEM_DRAM, &iov, 1, N};
+    nixl_be_req_t *req = NULL;
+    CHECK_ST(ops->xfer_prepare(a, &x, &req), NIXL_OK);
+    if (!req)
+        return ++failures;
+    CHECK_ST(wait_req(a, req, ops->xfer_post(a, req, NULL, 0)), NIXL_ERR_PEER_GONE);
+    uint64_t gone = test_now_ms();
+    /* Refused at once while the peer is in its penalty (2 x 300 ms). */
+    CHECK_ST(ops->xfer_post(a, req, NULL, 0), NIXL_ERR_PEER_GONE);
+    while (test_now_ms() - gone < 700)
+        ops->progress(b);
+    nixl_status_t st = ops->xfer_post(a, req, NULL, 0);
+    uint64_t t0 = test_now_ms();
+    while (st == NIXL_IN_PROG && test_now_ms() - t0 < 10000) {
+        ops->progress(b);
+        st = ops->xfer_status(a, req);
+    }
+    printf("READ after the renewal: %s in %llu ms\n", nixl_status_name(st), (unsigned long long)(test_now_ms() - t0));
+    CHECK_ST(st, NIXL_OK);
+    CHECK(memcmp(la, rb, N) == 0);
+    CHECK(ops->peer_alive(a, peer) != 0);
+    ops->xfer_release(a, req);
+    ops->rkey_unload(a, rmd);
+    ops->peer_unload(a, peer);
+    ops->dereg(a, lmd);
+    ops->dereg(b, rmd_b);
+    ops->destroy(a);
+    ops->destroy(b);
+    free(la);
+    free(rb);
+    return failures;
+}
+
 /* Pieces larger than UCX_CHUNK go as several operations: a WRITE of one
  * piece of 5 MiB + 3 bytes at odd offsets, then a READ of it back, bytes
  * compared, the neighbours untouched; under a peer_timeout_ms of 2000 a
@@ -798,7 +866,7 @@ int main(int argc, char **argv)
 {
     ops = nixl_backend_ucx_ops();
     if (argc < 2) {
-        fprintf(stderr, "usage: %s conn_corrupt|rkey_corrupt|xfer|ep_info|vram|fallback|peer_lost|silent|chunks\n", argv[0]);
+        fprintf(stderr, "usage: %s conn_corrupt|rkey_corrupt|xfer|ep_info|vram|fallback|peer_lost|silent|chunks|renew\n", argv[0]);
         return 2;
     }
     static const struct {
@@ -806,7 +874,8 @@ int main(int argc, char **argv)
         int (*fn)(void);
     } cases[] = {{"conn_corrupt", case_conn_corrupt}, {"rkey_corrupt", case_rkey_corrupt}, {"xfer", case_xfer},
                  {"ep_info", case_ep_info},           {"vram", case_vram},                 {"fallback", case_fallback},
-                 {"peer_lost", case_peer_lost},       {"silent", case_silent},             {"chunks", case_chunks}};
+                 {"peer_lost", case_peer_lost},       {"silent", case_silent},             {"chunks", case_chunks},
+                 {"renew", case_renew}};
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         if (strcmp(argv[1], cases[i].name) != 0)
             continue;
