@@ -101,13 +101,14 @@ static void ucx_req_end(ucx_be_t *be, ucx_req_t *r, nixl_status_t st)
  *                  caller releasing what it saw in flight must not get the
  *                  notification delivered; a caller polling to completion
  *                  pays one more poll;
- *   UCX_BY_THREAD  the progress thread: only for a request posted at least
- *                  UCX_NOTIF_GRACE_NS ago.  The thread is there for callers
+ *   UCX_BY_THREAD  the progress thread: only for a request whose caller
+ *                  last had it back (its post or status call returning) at
+ *                  least UCX_NOTIF_GRACE_NS ago.  The thread is there for callers
  *                  who do not call in; one who posted a moment ago still
  *                  does and may be about to release it (a 64 MiB WRITE over
  *                  tcp is past its puts, waiting for its flush's answer,
  *                  when post returns). */
-#define UCX_NOTIF_GRACE_NS 1000000ull
+#define UCX_NOTIF_GRACE_NS 2000000ull
 
 /* Move one request on: notification after the flush, then its end. */
 static void ucx_req_advance(ucx_be_t *be, ucx_req_t *r, int by, uint64_t now)
@@ -353,6 +354,11 @@ nixl_status_t ucx_xfer_post(void *bev, nixl_be_req_t *req, const void *notif, si
         ucp_worker_progress(be->worker);
         ucx_req_advance(be, r, UCX_BY_POST, 0);
     }
+    /* The thread's grace counts from when the caller gets control back:
+     * under load the round above can outlast the grace, and a thread
+     * spinning for the lock would then send the notification of a request
+     * its caller is about to release (conformance release_in_flight). */
+    r->posted_ns = nixl_now_ns();
     st = ucx_req_status(r);
 out:
     pthread_mutex_unlock(&be->lock);
@@ -369,6 +375,7 @@ nixl_status_t ucx_xfer_status(void *bev, nixl_be_req_t *req)
     if (r->state == UCX_REQ_RUN) {
         (void)ucx_peer_check_locked(be, r->peer); /* a dead process: its endpoint is closed */
         ucx_progress_locked(be);
+        r->posted_ns = nixl_now_ns(); /* the caller is here: the thread's grace starts again */
     }
     nixl_status_t st = ucx_req_status(r);
     pthread_mutex_unlock(&be->lock);
