@@ -676,127 +676,120 @@ static int case_peer_lost(void)
     return failures;
 }
 
-/* A peer that stops progressing (an instance with no thread that never
- * calls in: over tcp UCX needs it to answer wireup and RMA) is gone for
- * the silence rule: a READ ends PEER_GONE within peer_timeout_ms (300)
- * plus a margin, with one ERROR line saying why, never hangs. */
-static int case_silent(void)
+/* The cases of a peer that stops progressing: instance a (peer_timeout_ms
+ * 300) READs 64 KiB from instance b, which has no thread and is progressed
+ * only when the case says so (over tcp UCX needs it to answer wireup and
+ * RMA).  rb holds a pattern. */
+typedef struct silent_pair {
+    host_t ha, hb;
+    void *a, *b, *peer, *lmd, *rmd_b, *rmd;
+    uint8_t *la, *rb;
+    nixl_be_iov_t iov;
+    nixl_be_req_t *req;
+} silent_pair_t;
+
+enum { SILENT_LEN = 1 << 16 };
+
+/* 0 when the pair is ready with its READ prepared; 77 (skip) without
+ * UCX_TLS=tcp; else the failure count. */
+static int silent_open(silent_pair_t *p, const char *name)
 {
     const char *tls = getenv("UCX_TLS");
     if (!tls || strcmp(tls, "tcp") != 0) {
-        printf("SKIP: silent needs UCX_TLS=tcp (shared memory reads need no answer from the peer)\n");
+        printf("SKIP: %s needs UCX_TLS=tcp (over shared memory a READ needs no answer from the peer)\n", name);
         return 77;
     }
-    host_t ha, hb;
+    memset(p, 0, sizeof(*p));
     nixl_param_t pa = {"peer_timeout_ms", "300"}, pb = {"progress_thread", "0"};
-    void *a = be_create(&ha, "a", &pa, 1), *b = be_create(&hb, "b", &pb, 1);
-    enum { N = 1 << 16 };
-    uint8_t *la = calloc(1, N), *rb = calloc(1, N);
-    CHECK(la && rb);
-    nixl_be_region_t lr = {.mem_type = NIXL_MEM_DRAM, .addr = (uint64_t)(uintptr_t)la, .len = N};
-    nixl_be_region_t rr = {.mem_type = NIXL_MEM_DRAM, .addr = (uint64_t)(uintptr_t)rb, .len = N};
-    void *lmd = NULL, *rmd_b = NULL, *rmd = NULL;
-    CHECK_ST(ops->reg(a, &lr, &lmd), NIXL_OK);
-    CHECK_ST(ops->reg(b, &rr, &rmd_b), NIXL_OK);
-    void *peer = peer_of(a, b, "b");
+    p->a = be_create(&p->ha, "a", &pa, 1);
+    p->b = be_create(&p->hb, "b", &pb, 1);
+    p->la = calloc(1, SILENT_LEN);
+    p->rb = malloc(SILENT_LEN);
+    CHECK(p->la && p->rb);
+    for (size_t i = 0; i < SILENT_LEN; i++)
+        p->rb[i] = (uint8_t)(i * 17 + 9);
+    nixl_be_region_t lr = {.mem_type = NIXL_MEM_DRAM, .addr = (uint64_t)(uintptr_t)p->la, .len = SILENT_LEN};
+    nixl_be_region_t rr = {.mem_type = NIXL_MEM_DRAM, .addr = (uint64_t)(uintptr_t)p->rb, .len = SILENT_LEN};
+    CHECK_ST(ops->reg(p->a, &lr, &p->lmd), NIXL_OK);
+    CHECK_ST(ops->reg(p->b, &rr, &p->rmd_b), NIXL_OK);
+    p->peer = peer_of(p->a, p->b, "b");
     size_t klen;
-    uint8_t *k = key_of(b, rmd_b, &klen);
-    CHECK_ST(ops->rkey_load(a, peer, &rr, k, klen, &rmd), NIXL_OK);
+    uint8_t *k = key_of(p->b, p->rmd_b, &klen);
+    CHECK_ST(ops->rkey_load(p->a, p->peer, &rr, k, klen, &p->rmd), NIXL_OK);
     free(k);
-    if (!peer || !rmd)
+    if (!p->peer || !p->rmd)
         return ++failures;
-    nixl_be_iov_t iov = {lr.addr, rr.addr, N, lmd, rmd};
-    nixl_be_xfer_t x = {NIXL_OP_READ, peer, NIXL_MEM_DRAM, NIXL_MEM_DRAM, &iov, 1, N};
-    nixl_be_req_t *req = NULL;
-    CHECK_ST(ops->xfer_prepare(a, &x, &req), NIXL_OK);
-    if (!req)
-        return ++failures;
+    p->iov = (nixl_be_iov_t){lr.addr, rr.addr, SILENT_LEN, p->lmd, p->rmd};
+    nixl_be_xfer_t x = {NIXL_OP_READ, p->peer, NIXL_MEM_DRAM, NIXL_MEM_DRAM, &p->iov, 1, SILENT_LEN};
+    CHECK_ST(ops->xfer_prepare(p->a, &x, &p->req), NIXL_OK);
+    return p->req ? 0 : ++failures;
+}
+
+static void silent_close(silent_pair_t *p)
+{
+    ops->xfer_release(p->a, p->req);
+    ops->rkey_unload(p->a, p->rmd);
+    ops->peer_unload(p->a, p->peer);
+    ops->dereg(p->a, p->lmd);
+    ops->dereg(p->b, p->rmd_b);
+    ops->destroy(p->a);
+    ops->destroy(p->b);
+    free(p->la);
+    free(p->rb);
+}
+
+/* A peer that never progresses is gone for the silence rule: a READ ends
+ * PEER_GONE within peer_timeout_ms (300) plus a margin, with one ERROR
+ * line saying why, never hangs. */
+static int case_silent(void)
+{
+    silent_pair_t p;
+    int rc = silent_open(&p, "silent");
+    if (rc)
+        return rc;
     unsigned errors_before = errors_logged;
     uint64_t t0 = test_now_ms();
-    nixl_status_t st = wait_req(a, req, ops->xfer_post(a, req, NULL, 0));
+    nixl_status_t st = wait_req(p.a, p.req, ops->xfer_post(p.a, p.req, NULL, 0));
     uint64_t ms = test_now_ms() - t0;
     printf("READ from a peer that never progresses: %s after %llu ms (peer_timeout_ms=300)\n", nixl_status_name(st),
            (unsigned long long)ms);
     CHECK_ST(st, NIXL_ERR_PEER_GONE);
     CHECK(ms >= 300 && ms < 3000);
     CHECK(errors_logged > errors_before);
-    CHECK(ops->peer_alive(a, peer) == 0);
-    CHECK_ST(ops->notif_send(a, peer, "x", 1), NIXL_ERR_PEER_GONE);
-    ops->xfer_release(a, req);
-    ops->rkey_unload(a, rmd);
-    ops->peer_unload(a, peer);
-    ops->dereg(a, lmd);
-    ops->dereg(b, rmd_b);
-    ops->destroy(a);
-    ops->destroy(b);
-    free(la);
-    free(rb);
+    CHECK(ops->peer_alive(p.a, p.peer) == 0);
+    CHECK_ST(ops->notif_send(p.a, p.peer, "x", 1), NIXL_ERR_PEER_GONE);
+    silent_close(&p);
     return failures;
 }
 
 /* A peer gone for silence alone is tried again: b makes no progress until
- * a's READ ended PEER_GONE (peer_timeout_ms 300); then b progresses.  A
- * post within twice the timeout is refused at once; after it, a new
- * endpoint is made, the key unpacked on it, and the READ returns b's
- * bytes.  UCX's own errors (a reset) stay final: peer_lost. */
+ * a's READ ended PEER_GONE; then b progresses.  A post within twice the
+ * timeout is refused at once; after it, a new endpoint is made, the key
+ * unpacked on it, and the READ returns b's bytes.  UCX's own errors (a
+ * reset) stay final: peer_lost. */
 static int case_renew(void)
 {
-    const char *tls = getenv("UCX_TLS");
-    if (!tls || strcmp(tls, "tcp") != 0) {
-        printf("SKIP: renew needs UCX_TLS=tcp (a peer that does not progress is silent there)\n");
-        return 77;
-    }
-    host_t ha, hb;
-    nixl_param_t pa = {"peer_timeout_ms", "300"}, pb = {"progress_thread", "0"};
-    void *a = be_create(&ha, "a", &pa, 1), *b = be_create(&hb, "b", &pb, 1);
-    enum { N = 1 << 16 };
-    uint8_t *la = calloc(1, N), *rb = malloc(N);
-    CHECK(la && rb);
-    for (size_t i = 0; i < N; i++)
-        rb[i] = (uint8_t)(i * 17 + 9);
-    nixl_be_region_t lr = {.mem_type = NIXL_MEM_DRAM, .addr = (uint64_t)(uintptr_t)la, .len = N};
-    nixl_be_region_t rr = {.mem_type = NIXL_MEM_DRAM, .addr = (uint64_t)(uintptr_t)rb, .len = N};
-    void *lmd = NULL, *rmd_b = NULL, *rmd = NULL;
-    CHECK_ST(ops->reg(a, &lr, &lmd), NIXL_OK);
-    CHECK_ST(ops->reg(b, &rr, &rmd_b), NIXL_OK);
-    void *peer = peer_of(a, b, "b");
-    size_t klen;
-    uint8_t *k = key_of(b, rmd_b, &klen);
-    CHECK_ST(ops->rkey_load(a, peer, &rr, k, klen, &rmd), NIXL_OK);
-    free(k);
-    if (!peer || !rmd)
-        return ++failures;
-    nixl_be_iov_t iov = {lr.addr, rr.addr, N, lmd, rmd};
-    nixl_be_xfer_t x = {NIXL_OP_READ, peer, NIXL_MEM_DRAM, NIXL_MEM_DRAM, &iov, 1, N};
-    nixl_be_req_t *req = NULL;
-    CHECK_ST(ops->xfer_prepare(a, &x, &req), NIXL_OK);
-    if (!req)
-        return ++failures;
-    CHECK_ST(wait_req(a, req, ops->xfer_post(a, req, NULL, 0)), NIXL_ERR_PEER_GONE);
+    silent_pair_t p;
+    int rc = silent_open(&p, "renew");
+    if (rc)
+        return rc;
+    CHECK_ST(wait_req(p.a, p.req, ops->xfer_post(p.a, p.req, NULL, 0)), NIXL_ERR_PEER_GONE);
     uint64_t gone = test_now_ms();
     /* Refused at once while the peer is in its penalty (2 x 300 ms). */
-    CHECK_ST(ops->xfer_post(a, req, NULL, 0), NIXL_ERR_PEER_GONE);
+    CHECK_ST(ops->xfer_post(p.a, p.req, NULL, 0), NIXL_ERR_PEER_GONE);
     while (test_now_ms() - gone < 700)
-        ops->progress(b);
-    nixl_status_t st = ops->xfer_post(a, req, NULL, 0);
+        ops->progress(p.b);
+    nixl_status_t st = ops->xfer_post(p.a, p.req, NULL, 0);
     uint64_t t0 = test_now_ms();
     while (st == NIXL_IN_PROG && test_now_ms() - t0 < 10000) {
-        ops->progress(b);
-        st = ops->xfer_status(a, req);
+        ops->progress(p.b);
+        st = ops->xfer_status(p.a, p.req);
     }
     printf("READ after the renewal: %s in %llu ms\n", nixl_status_name(st), (unsigned long long)(test_now_ms() - t0));
     CHECK_ST(st, NIXL_OK);
-    CHECK(memcmp(la, rb, N) == 0);
-    CHECK(ops->peer_alive(a, peer) != 0);
-    ops->xfer_release(a, req);
-    ops->rkey_unload(a, rmd);
-    ops->peer_unload(a, peer);
-    ops->dereg(a, lmd);
-    ops->dereg(b, rmd_b);
-    ops->destroy(a);
-    ops->destroy(b);
-    free(la);
-    free(rb);
+    CHECK(memcmp(p.la, p.rb, SILENT_LEN) == 0);
+    CHECK(ops->peer_alive(p.a, p.peer) != 0);
+    silent_close(&p);
     return failures;
 }
 
