@@ -137,7 +137,7 @@ struct ucx_req {
     void *am_req;             /* the notification's send in flight */
     int notif_sent;           /* handed to UCX: it will be delivered */
     int canceling;            /* xfer_cancel or release: never send the notification */
-    uint64_t posted_ns;       /* the caller's last post or status return (the thread's grace) */
+    uint64_t caller_ns;       /* the caller's last post or status return (the thread's grace) */
     void *notif;
     size_t notif_len, notif_cap;
     const char *cause;        /* fallback cause, when hdr.fallback */

@@ -43,7 +43,7 @@ static void ucx_run_add(ucx_be_t *be, ucx_req_t *r)
         be->run->prev_run = r;
     be->run = r;
     if (r->peer->nreqs++ == 0) /* silence is counted from here (ucx_peers_reap_locked) */
-        r->peer->busy_since_ns = r->posted_ns;
+        r->peer->busy_since_ns = r->caller_ns;
 }
 
 static void ucx_run_del(ucx_be_t *be, ucx_req_t *r)
@@ -116,7 +116,7 @@ static void ucx_req_advance(ucx_be_t *be, ucx_req_t *r, int by, uint64_t now)
     if (r->state != UCX_REQ_RUN)
         return;
     int may_notify = by == UCX_BY_POST || (by == UCX_BY_CALL && r->flush_seen) ||
-                     (by == UCX_BY_THREAD && now - r->posted_ns >= UCX_NOTIF_GRACE_NS);
+                     (by == UCX_BY_THREAD && now - r->caller_ns >= UCX_NOTIF_GRACE_NS);
     if (r->flushed && r->notif_len && !r->notif_sent && !r->canceling && r->op_status == UCS_OK &&
         r->inflight == 0 && may_notify) {
         /* The flush completed: every operation of the request completed at
@@ -293,7 +293,7 @@ nixl_status_t ucx_xfer_post(void *bev, nixl_be_req_t *req, const void *notif, si
     r->am_req = NULL;
     r->notif_sent = 0;
     r->canceling = 0;
-    r->posted_ns = nixl_now_ns();
+    r->caller_ns = nixl_now_ns();
     r->flush_seen = 0;
     ucx_run_add(be, r);
     be->posts++;
@@ -358,7 +358,7 @@ nixl_status_t ucx_xfer_post(void *bev, nixl_be_req_t *req, const void *notif, si
      * under load the round above can outlast the grace, and a thread
      * spinning for the lock would then send the notification of a request
      * its caller is about to release (conformance release_in_flight). */
-    r->posted_ns = nixl_now_ns();
+    r->caller_ns = nixl_now_ns();
     st = ucx_req_status(r);
 out:
     pthread_mutex_unlock(&be->lock);
@@ -375,7 +375,7 @@ nixl_status_t ucx_xfer_status(void *bev, nixl_be_req_t *req)
     if (r->state == UCX_REQ_RUN) {
         (void)ucx_peer_check_locked(be, r->peer); /* a dead process: its endpoint is closed */
         ucx_progress_locked(be);
-        r->posted_ns = nixl_now_ns(); /* the caller is here: the thread's grace starts again */
+        r->caller_ns = nixl_now_ns(); /* the caller is here: the thread's grace starts again */
     }
     nixl_status_t st = ucx_req_status(r);
     pthread_mutex_unlock(&be->lock);
