@@ -5,7 +5,13 @@
  *
  * Per measurement a perftest server and client are started on this host;
  * both inherit the environment, so UCX_TLS and the rest of UCX's settings
- * pick the same transports as the row's agents.  The client runs
+ * pick the same transports as the row's agents.  The backend's endpoints
+ * have UCX's peer failure handling, and that decides UCX's lanes (with
+ * it, tcp and cma have no zero-copy put and UCX emulates RMA with active
+ * messages), so perftest's endpoints get it too (-e), with the settings
+ * the backend makes for it (MM_ERROR_HANDLING, KEEPALIVE_INTERVAL) where
+ * the user left them alone: the same transport, not a faster one the row
+ * cannot take.  The client runs
  * ucp_put_bw (WRITE) or ucp_get (READ) with messages of the row's block
  * size and as many outstanding as the row's batch (-O), for about as many
  * bytes as a row part moves; its overall bandwidth is the limit.  Its
@@ -63,6 +69,16 @@ int bench_ucx_wanted(const bench_opts_t *o)
            perftest_path(o) != NULL;
 }
 
+/* The row's backend parameter KEY: --param, else NIXL_UCX_<KEY>, else def. */
+static const char *ucx_param(const bench_opts_t *o, const char *key, const char *env, const char *def)
+{
+    for (size_t i = 0; i < o->num_params; i++)
+        if (!strcmp(o->params[i].key, key))
+            return o->params[i].value;
+    const char *v = getenv(env);
+    return v ? v : def;
+}
+
 void bench_ucx_describe(const bench_opts_t *o, FILE *f)
 {
     if (strcmp(o->backend, "ucx") || o->init_mem != BENCH_MEM_DRAM || o->tgt_mem != BENCH_MEM_DRAM)
@@ -70,8 +86,10 @@ void bench_ucx_describe(const bench_opts_t *o, FILE *f)
     const char *tls = getenv("UCX_TLS");
     const char *p = perftest_path(o);
     if (p)
-        fprintf(f, "# limit: %s %s, message = block, outstanding = batch, UCX_TLS=%s, same run\n", p,
-                o->op == NIXL_OP_WRITE ? "-t ucp_put_bw" : "-t ucp_get", tls ? tls : "(unset)");
+        fprintf(f, "# limit: %s %s%s, message = block, outstanding = batch, UCX_TLS=%s, same run\n", p,
+                o->op == NIXL_OP_WRITE ? "-t ucp_put_bw" : "-t ucp_get",
+                " -e (peer failure handling, as the backend's endpoints)",
+                tls ? tls : "(unset)");
     else
         fprintf(f, "# limit: memcpy of the same pieces: %s\n",
                 o->perftest ? "--perftest none" : "no ucx_perftest on PATH (Debian's ucx-utils)");
@@ -119,8 +137,36 @@ static int port_listening(unsigned port)
     return 0;
 }
 
-static pid_t spawn(char *const argv[], int out_fd)
+/* perftest's environment: ours, plus the UCX settings the backend makes
+ * for its endpoints (ucx.c) where the user left them alone.
+ * Made before fork: the child of a threaded process only execs. */
+static char **perftest_env(const bench_opts_t *o)
 {
+    extern char **environ;
+    static char **env;
+    static char mm[] = "UCX_MM_ERROR_HANDLING=y", ka[64];
+    if (env)
+        return env;
+    size_t n = 0;
+    while (environ[n])
+        n++;
+    env = calloc(n + 3, sizeof(*env));
+    if (!env)
+        bench_die("ucx_perftest: out of memory");
+    memcpy(env, environ, n * sizeof(*env));
+    if (!getenv("UCX_MM_ERROR_HANDLING") && !getenv("UCX_POSIX_ERROR_HANDLING") && !getenv("UCX_SYSV_ERROR_HANDLING"))
+        env[n++] = mm;
+    if (!getenv("UCX_KEEPALIVE_INTERVAL")) {
+        snprintf(ka, sizeof(ka), "UCX_KEEPALIVE_INTERVAL=%.32sms",
+                 ucx_param(o, "keepalive_ms", "NIXL_UCX_KEEPALIVE_MS", "500"));
+        env[n++] = ka;
+    }
+    return env;
+}
+
+static pid_t spawn(const bench_opts_t *o, char *const argv[], int out_fd)
+{
+    char **env = perftest_env(o);
     pid_t pid = fork();
     if (pid < 0)
         bench_die("ucx_perftest: fork: %s", strerror(errno));
@@ -131,7 +177,7 @@ static pid_t spawn(char *const argv[], int out_fd)
             dup2(out_fd >= 0 ? out_fd : null, 1);
             dup2(out_fd >= 0 ? out_fd : null, 2);
         }
-        execv(argv[0], argv);
+        execve(argv[0], argv, env);
         _exit(127);
     }
     return pid;
@@ -224,10 +270,10 @@ double bench_ucx_limit(const bench_opts_t *o, uint64_t block, uint64_t batch, ni
     snprintf(outstanding, sizeof(outstanding), "%" PRIu64, batch);
     char *server_argv[] = {(char *)bin, "-p", port, NULL};
     char *client_argv[] = {(char *)bin, "127.0.0.1", "-p", port, "-t", op == NIXL_OP_WRITE ? "ucp_put_bw" : "ucp_get",
-                           "-s", size, "-n", n, "-w", w, "-O", outstanding, "-f", "-v", NULL};
+                           "-s", size, "-n", n, "-w", w, "-O", outstanding, "-e", "-f", "-v", NULL};
     uint64_t deadline = bench_now_ns() + (uint64_t)o->timeout_ms * 1000000ull;
 
-    pid_t server = spawn(server_argv, -1);
+    pid_t server = spawn(o, server_argv, -1);
     while (!port_listening(pnum)) {
         int ws;
         if (waitpid(server, &ws, WNOHANG) == server)
@@ -242,7 +288,7 @@ double bench_ucx_limit(const bench_opts_t *o, uint64_t block, uint64_t batch, ni
     int fds[2];
     if (pipe(fds) != 0)
         bench_die("ucx_perftest: pipe: %s", strerror(errno));
-    pid_t client = spawn(client_argv, fds[1]);
+    pid_t client = spawn(o, client_argv, fds[1]);
     close(fds[1]);
     char out[16384];
     size_t len = 0;

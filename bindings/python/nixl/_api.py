@@ -263,7 +263,9 @@ class nixl_agent:
                     try:
                         handles.append(self._create_one(b, own, call))
                     except Exception as e:
-                        if not alias:
+                        # a value the user gave that a backend refuses is an error, not a
+                        # backend to go without (UCX's ucx_error_handling_mode=none)
+                        if not alias or (isinstance(e, nixlInvalidParamError) and own):
                             raise
                         failed.append(e)  # an alias needs only some of its backends (no GPU: no cuda_ipc)
                         log.warning("agent %s: %s without our %s backend: %s", self.name, backend, b, e)

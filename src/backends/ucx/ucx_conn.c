@@ -89,16 +89,30 @@ nixl_status_t ucx_conn_parse(const void *conn, size_t len, const uint8_t **addr,
  *   lane[0]:  0:tcp/lo.0 md[0]  -> md[0]/tcp/sysdev[255] am am_bw#0 keepalive wireup
  *   put[1]: 0..<short>..4294967296..<bcopy>..(inf)
  *
- * A lane that puts use (a put[N] line, or an "rma" usage) carries a
- * request's pieces; without one UCX emulates RMA over the active-message
- * lane ("am"), whose transport is then the one that moves the bytes.  The
- * bulk-RMA lane (rma_bw: rendezvous) comes last.  This is the endpoint's
- * configuration, read once when the peer is loaded: UCX may still choose
- * another lane of it for a given key (a region the lane's memory domain
- * did not register). */
-int ucx_ep_info_transport(const char *info, char *tl, size_t cap)
+ * Which lane carries a request's pieces, from what UCX does with a region
+ * an application registered:
+ * - the shared-memory transports sysv and posix register nothing (their
+ *   memory domains map only what UCX allocated itself), so their RMA lanes
+ *   never reach an application's region: theirs count only as AM lanes;
+ * - with UCX's newer protocols (proto_v2: the default from UCX 1.16,
+ *   UCX_PROTO_ENABLE), a bulk-RMA lane (rma_bw) takes large puts and gets
+ *   zero-copy (tcp's put_zcopy, cma), ahead of everything else;
+ * - then a lane that puts use (a put[N] line, or an "rma" usage);
+ * - then the active-message lane ("am"): UCX emulates RMA over it;
+ * - with the older protocols, the bulk-RMA lane last (rendezvous only).
+ * UCP_ERR_HANDLING_MODE_PEER leaves out the bulk-RMA lanes of transports
+ * that cannot invalidate a region (tcp, cma), hence ucx.tcp over AM there.
+ * This is the endpoint's configuration, read once when the peer is loaded;
+ * the per-piece choice stays UCX's (a piece of a few bytes may go short). */
+static int ucx_tl_is_mm(const char *tl)
+{
+    return strcmp(tl, "sysv") == 0 || strcmp(tl, "posix") == 0;
+}
+
+int ucx_ep_info_transport(const char *info, int proto_v2, char *tl, size_t cap)
 {
     enum { LANES = 32 };
+    enum { S_BW_V1 = 1, S_AM = 2, S_RMA = 3, S_BW_V2 = 4 };
     char names[LANES][UCX_TL_NAME_MAX + 1];
     int score[LANES];
     int nl = 0;
@@ -128,26 +142,30 @@ int ucx_ep_info_transport(const char *info, char *tl, size_t cap)
                     names[k][0] = 0;
                 nl = idx + 1;
             }
+            int mm = ucx_tl_is_mm(names[idx]);
             const char *uses = strstr(slash, "->");
             int sc = 0;
             for (const char *t = uses ? strchr(uses + 2, ' ') : NULL; t && *t;) {
                 while (*t == ' ')
                     t++;
                 size_t tn = strcspn(t, " ");
-                if (tn >= 3 && strncmp(t, "rma", 3) == 0 && !(tn >= 6 && strncmp(t, "rma_bw", 6) == 0))
-                    sc = sc < 3 ? 3 : sc;
-                else if (tn >= 2 && strncmp(t, "am", 2) == 0 && (tn == 2 || t[2] == '#') && sc < 2)
-                    sc = 2;
-                else if (tn >= 6 && strncmp(t, "rma_bw", 6) == 0 && sc < 1)
-                    sc = 1;
+                int v = 0;
+                if (tn >= 6 && strncmp(t, "rma_bw", 6) == 0)
+                    v = mm ? 0 : proto_v2 ? S_BW_V2 : S_BW_V1;
+                else if (tn >= 3 && strncmp(t, "rma", 3) == 0)
+                    v = mm ? 0 : S_RMA;
+                else if (tn >= 2 && strncmp(t, "am", 2) == 0 && (tn == 2 || t[2] == '#'))
+                    v = S_AM;
+                sc = sc > v ? sc : v;
                 t += tn;
             }
             score[idx] = score[idx] > sc ? score[idx] : sc;
             continue;
         }
         s = strstr(buf, "put[");
-        if (s && sscanf(s, "put[%d]:", &idx) == 1 && idx >= 0 && idx < LANES)
-            score[idx] = 3;
+        if (s && sscanf(s, "put[%d]:", &idx) == 1 && idx >= 0 && idx < nl && names[idx][0] &&
+            !ucx_tl_is_mm(names[idx]) && score[idx] < S_RMA)
+            score[idx] = S_RMA;
     }
     int best = -1;
     for (int i = 0; i < nl; i++)
@@ -157,6 +175,21 @@ int ucx_ep_info_transport(const char *info, char *tl, size_t cap)
         return -1;
     strcpy(tl, names[best]);
     return 0;
+}
+
+int ucx_proto_v2(void)
+{
+    const char *e = getenv("UCX_PROTO_ENABLE");
+    if (e && *e) {
+        static const char *const off[] = {"n", "no", "off", "0", "N", "NO", "OFF", "false"};
+        for (size_t i = 0; i < sizeof(off) / sizeof(off[0]); i++)
+            if (strcmp(e, off[i]) == 0)
+                return 0;
+        return 1;
+    }
+    unsigned major = 0, minor = 0, release = 0;
+    ucp_get_version(&major, &minor, &release);
+    return major > 1 || (major == 1 && minor >= 16);
 }
 
 size_t ucx_ctx_info_resources(const char *info, char *out, size_t cap)
@@ -208,7 +241,7 @@ static void ucx_peer_path(ucx_be_t *be, ucx_peer_t *peer)
     if (f) {
         ucp_ep_print_info(peer->ep, f);
         fclose(f);
-        if (ucx_ep_info_transport(text, tl, sizeof(tl)) != 0)
+        if (ucx_ep_info_transport(text, be->proto_v2, tl, sizeof(tl)) != 0)
             snprintf(tl, sizeof(tl), "unknown");
     }
     free(text);

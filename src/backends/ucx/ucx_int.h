@@ -163,6 +163,8 @@ struct ucx_be {
     uint64_t release_wait_ms;
     uint64_t spin_ns;
     uint64_t peer_timeout_ns; /* 0: no silence rule */
+    int proto_v2;             /* UCX's newer protocols (ucx_proto_v2) */
+    char devices[256];        /* UCX NET_DEVICES, empty: UCX's choice */
     uint64_t silence_checked_ns;
 
     ucx_peer_t *peers;
@@ -198,8 +200,11 @@ void ucx_peer_fail_locked(ucx_be_t *be, ucx_peer_t *peer, const char *why);
 /* rm's key unpacked on its peer's current endpoint (after a renewal);
  * UCS_OK, or UCX's error. */
 ucs_status_t ucx_rmd_fresh_locked(ucx_be_t *be, ucx_rmd_t *rm);
-/* The transport name a printout of ucp_ep_print_info says carries RMA. */
-int ucx_ep_info_transport(const char *info, char *tl, size_t cap);
+/* The transport name a printout of ucp_ep_print_info says carries the
+ * pieces of an application's regions; proto_v2: UCX's newer protocols. */
+int ucx_ep_info_transport(const char *info, int proto_v2, char *tl, size_t cap);
+/* 1 when this UCX runs its newer protocols (UCX_PROTO_ENABLE, else 1.16+). */
+int ucx_proto_v2(void);
 const char *ucx_path_intern(ucx_be_t *be, const char *tl);
 /* The transport/device names ("tcp/lo sysv/memory ...") of a printout of
  * ucp_context_print_info, space-separated into out (what fits of cap);

@@ -10,7 +10,7 @@
  *   xfer          WRITE with a notification (the bytes are there when it
  *                 arrives, sender named), READ back, bytes compared; the
  *                 path names a transport
- *   ep_info       the ucp_ep_print_info parser on UCX 1.13's printouts
+ *   ep_info       the ucp_ep_print_info parser on UCX 1.13's and 1.16's printouts
  *   vram          VRAM registers (no UCX handle), its key says so, a
  *                 request is NO_PATH with one ERROR line
  *   fallback      transports=rc_mlx5 over tcp: the request is a fallback,
@@ -414,31 +414,60 @@ static int case_xfer(void)
 
 static int case_ep_info(void)
 {
+    /* v2: UCX's newer protocols (1.16's default).  The printouts are what
+     * 1.13.1 (CI box) and 1.16.0 (the GPU machine) print. */
     static const struct {
-        const char *text, *want;
+        const char *text;
+        int v2;
+        const char *want;
     } cases[] = {
         {"#\n# UCP endpoint \n#\n#               peer: <no debug data>\n"
          "#                 lane[0]:  0:tcp/lo.0 md[0]                -> md[0]/tcp/sysdev[255] am am_bw#0 keepalive "
          "wireup\n#\n#                 am_send: 0..<egr/short>..8185..<egr/zcopy>..20553..<rndv>..(inf)\n#\n"
          "#                  rma_bw: mds rndv_rkey_size 9\n",
-         "tcp"},
+         0, "tcp"},
+        /* sysv and posix register no application memory: their put lanes
+         * never carry a piece; RMA goes over the AM lane (sysv) */
         {"#                 lane[0]:  0:sysv/memory.0 md[0]           -> md[0]/sysv/sysdev[255] am am_bw#0\n"
          "#                 lane[1]:  1:posix/memory.0 md[1]          -> md[1]/posix/sysdev[255]\n"
          "#                 lane[2]:  2:cma/memory.0 md[2]            -> md[2]/cma/sysdev[255] rma_bw#0\n"
+         "#                  put[0]: 0..<short>..4294967296..<bcopy>..(inf)\n"
          "#                  put[1]: 0..<short>..4294967296..<bcopy>..(inf)\n",
-         "posix"},
+         0, "sysv"},
+        /* the same lanes under 1.16's protocols: cma's zero-copy takes the pieces */
+        {"#                 lane[0]:  0:sysv/memory.0 md[0]           -> md[0]/sysv/sysdev[255] seg 4294967295 am "
+         "am_bw#0\n"
+         "#                 lane[1]:  1:posix/memory.0 md[1]          -> md[1]/posix/sysdev[255] seg 4294967295\n"
+         "#                 lane[2]:  2:cma/memory.0 md[2]            -> md[2]/cma/sysdev[255] seg 4294967295 "
+         "rma_bw#0\n",
+         1, "cma"},
+        /* peer failure handling (1.16): no bulk-RMA lane, sysv's AM */
+        {"#                 lane[0]:  0:sysv/memory.0 md[0]           -> md[0]/sysv/sysdev[255] seg 4294967295 am "
+         "am_bw#0 keepalive\n"
+         "#                 lane[1]:  1:posix/memory.0 md[1]          -> md[1]/posix/sysdev[255] seg 4294967295\n",
+         1, "sysv"},
+        {"#                 lane[0]:  1:tcp/lo.0 md[0]                -> md[0]/tcp/sysdev[255] seg 4294967295 "
+         "rma_bw#0 am am_bw#0\n"
+         "#                 lane[1]:  0:tcp/eth0.0 md[0]              -> md[0]/tcp/sysdev[255] seg 4294967295 "
+         "rma_bw#1 wireup\n",
+         1, "tcp"},
         {"#                 lane[0]:  0:tcp/lo.0 md[0]                -> md[0]/tcp/sysdev[255] am am_bw#0 wireup\n"
          "#                 lane[1]:  2:cma/memory.0 md[1]            -> md[1]/cma/sysdev[255] rma_bw#0\n",
-         "tcp"},
+         0, "tcp"},
+        {"#                 lane[0]:  0:tcp/lo.0 md[0]                -> md[0]/tcp/sysdev[255] am am_bw#0 wireup\n"
+         "#                 lane[1]:  2:cma/memory.0 md[1]            -> md[1]/cma/sysdev[255] rma_bw#0\n",
+         1, "cma"},
         {"#                 lane[0]:  1:rc_mlx5/mlx5_0:1 md[1] -> md[1]/ib/sysdev[255] rma#0 amo am am_bw#0\n"
          "#                 lane[1]:  4:ud_verbs/mlx5_0:1 md[1] -> md[1]/ib/sysdev[255] wireup\n",
-         "rc_mlx5"},
-        {"# no lanes at all\n", NULL},
-        {"#  lane[0]:  0:this_name_is_far_too_long_for_a_transport/x md[0] -> am\n", NULL},
+         0, "rc_mlx5"},
+        {"# no lanes at all\n", 0, NULL},
+        {"#  lane[0]:  0:this_name_is_far_too_long_for_a_transport/x md[0] -> am\n", 0, NULL},
+        /* a put line for a lane never described */
+        {"#                  put[3]: 0..<short>..(inf)\n", 0, NULL},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         char tl[UCX_TL_NAME_MAX + 1] = "";
-        int rc = ucx_ep_info_transport(cases[i].text, tl, sizeof(tl));
+        int rc = ucx_ep_info_transport(cases[i].text, cases[i].v2, tl, sizeof(tl));
         if (cases[i].want ? rc != 0 || strcmp(tl, cases[i].want) != 0 : rc == 0) {
             fprintf(stderr, "ep_info %zu: rc %d tl '%s', want %s\n", i, rc, tl, cases[i].want ? cases[i].want : "none");
             failures++;
@@ -562,6 +591,29 @@ static int case_fallback(void)
     CHECK_ST(ops->create(&h.hs, &zero, 1, &be), NIXL_OK);
     if (be)
         ops->destroy(be);
+    be = NULL;
+    /* error_handling (NIXL's ucx_error_handling_mode): peer only; none is
+     * refused, not ignored (README: UCX does not end a dead peer's
+     * operations without it).  devices: UCX device names only. */
+    static const char *const bad_mode[] = {"none", "PEER", "", "peer "};
+    for (size_t i = 0; i < sizeof(bad_mode) / sizeof(bad_mode[0]); i++) {
+        nixl_param_t ep = {"error_handling", bad_mode[i]};
+        CHECK_ST(ops->create(&h.hs, &ep, 1, &be), NIXL_ERR_INVALID_PARAM);
+    }
+    static const char *const bad_dev[] = {"eth0;rm", "mlx5_0:1 eth0", "a/b"};
+    for (size_t i = 0; i < sizeof(bad_dev) / sizeof(bad_dev[0]); i++) {
+        nixl_param_t dp = {"devices", bad_dev[i]};
+        CHECK_ST(ops->create(&h.hs, &dp, 1, &be), NIXL_ERR_INVALID_PARAM);
+    }
+    nixl_param_t good[2] = {{"error_handling", "peer"}, {"devices", "lo"}};
+    CHECK_ST(ops->create(&h.hs, good, 2, &be), NIXL_OK);
+    if (be) {
+        char text[2048];
+        size_t len = sizeof(text);
+        CHECK_ST(ops->describe(be, text, &len), NIXL_OK);
+        CHECK(strstr(text, "tcp/lo") != NULL && strstr(text, "tcp/eth") == NULL); /* devices=lo: lo only */
+        ops->destroy(be);
+    }
     return failures;
 }
 
