@@ -49,9 +49,6 @@ static const nixl_param_info_t ucx_params[] = {
     {"error_handling", "peer",
      "UCX endpoints' error handling (NIXL's ucx_error_handling_mode): peer, UCX's peer failure handling, the only "
      "mode this backend runs; none is refused (src/backends/ucx/README.md says why and what it would gain)"},
-    {"devices", "",
-     "UCX network devices to use, comma-separated (mlx5_0:1,eth0; UCX's NET_DEVICES, over UCX_NET_DEVICES); "
-     "empty: UCX's choice. NIXL's ucx_devices"},
 };
 #define UCX_NUM_PARAMS (sizeof(ucx_params) / sizeof(ucx_params[0]))
 
@@ -172,14 +169,6 @@ static nixl_status_t ucx_parse_params(ucx_be_t *be, const nixl_param_t *params, 
         UCX_ERROR(be, "ucx: error_handling=\"%s\" is not valid: expected peer", v);
         return NIXL_ERR_INVALID_PARAM;
     }
-    v = ucx_param(params, n, 8);
-    size_t dl = strlen(v);
-    if (dl >= sizeof(be->devices) || strspn(v, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_:.,-") != dl) {
-        UCX_ERROR(be, "ucx: devices=\"%.64s\" is not valid: expected UCX device names (mlx5_0:1,eth0), comma-separated, "
-                      "under %zu characters", v, sizeof(be->devices));
-        return NIXL_ERR_INVALID_PARAM;
-    }
-    memcpy(be->devices, v, dl + 1);
     return NIXL_OK;
 }
 
@@ -327,15 +316,6 @@ static nixl_status_t ucx_create(const nixl_host_services_t *host, const nixl_par
      * ("no peer failure handler") and a peer of UCX_TLS=sm is unreachable. */
     if (!getenv("UCX_POSIX_ERROR_HANDLING") && !getenv("UCX_SYSV_ERROR_HANDLING") && ucx_tls_may_use_mm())
         ucx_config_default(be, cfg, "MM_ERROR_HANDLING", "y");
-    if (be->devices[0]) { /* given explicitly: over UCX_NET_DEVICES */
-        us = ucp_config_modify(cfg, "NET_DEVICES", be->devices);
-        if (us != UCS_OK) {
-            UCX_ERROR(be, "ucx: devices=%s: UCX refuses NET_DEVICES: %s", be->devices, ucs_status_string(us));
-            ucp_config_release(cfg);
-            st = NIXL_ERR_INVALID_PARAM;
-            goto err_lock;
-        }
-    }
     char ka[32];
     snprintf(ka, sizeof(ka), "%llums", (unsigned long long)keepalive_ms);
     ucx_config_default(be, cfg, "KEEPALIVE_INTERVAL", ka);

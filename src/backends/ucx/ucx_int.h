@@ -164,7 +164,6 @@ struct ucx_be {
     uint64_t spin_ns;
     uint64_t peer_timeout_ns; /* 0: no silence rule */
     int proto_v2;             /* UCX's newer protocols (ucx_proto_v2) */
-    char devices[256];        /* UCX NET_DEVICES, empty: UCX's choice */
     uint64_t silence_checked_ns;
 
     ucx_peer_t *peers;

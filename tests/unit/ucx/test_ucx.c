@@ -594,26 +594,16 @@ static int case_fallback(void)
     be = NULL;
     /* error_handling (NIXL's ucx_error_handling_mode): peer only; none is
      * refused, not ignored (README: UCX does not end a dead peer's
-     * operations without it).  devices: UCX device names only. */
+     * operations without it). */
     static const char *const bad_mode[] = {"none", "PEER", "", "peer "};
     for (size_t i = 0; i < sizeof(bad_mode) / sizeof(bad_mode[0]); i++) {
         nixl_param_t ep = {"error_handling", bad_mode[i]};
         CHECK_ST(ops->create(&h.hs, &ep, 1, &be), NIXL_ERR_INVALID_PARAM);
     }
-    static const char *const bad_dev[] = {"eth0;rm", "mlx5_0:1 eth0", "a/b"};
-    for (size_t i = 0; i < sizeof(bad_dev) / sizeof(bad_dev[0]); i++) {
-        nixl_param_t dp = {"devices", bad_dev[i]};
-        CHECK_ST(ops->create(&h.hs, &dp, 1, &be), NIXL_ERR_INVALID_PARAM);
-    }
-    nixl_param_t good[2] = {{"error_handling", "peer"}, {"devices", "lo"}};
-    CHECK_ST(ops->create(&h.hs, good, 2, &be), NIXL_OK);
-    if (be) {
-        char text[2048];
-        size_t len = sizeof(text);
-        CHECK_ST(ops->describe(be, text, &len), NIXL_OK);
-        CHECK(strstr(text, "tcp/lo") != NULL && strstr(text, "tcp/eth") == NULL); /* devices=lo: lo only */
+    nixl_param_t good = {"error_handling", "peer"};
+    CHECK_ST(ops->create(&h.hs, &good, 1, &be), NIXL_OK);
+    if (be)
         ops->destroy(be);
-    }
     return failures;
 }
 
