@@ -11,6 +11,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/types.h>
 
 #include "nixl.h"
@@ -67,6 +69,18 @@ typedef struct bench_opts {
     bench_scheme_t scheme;
     const char *run_id;
 } bench_opts_t;
+
+/* A backend parameter of the rows, as the backend will see it: --param
+ * KEY=VALUE, else the environment's env (NIXL_<BACKEND>_<KEY>), else def.
+ * Inline: bench_ucx.c is also built alone (tests/unit/nixlbench). */
+static inline const char *bench_param(const bench_opts_t *o, const char *key, const char *env, const char *def)
+{
+    for (size_t i = 0; i < o->num_params; i++)
+        if (strcmp(o->params[i].key, key) == 0)
+            return o->params[i].value;
+    const char *v = getenv(env);
+    return v ? v : def;
+}
 
 /* ---- failure helpers (nixlbench.c) ---- */
 

@@ -405,15 +405,6 @@ static struct {
     uint64_t max;
 } g_ofi;
 
-static const char *ofi_param(const bench_opts_t *o, const char *key, const char *env, const char *def)
-{
-    for (size_t i = 0; i < o->num_params; i++)
-        if (strcmp(o->params[i].key, key) == 0)
-            return o->params[i].value;
-    const char *v = getenv(env);
-    return v ? v : def;
-}
-
 int bench_ofi_wanted(const bench_opts_t *o)
 {
     return strcmp(o->backend, "libfabric") == 0 && o->init_mem == BENCH_MEM_DRAM && o->tgt_mem == BENCH_MEM_DRAM;
@@ -444,9 +435,9 @@ static uint64_t ofi_max_row(const bench_opts_t *o)
 
 static void ofi_start(const bench_opts_t *o)
 {
-    const char *prov = ofi_param(o, "provider", "NIXL_LIBFABRIC_PROVIDER", "auto");
-    const char *iface = ofi_param(o, "iface", "NIXL_LIBFABRIC_IFACE", "");
-    const char *completion = ofi_param(o, "completion", "NIXL_LIBFABRIC_COMPLETION", "auto");
+    const char *prov = bench_param(o, "provider", "NIXL_LIBFABRIC_PROVIDER", "auto");
+    const char *iface = bench_param(o, "iface", "NIXL_LIBFABRIC_IFACE", "");
+    const char *completion = bench_param(o, "completion", "NIXL_LIBFABRIC_COMPLETION", "auto");
     uint64_t max = ofi_max_row(o);
     char bytes[32];
     snprintf(bytes, sizeof(bytes), "%" PRIu64, max);

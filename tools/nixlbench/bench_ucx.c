@@ -69,16 +69,6 @@ int bench_ucx_wanted(const bench_opts_t *o)
            perftest_path(o) != NULL;
 }
 
-/* The row's backend parameter KEY: --param, else NIXL_UCX_<KEY>, else def. */
-static const char *ucx_param(const bench_opts_t *o, const char *key, const char *env, const char *def)
-{
-    for (size_t i = 0; i < o->num_params; i++)
-        if (!strcmp(o->params[i].key, key))
-            return o->params[i].value;
-    const char *v = getenv(env);
-    return v ? v : def;
-}
-
 void bench_ucx_describe(const bench_opts_t *o, FILE *f)
 {
     if (strcmp(o->backend, "ucx") || o->init_mem != BENCH_MEM_DRAM || o->tgt_mem != BENCH_MEM_DRAM)
@@ -158,7 +148,7 @@ static char **perftest_env(const bench_opts_t *o)
         env[n++] = mm;
     if (!getenv("UCX_KEEPALIVE_INTERVAL")) {
         snprintf(ka, sizeof(ka), "UCX_KEEPALIVE_INTERVAL=%.32sms",
-                 ucx_param(o, "keepalive_ms", "NIXL_UCX_KEEPALIVE_MS", "500"));
+                 bench_param(o, "keepalive_ms", "NIXL_UCX_KEEPALIVE_MS", "500"));
         env[n++] = ka;
     }
     return env;

@@ -565,6 +565,16 @@ static int fallback_run(const char *transports, int want_fallback)
     return failures;
 }
 
+/* Every value of key, alone, makes create NIXL_ERR_INVALID_PARAM. */
+static void expect_create_refused(host_t *h, const char *key, const char *const *values, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        nixl_param_t p = {key, values[i]};
+        void *be = NULL;
+        CHECK_ST(ops->create(&h->hs, &p, 1, &be), NIXL_ERR_INVALID_PARAM);
+    }
+}
+
 static int case_fallback(void)
 {
     const char *tls = getenv("UCX_TLS");
@@ -576,17 +586,12 @@ static int case_fallback(void)
     fallback_run("tcp", 0);
     host_t h;
     host_init(&h, "c");
-    nixl_param_t bad = {"transports", "tcp,,sm"};
-    void *be = NULL;
-    CHECK_ST(ops->create(&h.hs, &bad, 1, &be), NIXL_ERR_INVALID_PARAM);
-    bad.value = "TCP";
-    CHECK_ST(ops->create(&h.hs, &bad, 1, &be), NIXL_ERR_INVALID_PARAM);
+    static const char *const bad_tls[] = {"tcp,,sm", "TCP"};
+    expect_create_refused(&h, "transports", bad_tls, sizeof(bad_tls) / sizeof(bad_tls[0]));
     /* spin_us: 0 to 100000 microseconds; 0 (nap at once) is valid. */
     static const char *const bad_spin[] = {"100001", "-1", "x", ""};
-    for (size_t i = 0; i < sizeof(bad_spin) / sizeof(bad_spin[0]); i++) {
-        nixl_param_t sp = {"spin_us", bad_spin[i]};
-        CHECK_ST(ops->create(&h.hs, &sp, 1, &be), NIXL_ERR_INVALID_PARAM);
-    }
+    expect_create_refused(&h, "spin_us", bad_spin, sizeof(bad_spin) / sizeof(bad_spin[0]));
+    void *be = NULL;
     nixl_param_t zero = {"spin_us", "0"};
     CHECK_ST(ops->create(&h.hs, &zero, 1, &be), NIXL_OK);
     if (be)
@@ -596,10 +601,7 @@ static int case_fallback(void)
      * refused, not ignored (README: UCX does not end a dead peer's
      * operations without it). */
     static const char *const bad_mode[] = {"none", "PEER", "", "peer "};
-    for (size_t i = 0; i < sizeof(bad_mode) / sizeof(bad_mode[0]); i++) {
-        nixl_param_t ep = {"error_handling", bad_mode[i]};
-        CHECK_ST(ops->create(&h.hs, &ep, 1, &be), NIXL_ERR_INVALID_PARAM);
-    }
+    expect_create_refused(&h, "error_handling", bad_mode, sizeof(bad_mode) / sizeof(bad_mode[0]));
     nixl_param_t good = {"error_handling", "peer"};
     CHECK_ST(ops->create(&h.hs, &good, 1, &be), NIXL_OK);
     if (be)
