@@ -32,7 +32,8 @@
  *   backend's notif_send once the real request reports success (data
  *   landed), from the status call that sees it, from progress, or from a
  *   helper thread that polls under the agent lock (NIXL_THREAD_SERIALIZED
- *   agents; others must poll).  A failing status call drops the held
+ *   agents; others must poll); those two send a moment after they saw the
+ *   success, never in the same round (held_flush).  A failing status call drops the held
  *   notification and releases the real request at once (the backend stops
  *   touching the memory).  If the notification already went out, that call
  *   cannot fail honestly: its fault moves to the next status call that can.
@@ -54,6 +55,7 @@
 #include "core/fault.h"
 #include "util/config.h"
 #include "util/log.h"
+#include "util/time.h"
 
 #define FAULT_MAX_RULES 32
 #define FAULT_MAX_DELAY_NS (60ull * 1000000000ull)
@@ -121,6 +123,7 @@ struct fault_req {
     size_t notif_len, notif_cap;
     int has_notif;
     int cancel_held;          /* canceled before its held notification went: ends NIXL_ERR_CANCELED */
+    uint64_t ended_ns;        /* when a background round first saw the real request succeed (0: not yet) */
 };
 
 /* ---- parsing ---- */
@@ -506,15 +509,36 @@ static nixl_status_t held_settle(fault_be_t *fb, fault_req_t *r, nixl_status_t s
     return st;
 }
 
-/* Send the notifications whose requests finished (agent lock held). */
+/* How long a background round waits, after it saw a request succeed,
+ * before it sends the held notification. */
+#define FAULT_HELD_GRACE_NS 2000000ull
+
+/* Send the notifications whose requests finished, from the background
+ * (helper thread, progress; agent lock held).  A success is only noted in
+ * the round that sees it and sent in a later one, at least
+ * FAULT_HELD_GRACE_NS on, with the agent lock let go in between: the
+ * round's own status call can hold the agent lock for a long time (ucx's
+ * waits for its lock behind its progress thread, which meanwhile completes
+ * the request), and a caller blocked behind it on the way to release a
+ * request it saw in flight must get to cancel it first (conformance
+ * release_in_flight under a status rule).  The request's own status call
+ * sends at once: its caller sees the end. */
 static void held_flush(fault_be_t *fb)
 {
+    uint64_t now = nixl_now_ns();
     fault_req_t *r = fb->held;
     while (r) {
         fault_req_t *next = r->next;
-        nixl_status_t st = BE_OP(fb->b, xfer_status, r->real);
-        if (st != NIXL_IN_PROG)
-            held_settle(fb, r, st);
+        if (r->ended_ns) {
+            if (now - r->ended_ns >= FAULT_HELD_GRACE_NS)
+                held_settle(fb, r, NIXL_OK);
+        } else {
+            nixl_status_t st = BE_OP(fb->b, xfer_status, r->real);
+            if (st == NIXL_OK)
+                r->ended_ns = nixl_now_ns();
+            else if (st != NIXL_IN_PROG)
+                held_settle(fb, r, st); /* a failure: nothing to send */
+        }
         r = next;
     }
 }
@@ -593,6 +617,7 @@ nixl_status_t nixl_fault_xfer_post(nixl_backend_t *b, nixl_be_req_t *req, const 
     }
     r->notif_sent = 0;
     r->cancel_held = 0;
+    r->ended_ns = 0;
     r->settled = NIXL_IN_PROG;
     if (!fb->hold) {
         st = BE_OP(b, xfer_post, r->real, notif, notif_len);
