@@ -754,9 +754,9 @@ def test_ucx_is_our_ucx_backend_when_built(caplog):
 
 
 def test_ucx_nixl_options(caplog):
-    """NIXL's ucx_error_handling_mode reaches our ucx backend: peer is taken (not "ignored");
-    none, which this backend cannot honour, is an error, not a quiet UCX without its cross-host
-    backend."""
+    """NIXL's UCX options reach our ucx backend: ucx_error_handling_mode=peer, ucx_devices and
+    device_list are taken (not "ignored"); none, which this backend cannot honour, is an error,
+    not a quiet UCX without its cross-host backend."""
     import logging
     avail = nixl.available_backends()
     if "ucx" not in avail:
@@ -764,12 +764,18 @@ def test_ucx_nixl_options(caplog):
     a = nixl_agent(unique("ucxopt"), nixl_agent_config(backends=[]))
     try:
         with caplog.at_level(logging.WARNING, logger="nixl"):
-            a.create_backend("UCX", {"ucx_error_handling_mode": "peer"})
+            a.create_backend("UCX", {"ucx_error_handling_mode": "peer", "ucx_devices": "lo"})
         assert not [r for r in caplog.records if "has no meaning" in r.getMessage()]
         opts = a.get_backend_params("UCX")
-        assert opts["error_handling"] == "peer"
+        assert opts["error_handling"] == "peer" and opts["devices"] == "lo"
     finally:
         a.close()
+    c = nixl_agent(unique("ucxdl"), nixl_agent_config(backends=[]))
+    try:
+        c.create_backend("UCX", {"device_list": "mlx5_0, lo"})  # NIXL's form; no mlx5_0 here: a warning
+        assert c.get_backend_params("UCX")["devices"] == "mlx5_0, lo"
+    finally:
+        c.close()
     b = nixl_agent(unique("ucxnone"), nixl_agent_config(backends=[]))
     try:
         with pytest.raises(nixl._api.nixlInvalidParamError):

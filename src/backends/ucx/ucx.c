@@ -49,6 +49,10 @@ static const nixl_param_info_t ucx_params[] = {
     {"error_handling", "peer",
      "UCX endpoints' error handling (NIXL's ucx_error_handling_mode): peer, UCX's peer failure handling, the only "
      "mode this backend runs; none is refused (src/backends/ucx/README.md says why and what it would gain)"},
+    {"devices", "",
+     "UCX network devices to use, comma-separated (mlx5_0:1,eth0; a name without a port takes every port): those "
+     "this UCX has become its NET_DEVICES, over UCX_NET_DEVICES; one it lacks is a warning, and with none found "
+     "UCX's choice stands; empty: UCX's choice. NIXL's ucx_devices and device_list"},
 };
 #define UCX_NUM_PARAMS (sizeof(ucx_params) / sizeof(ucx_params[0]))
 
@@ -104,6 +108,34 @@ static nixl_status_t ucx_parse_transports(ucx_be_t *be, const char *value)
         be->transports[be->ntransports][n] = 0;
         be->ntransports++;
         v = end ? end + 1 : v + n;
+    }
+    return NIXL_OK;
+}
+
+/* devices: UCX device names, comma-separated, spaces around the commas
+ * allowed (NIXL's device_list is "mlx5_0, mlx5_1"); kept as "a,b". */
+static nixl_status_t ucx_parse_devices(ucx_be_t *be, const char *v)
+{
+    size_t n = 0;
+    be->devices[0] = '\0';
+    for (const char *p = v; *p;) {
+        while (*p == ' ')
+            p++;
+        size_t len = strspn(p, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_:.-");
+        const char *q = p + len;
+        while (*q == ' ')
+            q++;
+        if (len == 0 || (*q && *q != ',') || n + len + 2 > sizeof(be->devices)) {
+            UCX_ERROR(be, "ucx: devices=\"%.64s\" is not valid: expected UCX device names (mlx5_0:1,eth0), "
+                          "comma-separated, under %zu characters", v, sizeof(be->devices));
+            return NIXL_ERR_INVALID_PARAM;
+        }
+        n += (size_t)snprintf(be->devices + n, sizeof(be->devices) - n, "%s%.*s", n ? "," : "", (int)len, p);
+        p = *q ? q + 1 : q;
+        if (*q == ',' && !*p) {
+            UCX_ERROR(be, "ucx: devices=\"%.64s\" is not valid: ends with a comma", v);
+            return NIXL_ERR_INVALID_PARAM;
+        }
     }
     return NIXL_OK;
 }
@@ -169,7 +201,7 @@ static nixl_status_t ucx_parse_params(ucx_be_t *be, const nixl_param_t *params, 
         UCX_ERROR(be, "ucx: error_handling=\"%s\" is not valid: expected peer", v);
         return NIXL_ERR_INVALID_PARAM;
     }
-    return NIXL_OK;
+    return ucx_parse_devices(be, ucx_param(params, n, 8));
 }
 
 /* ---- progress ---- */
@@ -282,6 +314,45 @@ static void ucx_config_default(ucx_be_t *be, ucp_config_t *cfg, const char *key,
         UCX_WARN(be, "ucx: cannot set UCX %s=%s: %s", key, value, ucs_status_string(st));
 }
 
+/* devices given: the context just made shows which network devices this
+ * UCX has; the names found there become UCX's NET_DEVICES and the context
+ * is made again with it.  A name UCX lacks is said on our log (UCX itself
+ * would warn on stdout, into whatever the application writes there), and
+ * when none is found UCX's own choice stands: the path (ucx.<transport>)
+ * and the transports parameter still say and police what carries the
+ * bytes. */
+static ucs_status_t ucx_restrict_devices(ucx_be_t *be, ucp_config_t *cfg, const ucp_params_t *pp)
+{
+    char *info = NULL;
+    size_t ilen = 0;
+    FILE *f = open_memstream(&info, &ilen);
+    if (!f)
+        return UCS_ERR_NO_MEMORY;
+    ucp_context_print_info(be->ctx, f);
+    fclose(f);
+    char res[1024], found[sizeof(be->devices)], missing[sizeof(be->devices)];
+    if (ucx_ctx_info_resources(info, res, sizeof(res)) == 0)
+        snprintf(res, sizeof(res), "(none listed)");
+    free(info);
+    ucx_devices_match(be->devices, res, found, sizeof(found), missing, sizeof(missing));
+    if (!found[0]) {
+        UCX_WARN(be, "ucx: devices=%s: no such network device in this UCX (its resources: %s); UCX's own choice stands",
+                 be->devices, res);
+        return UCS_OK;
+    }
+    if (missing[0])
+        UCX_WARN(be, "ucx: devices: %s not found in this UCX (its resources: %s); using %s", missing, res, found);
+    ucs_status_t us = ucp_config_modify(cfg, "NET_DEVICES", found);
+    if (us != UCS_OK) {
+        UCX_ERROR(be, "ucx: devices=%s: UCX refuses NET_DEVICES=%s: %s", be->devices, found, ucs_status_string(us));
+        return us;
+    }
+    ucp_cleanup(be->ctx);
+    be->ctx = NULL;
+    UCX_INFO(be, "ucx: devices=%s: UCX NET_DEVICES=%s", be->devices, found);
+    return ucp_init_version(UCP_API_MAJOR, UCP_API_MINOR, pp, cfg, &be->ctx);
+}
+
 static nixl_status_t ucx_create(const nixl_host_services_t *host, const nixl_param_t *params, size_t num_params,
                                 void **be_out)
 {
@@ -325,8 +396,12 @@ static nixl_status_t ucx_create(const nixl_host_services_t *host, const nixl_par
         .features = UCP_FEATURE_RMA | UCP_FEATURE_AM | (be->progress_thread ? UCP_FEATURE_WAKEUP : 0),
     };
     us = ucp_init_version(UCP_API_MAJOR, UCP_API_MINOR, &pp, cfg, &be->ctx); /* ucp_init, not inlined */
+    if (us == UCS_OK && be->devices[0])
+        us = ucx_restrict_devices(be, cfg, &pp);
     ucp_config_release(cfg);
     if (us != UCS_OK) {
+        if (be->ctx) /* made, then not made again with the devices */
+            ucp_cleanup(be->ctx);
         UCX_ERROR(be, "ucx backend unavailable: ucp_init: %s", ucs_status_string(us));
         st = NIXL_ERR_NOT_SUPPORTED;
         goto err_lock;

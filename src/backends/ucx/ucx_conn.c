@@ -219,6 +219,68 @@ size_t ucx_ctx_info_resources(const char *info, char *out, size_t cap)
     return count;
 }
 
+/* A resource device that NET_DEVICES selects: not shared memory's or
+ * self's ("memory", "memory0"), not a GPU's copy engine. */
+static int ucx_net_resource(const char *tl, size_t tl_len, const char *dev, size_t dev_len)
+{
+    static const char *const local_tl[] = {"self", "sysv", "posix", "cma", "knem", "xpmem", "cuda", "rocm", "gdr", "ze"};
+    if (dev_len >= 6 && memcmp(dev, "memory", 6) == 0)
+        return 0;
+    for (size_t i = 0; i < sizeof(local_tl) / sizeof(local_tl[0]); i++) {
+        size_t n = strlen(local_tl[i]);
+        if (tl_len >= n && memcmp(tl, local_tl[i], n) == 0)
+            return 0;
+    }
+    return 1;
+}
+
+/* Append name to a comma list unless it is there already. */
+static void ucx_list_add(char *list, size_t cap, const char *name, size_t len)
+{
+    for (const char *p = list; *p;) {
+        size_t n = strcspn(p, ",");
+        if (n == len && memcmp(p, name, len) == 0)
+            return;
+        p += n + (p[n] == ',');
+    }
+    size_t used = strlen(list);
+    if (used + len + 2 <= cap)
+        snprintf(list + used, cap - used, "%s%.*s", used ? "," : "", (int)len, name);
+}
+
+void ucx_devices_match(const char *want, const char *resources, char *found, size_t fcap, char *missing,
+                       size_t mcap)
+{
+    found[0] = missing[0] = '\0';
+    for (const char *w = want; *w;) {
+        size_t wl = strcspn(w, ",");
+        int any = 0;
+        /* resources: "tl/dev tl/dev ..." */
+        for (const char *r = resources; *r;) {
+            size_t rl = strcspn(r, " ");
+            const char *slash = memchr(r, '/', rl);
+            if (slash) {
+                const char *dev = slash + 1;
+                size_t dl = rl - (size_t)(dev - r);
+                size_t base = strcspn(dev, ":");
+                base = base < dl ? base : dl;
+                int hit = (dl == wl && memcmp(dev, w, wl) == 0) ||
+                          (memchr(w, ':', wl) == NULL && base == wl && memcmp(dev, w, wl) == 0);
+                if (hit && ucx_net_resource(r, (size_t)(slash - r), dev, dl)) {
+                    ucx_list_add(found, fcap, dev, dl);
+                    any = 1;
+                }
+            }
+            r += rl;
+            while (*r == ' ')
+                r++;
+        }
+        if (!any)
+            ucx_list_add(missing, mcap, w, wl);
+        w += wl + (w[wl] == ',');
+    }
+}
+
 const char *ucx_path_intern(ucx_be_t *be, const char *tl)
 {
     char p[48];

@@ -164,6 +164,7 @@ struct ucx_be {
     uint64_t spin_ns;
     uint64_t peer_timeout_ns; /* 0: no silence rule */
     int proto_v2;             /* UCX's newer protocols (ucx_proto_v2) */
+    char devices[256];        /* UCX NET_DEVICES, empty: UCX's choice */
     uint64_t silence_checked_ns;
 
     ucx_peer_t *peers;
@@ -209,6 +210,12 @@ const char *ucx_path_intern(ucx_be_t *be, const char *tl);
  * ucp_context_print_info, space-separated into out (what fits of cap);
  * how many were written. */
 size_t ucx_ctx_info_resources(const char *info, char *out, size_t cap);
+/* The names of want ("mlx5_0,eth0:1"; a name without a port takes every
+ * port) that are network devices among resources (ucx_ctx_info_resources'
+ * "tl/dev" list): found gets the UCX device names ("mlx5_0:1,eth0"), each
+ * once; missing the names of want found nowhere.  Both comma-separated. */
+void ucx_devices_match(const char *want, const char *resources, char *found, size_t fcap, char *missing,
+                       size_t mcap);
 
 /* ucx_mem.c */
 nixl_status_t ucx_reg(void *be, const nixl_be_region_t *region, void **md_out);
