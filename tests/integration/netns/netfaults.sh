@@ -205,7 +205,9 @@ run() {
         "ack lost=$acklost, released=$late (of these, checked after a later WRITE rewrote them: $overwritten)"
     # Every check that did not hold, by name ($why; empty when all held).
     why=
-    if [ $rc != 0 ]; then
+    ucx_crash=
+    [ $rc -gt 128 ] && ucx_crash=$(ucx_own_crash "$ilog")
+    if [ $rc != 0 ] && [ -z "$ucx_crash" ]; then
         if [ $rc -gt 128 ]; then
             why="$why; the initiator (netns_peer) was killed by signal $((rc - 128))"
         else
@@ -217,12 +219,46 @@ run() {
     fi
     [ $wrong = 0 ] || why="$why; the target was notified of $wrong failed WRITE(s)"
     [ "$corrupt" = 0 ] || why="$why; the target found $corrupt WRITE(s) corrupt at their notification (lines 'corrupt SEED OFFSET holds=WHOSE')"
-    [ -n "$stream" ] || why="$why; the initiator printed no stream: line (its stream did not finish)"
+    [ -n "$stream" ] || [ -n "$ucx_crash" ] ||
+        why="$why; the initiator printed no stream: line (its stream did not finish)"
     why=${why#; }
     ok=1
     [ -z "$why" ] || ok=0
     failed_writes=$(grep -c '^failed ' "$ilog")
     hung=$(echo "$stream" | sed -n 's/.* hung=\([0-9]*\) .*/\1/p')
+}
+
+# The initiator killed inside UCX's own code: UCX failed one of its
+# assertions ("[host:pid:..]  tcp_cm.c:294  Assertion `...' failed"), or
+# its signal handler's backtrace has a frame of libuct, libucp or libucs
+# right after the signal (libc's frame).  Prints what it saw, or nothing.
+# Seen with UCX 1.13.1 over tcp under 30% loss, about one run in ten with
+# the machine loaded: an assertion in its connection manager
+# (uct_tcp_ep_move_ctx_cap, both sides connecting at once) and a fault
+# inside libuct; upstream has fixed several such (openucx/ucx #4186, #6161).
+ucx_own_crash() {
+    a=$(grep -m1 -E '^\[[^]]*\] +[a-z0-9_]+\.c:[0-9]+ +Assertion ' "$1" | sed 's/^\[[^]]*\] *//')
+    if [ -n "$a" ]; then
+        echo "$a"
+        return
+    fi
+    f=$(sed -n '/^==== backtrace/,/^=====/p' "$1" | grep -A1 -m1 'libc\.so[^(]*(+0x' | sed -n 2p)
+    case "$f" in
+    */libuct.so* | */libucp.so* | */libucs.so*) echo "signal inside UCX: ${f#*/lib/}" ;;
+    esac
+}
+
+# run, and once more when UCX itself crashed (ucx_own_crash): UCX's
+# defect, not a check of ours failing.  A second such crash skips with it.
+run_tries() {
+    run "$@"
+    [ -n "$ucx_crash" ] || return 0
+    echo "netfaults $fault: UCX crashed in its own code ($ucx_crash); running once more"
+    drop_off
+    run "$@"
+    [ -n "$ucx_crash" ] || return 0
+    drop_off
+    skip "UCX crashed in its own code twice under $fault ($ucx_crash): UCX's defect, not a check of ours"
 }
 
 loss_on() {
@@ -244,7 +280,7 @@ loss5 | loss30)
     # At 30% a request can crawl for more than 10 s with the peer alive:
     # its deadline (3 s, drained within the peer timeout) ends it.
     [ "$fault" = loss30 ] && deadline=3000
-    run 1048576 8 loss_on
+    run_tries 1048576 8 loss_on
     drop_off
     [ $ok = 1 ] || fail "$why"
     if [ "$peer_timeout" = none ]; then
@@ -279,7 +315,7 @@ rate)
     done
     # 12 MiB at 50mbit takes ~2 s, longer than the peer timeout (1.5 s).
     for size in 1048576 12582912; do
-        run $size 6
+        run_tries $size 6
         [ $ok = 1 ] || fail "size $size: $why"
         [ "$failed_writes" = 0 ] && ! grep -q '^stream: .*err=[1-9]' "$ilog" ||
             fail "size $size: a request failed under a rate limit alone (nothing may fail: see the counts line)"
@@ -287,7 +323,7 @@ rate)
     done
     ;;
 blackout)
-    run 1048576 12 "" blackout
+    run_tries 1048576 12 "" blackout
     [ $ok = 1 ] || fail "$why"
     # Recovery: a WRITE after the last failed one was verified by the target.
     last_fail=$(sed -n 's/^failed \([0-9]*\) .*/\1/p' "$ilog" | tail -1)
