@@ -344,6 +344,11 @@ static void ucx_ep_close_locked(ucx_be_t *be, ucx_peer_t *peer, int force, uint6
 {
     if (!peer->ep)
         return;
+    for (ucx_rmd_t *rm = peer->rmds; rm; rm = rm->next) /* before their endpoint (ucp_rkey_destroy) */
+        if (rm->rkey) {
+            ucp_rkey_destroy(rm->rkey);
+            rm->rkey = NULL;
+        }
     ucp_request_param_t rp = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS, .flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0};
     void *req = ucp_ep_close_nbx(peer->ep, &rp);
     peer->ep = NULL;
@@ -463,7 +468,7 @@ static void ucx_peer_renew_locked(ucx_be_t *be, ucx_peer_t *peer)
 ucs_status_t ucx_rmd_fresh_locked(ucx_be_t *be, ucx_rmd_t *rm)
 {
     ucx_peer_t *peer = rm->peer;
-    if (!rm->packed || rm->gen == peer->gen)
+    if (!rm->packed || (rm->gen == peer->gen && rm->rkey))
         return UCS_OK;
     if (!peer->ep)
         return UCS_ERR_NOT_CONNECTED;
@@ -571,6 +576,12 @@ void ucx_peer_unload(void *bev, void *peerv)
     /* A live peer gets what we sent it (flush), bounded; a gone one is
      * closed at once. */
     ucx_ep_close_locked(be, peer, peer->gone, be->release_wait_ms);
+    for (ucx_rmd_t *rm = peer->rmds, *next; rm; rm = next) { /* keys the core still holds */
+        next = rm->next;
+        rm->peer = NULL;
+        rm->prev = rm->next = NULL;
+    }
+    peer->rmds = NULL;
     pthread_mutex_unlock(&be->lock);
     if (peer->have_proc)
         samehost_proc_close(&peer->proc);

@@ -76,6 +76,8 @@ typedef struct ucx_reg {
     size_t packed_len;
 } ucx_reg_t;
 
+typedef struct ucx_rmd ucx_rmd_t;
+
 typedef struct ucx_peer {
     ucx_be_t *be;
     struct ucx_peer *next; /* be->peers */
@@ -105,18 +107,23 @@ typedef struct ucx_peer {
     unsigned gen;           /* endpoints made so far, minus one */
     int silent;
     uint64_t gone_ns;
+    /* Its regions' keys: UCX wants each destroyed before the endpoint it
+     * was unpacked on, so closing the endpoint destroys them first
+     * (ucx_ep_close_locked) and a renewal unpacks them again. */
+    ucx_rmd_t *rmds;
 } ucx_peer_t;
 
 /* rkey_load() output. */
-typedef struct ucx_rmd {
+struct ucx_rmd {
     uint64_t addr, len;
     uint32_t flags;
-    ucp_rkey_h rkey; /* NULL with UCX_RKEY_F_NOCUDA */
-    ucx_peer_t *peer;
+    ucp_rkey_h rkey; /* NULL with UCX_RKEY_F_NOCUDA, and once its endpoint closed */
+    ucx_peer_t *peer; /* NULL once the peer was unloaded first */
+    ucx_rmd_t *prev, *next; /* peer->rmds */
     unsigned gen;    /* the peer's endpoint rkey was unpacked on */
     void *packed;    /* the key's bytes, to unpack again on a renewed endpoint */
     size_t packed_len;
-} ucx_rmd_t;
+};
 
 typedef enum { UCX_REQ_IDLE, UCX_REQ_RUN, UCX_REQ_DONE, UCX_REQ_FAILED } ucx_req_state_t;
 

@@ -190,7 +190,13 @@ nixl_status_t ucx_rkey_load(void *bev, void *peerv, const nixl_be_region_t *regi
         rm->packed = copy; /* kept: a renewed endpoint unpacks it again */
         rm->packed_len = plen;
     }
+    pthread_mutex_lock(&be->lock);
     rm->peer = peer;
+    rm->next = peer->rmds;
+    if (peer->rmds)
+        peer->rmds->prev = rm;
+    peer->rmds = rm;
+    pthread_mutex_unlock(&be->lock);
     *rmd_out = rm;
     return NIXL_OK;
 }
@@ -201,11 +207,18 @@ void ucx_rkey_unload(void *bev, void *rmdv)
     ucx_rmd_t *rm = rmdv;
     if (!rm)
         return;
-    if (rm->rkey) {
-        pthread_mutex_lock(&be->lock);
+    pthread_mutex_lock(&be->lock);
+    if (rm->rkey)
         ucp_rkey_destroy(rm->rkey);
-        pthread_mutex_unlock(&be->lock);
+    if (rm->peer) {
+        if (rm->prev)
+            rm->prev->next = rm->next;
+        else
+            rm->peer->rmds = rm->next;
+        if (rm->next)
+            rm->next->prev = rm->prev;
     }
+    pthread_mutex_unlock(&be->lock);
     free(rm->packed);
     free(rm);
 }

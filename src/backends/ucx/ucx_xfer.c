@@ -226,8 +226,8 @@ nixl_status_t ucx_xfer_prepare(void *bev, const nixl_be_xfer_t *x, nixl_be_req_t
     for (size_t i = 0; i < x->count; i++) {
         const ucx_reg_t *g = x->iov[i].lmd;
         const ucx_rmd_t *rm = x->iov[i].rmd;
-        if (nixl_unlikely(!g || !g->memh || !rm || !rm->rkey))
-            return NIXL_ERR_INVALID_PARAM;
+        if (nixl_unlikely(!g || !g->memh || !rm || (!rm->rkey && !rm->packed) || !rm->peer))
+            return NIXL_ERR_INVALID_PARAM; /* a key without its bytes: unpacked again at post */
     }
     ucx_req_t *r = calloc(1, sizeof(*r));
     if (!r)
@@ -310,8 +310,8 @@ nixl_status_t ucx_xfer_post(void *bev, nixl_be_req_t *req, const void *notif, si
         const nixl_be_iov_t *v = &r->iov[i];
         const ucx_reg_t *g = v->lmd;
         ucx_rmd_t *rm = v->rmd;
-        if (nixl_unlikely(rm->gen != peer->gen) && (r->op_status = ucx_rmd_fresh_locked(be, rm)) != UCS_OK)
-            break; /* the peer's endpoint was renewed since the key was unpacked */
+        if (nixl_unlikely(rm->gen != peer->gen || !rm->rkey) && (r->op_status = ucx_rmd_fresh_locked(be, rm)) != UCS_OK)
+            break; /* the peer's endpoint was closed or renewed since the key was unpacked */
         rp.memh = g->memh;
         /* Pieces above UCX_CHUNK go as several operations: each completion
          * is news that the link moves (the silence rule), where one 64 MiB
