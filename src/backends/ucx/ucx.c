@@ -321,19 +321,27 @@ static void ucx_config_default(ucx_be_t *be, ucp_config_t *cfg, const char *key,
  * when none is found UCX's own choice stands: the path (ucx.<transport>)
  * and the transports parameter still say and police what carries the
  * bytes. */
-static ucs_status_t ucx_restrict_devices(ucx_be_t *be, ucp_config_t *cfg, const ucp_params_t *pp)
+/* The context's transport/device resources ("tcp/lo sysv/memory ..."),
+ * from ucp_context_print_info, into out; "(none listed)" without any.
+ * Caller holds be->lock once other threads can reach the context. */
+static void ucx_ctx_resources(ucx_be_t *be, char *out, size_t cap)
 {
     char *info = NULL;
     size_t ilen = 0;
     FILE *f = open_memstream(&info, &ilen);
-    if (!f)
-        return UCS_ERR_NO_MEMORY;
-    ucp_context_print_info(be->ctx, f);
-    fclose(f);
-    char res[1024], found[sizeof(be->devices)], missing[sizeof(be->devices)];
-    if (ucx_ctx_info_resources(info, res, sizeof(res)) == 0)
-        snprintf(res, sizeof(res), "(none listed)");
+    if (f) {
+        ucp_context_print_info(be->ctx, f);
+        fclose(f);
+    }
+    if (!info || ucx_ctx_info_resources(info, out, cap) == 0)
+        snprintf(out, cap, "(none listed)");
     free(info);
+}
+
+static ucs_status_t ucx_restrict_devices(ucx_be_t *be, ucp_config_t *cfg, const ucp_params_t *pp)
+{
+    char res[1024], found[sizeof(be->devices)], missing[sizeof(be->devices)];
+    ucx_ctx_resources(be, res, sizeof(res));
     ucx_devices_match(be->devices, res, found, sizeof(found), missing, sizeof(missing));
     if (!found[0]) {
         UCX_WARN(be, "ucx: devices=%s: no such network device in this UCX (its resources: %s); UCX's own choice stands",
@@ -545,20 +553,13 @@ static nixl_status_t ucx_describe(void *bev, char *buf, size_t *len)
         else
             n += (size_t)snprintf(text + n, sizeof(text) - n, " type%u", t);
     }
-    char *info = NULL;
-    size_t ilen = 0;
-    FILE *f = open_memstream(&info, &ilen);
-    if (f) {
-        pthread_mutex_lock(&be->lock);
-        ucp_context_print_info(be->ctx, f);
-        pthread_mutex_unlock(&be->lock);
-        fclose(f);
-    }
     if (n < sizeof(text))
         n += (size_t)snprintf(text + n, sizeof(text) - n, "\nUCX resources: ");
-    if (n < sizeof(text) && (!info || ucx_ctx_info_resources(info, text + n, sizeof(text) - n) == 0))
-        snprintf(text + n, sizeof(text) - n, "(none listed)");
-    free(info);
+    if (n < sizeof(text)) {
+        pthread_mutex_lock(&be->lock);
+        ucx_ctx_resources(be, text + n, sizeof(text) - n);
+        pthread_mutex_unlock(&be->lock);
+    }
     size_t need = strlen(text) + 2;
     if (buf && *len)
         snprintf(buf, *len, "%s\n", text);

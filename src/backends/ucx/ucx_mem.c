@@ -169,28 +169,31 @@ nixl_status_t ucx_rkey_load(void *bev, void *peerv, const nixl_be_region_t *regi
     rm->addr = region->addr;
     rm->len = region->len;
     rm->flags = flags;
+    void *copy = NULL;
     if (packed) {
-        void *copy = malloc(plen); /* aligned, for UCX's reader */
+        copy = malloc(plen); /* aligned, for UCX's reader */
         if (!copy) {
             free(rm);
             return NIXL_ERR_NO_MEMORY;
         }
         memcpy(copy, packed, plen);
-        pthread_mutex_lock(&be->lock);
+    }
+    pthread_mutex_lock(&be->lock);
+    if (packed) {
         ucs_status_t us = peer->ep ? ucp_ep_rkey_unpack(peer->ep, copy, &rm->rkey) : UCS_ERR_NOT_CONNECTED;
-        rm->gen = peer->gen;
-        pthread_mutex_unlock(&be->lock);
         if (us != UCS_OK) {
+            int connected = peer->ep != NULL;
+            pthread_mutex_unlock(&be->lock);
             UCX_ERROR(be, "ucx: key of a region of peer %s: ucp_ep_rkey_unpack: %s", peer->name,
                       ucs_status_string(us));
             free(copy);
             free(rm);
-            return peer->ep ? NIXL_ERR_BAD_METADATA : NIXL_ERR_PEER_GONE;
+            return connected ? NIXL_ERR_BAD_METADATA : NIXL_ERR_PEER_GONE;
         }
+        rm->gen = peer->gen;
         rm->packed = copy; /* kept: a renewed endpoint unpacks it again */
         rm->packed_len = plen;
     }
-    pthread_mutex_lock(&be->lock);
     rm->peer = peer;
     rm->next = peer->rmds;
     if (peer->rmds)
