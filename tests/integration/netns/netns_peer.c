@@ -36,7 +36,9 @@
  *       to end in an error within --error-ms (2000) of the fault; with
  *       --undo, CMD is undone that long after it (the link comes back) and
  *       a request may instead succeed after that, its bytes right (a WRITE
- *       verified by the target at its notification, a READ compared).
+ *       verified by the target at its notification, a READ compared), and
+ *       one that fails must end NIXL_ERR_PEER_GONE (a link that came back
+ *       has no other honest error).
  *       Nothing may still run --wait-ms (4000) after the fault, no failed
  *       WRITE may have been notified (NETNS_PEER_LOG), and a new request
  *       afterwards fails within --error-ms when one failed, else succeeds.
@@ -474,7 +476,7 @@ static int fault_round(conn_t *c, const opts_t *o, uint8_t *lbuf)
         FAIL("fault command failed: %s", o->fault);
     printf("fault: %s\n", o->fault);
     int bad = 0;
-    unsigned left = n, succeeded = 0, failed = 0, late = 0, early = 0, gone = 0;
+    unsigned left = n, succeeded = 0, failed = 0, late = 0, early = 0, gone = 0, other = 0;
     uint64_t worst = 0;
     while (left && now_ms() - t0 < o->wait_ms) {
         if (o->undo && !undone_at && now_ms() - t0 >= o->undo_after_ms) {
@@ -506,6 +508,10 @@ static int fault_round(conn_t *c, const opts_t *o, uint8_t *lbuf)
                     late++;
                     bad = 1;
                     why = " (later than --error-ms)";
+                } else if (o->undo && st != NIXL_ERR_PEER_GONE) {
+                    other++;
+                    bad = 1;
+                    why = " (with --undo a failure must be NIXL_ERR_PEER_GONE)";
                 }
             }
             printf("request %u (%s): %s after %" PRIu64 " ms%s\n", i, i % 2 ? "read" : "write", nixl_status_name(st),
@@ -596,9 +602,10 @@ static int fault_round(conn_t *c, const opts_t *o, uint8_t *lbuf)
         nixl_xfer_release(y);
     if (bad)
         printf("FAILED: of %u requests in flight at the fault %u succeeded (%u while the fault stood), %u failed "
-               "(%u later than %u ms), %u were still in flight at %u ms, %u succeeded with wrong bytes, %u failed "
-               "WRITEs were notified; a new request after it %s\n",
-               n, succeeded, early, failed, late, o->error_ms, left, o->wait_ms, wrong_bytes, wrong_notifs, new_req);
+               "(%u later than %u ms, %u not PEER_GONE after an undo), %u were still in flight at %u ms, %u "
+               "succeeded with wrong bytes, %u failed WRITEs were notified; a new request after it %s\n",
+               n, succeeded, early, failed, late, o->error_ms, other, left, o->wait_ms, wrong_bytes, wrong_notifs,
+               new_req);
     else
         printf("ok: %u failed (%u NIXL_ERR_PEER_GONE), %u succeeded%s, every one ended within %" PRIu64
                " ms of the fault\n",
