@@ -39,7 +39,8 @@ static const nixl_param_info_t ucx_params[] = {
      "UCX keepalive interval (UCX_KEEPALIVE_INTERVAL unless set): a peer that stops answering fails within a few "
      "intervals"},
     {"release_wait_ms", "2000",
-     "releasing a request in flight waits this long for UCX to finish it, then closes the peer's endpoint"},
+     "a canceled or released request waits this long for UCX to finish its operations, then the peer's endpoint "
+     "is closed (its other requests end NIXL_ERR_PEER_GONE) and the peer tried again later"},
     {"peer_timeout_ms", "5000",
      "a peer from which nothing completed this long while requests to it are in flight (a link down, a stalled "
      "process) is gone: its requests end NIXL_ERR_PEER_GONE; 0: only UCX's own error handling"},

@@ -403,10 +403,21 @@ static void ucx_silence_check_locked(ucx_be_t *be)
             snprintf(why, sizeof(why), "nothing completed for %llu ms with %u request(s) in flight (link down, or "
                      "the peer stopped progressing; peer_timeout_ms)", (unsigned long long)((now - since) / 1000000ull),
                      p->nreqs);
-            ucx_peer_fail_locked(be, p, why);
-            p->silent = 1; /* silence alone: tried again later (ucx_peer_check_locked) */
-            p->gone_ns = now;
+            ucx_peer_stalled_locked(be, p, why);
         }
+    }
+}
+
+void ucx_peer_stalled_locked(ucx_be_t *be, ucx_peer_t *peer, const char *why)
+{
+    int known = peer->gone; /* UCX's own verdict (final), or stalled already */
+    char text[320];
+    snprintf(text, sizeof(text), "%s; tried again on a new endpoint %llu ms after this", why,
+             (unsigned long long)(2 * be->peer_timeout_ns / 1000000ull));
+    ucx_peer_fail_locked(be, peer, text);
+    if (!known) {
+        peer->silent = 1; /* tried again later (ucx_peer_check_locked) */
+        peer->gone_ns = nixl_now_ns();
     }
 }
 

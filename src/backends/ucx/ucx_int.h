@@ -144,6 +144,7 @@ struct ucx_req {
     void *am_req;             /* the notification's send in flight */
     int notif_sent;           /* handed to UCX: it will be delivered */
     int canceling;            /* xfer_cancel or release: never send the notification */
+    uint64_t cancel_ns;       /* when canceling was set (the cancel bound, ucx_reqs_advance_locked) */
     uint64_t caller_ns;       /* the caller's last post or status return (the thread's grace) */
     void *notif;
     size_t notif_len, notif_cap;
@@ -204,6 +205,9 @@ nixl_status_t ucx_peer_check_locked(ucx_be_t *be, ucx_peer_t *peer);
 void ucx_peers_reap_locked(ucx_be_t *be);
 /* Mark the peer gone and close its endpoint at once (FORCE). */
 void ucx_peer_fail_locked(ucx_be_t *be, ucx_peer_t *peer, const char *why);
+/* The same for a peer that may only be stalled (silence, or a cancel UCX
+ * did not honour in time): tried again on a new endpoint later. */
+void ucx_peer_stalled_locked(ucx_be_t *be, ucx_peer_t *peer, const char *why);
 /* rm's key unpacked on its peer's current endpoint (after a renewal);
  * UCS_OK, or UCX's error. */
 ucs_status_t ucx_rmd_fresh_locked(ucx_be_t *be, ucx_rmd_t *rm);

@@ -139,9 +139,11 @@ static void ucx_req_advance(ucx_be_t *be, ucx_req_t *r, int by, uint64_t now)
     if (r->inflight || r->flush_req)
         return;
     if (r->op_status != UCS_OK) {
-        nixl_status_t st = r->peer->gone ? NIXL_ERR_PEER_GONE
-                           : r->canceling && !r->notif_sent ? NIXL_ERR_CANCELED
-                                                            : ucx_status_of(r->op_status);
+        /* Canceled first: a deadline's request whose peer was found
+         * stalled for it (ucx_cancel_bound_locked) is the caller's cancel. */
+        nixl_status_t st = r->canceling && !r->notif_sent ? NIXL_ERR_CANCELED
+                           : r->peer->gone                 ? NIXL_ERR_PEER_GONE
+                                                           : ucx_status_of(r->op_status);
         ucx_req_end(be, r, st);
         return;
     }
@@ -156,6 +158,26 @@ static void ucx_req_advance(ucx_be_t *be, ucx_req_t *r, int by, uint64_t now)
     ucx_req_end(be, r, NIXL_OK);
 }
 
+/* The cancel bound: UCX 1.13 cannot cancel a put, a get or a flush, so a
+ * canceled request ends only once UCX completed its operations, which on a
+ * live but slow link (30% loss) took up to 18.6 s.  After release_wait_ms
+ * the peer is treated as stalled, as the silence rule does: its endpoint
+ * is closed (UCX then ends every operation on it: this request ends
+ * CANCELED, the peer's others PEER_GONE) and a new one is made from its
+ * address at least twice peer_timeout_ms later.  That wait is also what
+ * keeps bytes of the old endpoint, still in the kernel's queues, from
+ * landing after a later request's on the new one. */
+static void ucx_cancel_bound_locked(ucx_be_t *be, ucx_req_t *r, uint64_t now)
+{
+    if (!r->canceling || r->state != UCX_REQ_RUN || (!r->inflight && !r->flush_req) || !r->peer->ep ||
+        now - r->cancel_ns < be->release_wait_ms * 1000000ull)
+        return;
+    char why[160];
+    snprintf(why, sizeof(why), "a canceled request's operations were still in flight %llu ms after the cancel "
+             "(release_wait_ms; a slow or lossy link)", (unsigned long long)((now - r->cancel_ns) / 1000000ull));
+    ucx_peer_stalled_locked(be, r->peer, why);
+}
+
 void ucx_reqs_advance_locked(ucx_be_t *be, int by)
 {
     uint64_t now = nixl_now_ns();
@@ -163,6 +185,7 @@ void ucx_reqs_advance_locked(ucx_be_t *be, int by)
         next = r->next_run;
         if (r->peer->gone && r->peer->ep) /* close it: UCX then ends its operations */
             ucx_peer_fail_locked(be, r->peer, "UCX reported it unreachable");
+        ucx_cancel_bound_locked(be, r, now);
         ucx_req_advance(be, r, by, now);
     }
 }
@@ -178,8 +201,9 @@ static int ucx_req_quiesce_locked(ucx_be_t *be, ucx_req_t *r)
         ucx_progress_locked(be);
     }
     if (r->state == UCX_REQ_RUN || r->am_req) {
-        /* Closing the endpoint makes UCX end every operation on it. */
-        ucx_peer_fail_locked(be, r->peer, "a request did not finish within release_wait_ms");
+        /* Closing the endpoint makes UCX end every operation on it; the
+         * peer may only be slow: tried again later, as after silence. */
+        ucx_peer_stalled_locked(be, r->peer, "a released request did not finish within release_wait_ms");
         deadline = nixl_now_ns() + 1000000000ull;
         while ((r->state == UCX_REQ_RUN || r->am_req) && nixl_now_ns() < deadline)
             ucx_progress_locked(be);
@@ -386,6 +410,8 @@ static void ucx_cancel_locked(ucx_be_t *be, ucx_req_t *r)
 {
     if (r->state != UCX_REQ_RUN)
         return;
+    if (!r->canceling)
+        r->cancel_ns = nixl_now_ns();
     r->canceling = 1;
     UCX_DEBUG(be, "ucx: request %p to %s: canceling (inflight %zu, flush %s)", (void *)r, r->peer->name,
               r->inflight, r->flush_req ? "pending" : r->flushed ? "done" : "none");

@@ -23,6 +23,10 @@
  *                 peer_timeout_ms plus a margin (tcp)
  *   renew         a peer gone for silence alone is tried again after twice
  *                 peer_timeout_ms on a new endpoint: the READ then works
+ *   cancel_bound  a canceled READ of a peer that never progresses ends
+ *                 CANCELED once release_wait_ms (300) passed, before the
+ *                 silence rule (2 s) would; the peer's other request ends
+ *                 PEER_GONE, a new post is refused (the peer is stalled)
  *   chunks        a 5 MiB piece (several operations of UCX_CHUNK) written
  *                 and read back, bytes compared; a short peer_timeout_ms (2 s)
  *                 never fails a healthy peer
@@ -782,7 +786,7 @@ enum { SILENT_LEN = 1 << 16 };
 
 /* 0 when the pair is ready with its READ prepared; 77 (skip) without
  * UCX_TLS=tcp; else the failure count. */
-static int silent_open(silent_pair_t *p, const char *name)
+static int silent_open_with(silent_pair_t *p, const char *name, const nixl_param_t *pa, size_t npa)
 {
     const char *tls = getenv("UCX_TLS");
     if (!tls || strcmp(tls, "tcp") != 0) {
@@ -790,8 +794,8 @@ static int silent_open(silent_pair_t *p, const char *name)
         return 77;
     }
     memset(p, 0, sizeof(*p));
-    nixl_param_t pa = {"peer_timeout_ms", "300"}, pb = {"progress_thread", "0"};
-    p->a = be_create(&p->ha, "a", &pa, 1);
+    nixl_param_t pb = {"progress_thread", "0"};
+    p->a = be_create(&p->ha, "a", pa, npa);
     p->b = be_create(&p->hb, "b", &pb, 1);
     p->la = calloc(1, SILENT_LEN);
     p->rb = malloc(SILENT_LEN);
@@ -813,6 +817,12 @@ static int silent_open(silent_pair_t *p, const char *name)
     nixl_be_xfer_t x = {NIXL_OP_READ, p->peer, NIXL_MEM_DRAM, NIXL_MEM_DRAM, &p->iov, 1, SILENT_LEN};
     CHECK_ST(ops->xfer_prepare(p->a, &x, &p->req), NIXL_OK);
     return p->req ? 0 : ++failures;
+}
+
+static int silent_open(silent_pair_t *p, const char *name)
+{
+    nixl_param_t pa = {"peer_timeout_ms", "300"};
+    return silent_open_with(p, name, &pa, 1);
 }
 
 static void silent_close(silent_pair_t *p)
@@ -879,6 +889,40 @@ static int case_renew(void)
     CHECK_ST(st, NIXL_OK);
     CHECK(memcmp(p.la, p.rb, SILENT_LEN) == 0);
     CHECK(ops->peer_alive(p.a, p.peer) != 0);
+    silent_close(&p);
+    return failures;
+}
+
+/* The cancel bound: UCX cannot cancel a get, and b never answers, so only
+ * the bound ends the canceled READ: CANCELED at release_wait_ms (300),
+ * long before the silence rule (peer_timeout_ms 2000).  The endpoint is
+ * closed for it: the peer's other READ ends PEER_GONE, and a post is
+ * refused until the renewal (twice the peer timeout; case renew). */
+static int case_cancel_bound(void)
+{
+    silent_pair_t p;
+    nixl_param_t pa[] = {{"peer_timeout_ms", "2000"}, {"release_wait_ms", "300"}};
+    int rc = silent_open_with(&p, "cancel_bound", pa, 2);
+    if (rc)
+        return rc;
+    nixl_be_req_t *other = NULL;
+    nixl_be_xfer_t x = {NIXL_OP_READ, p.peer, NIXL_MEM_DRAM, NIXL_MEM_DRAM, &p.iov, 1, SILENT_LEN};
+    CHECK_ST(ops->xfer_prepare(p.a, &x, &other), NIXL_OK);
+    CHECK_ST(ops->xfer_post(p.a, other, NULL, 0), NIXL_IN_PROG);
+    CHECK_ST(ops->xfer_post(p.a, p.req, NULL, 0), NIXL_IN_PROG);
+    unsigned errors_before = errors_logged;
+    uint64_t t0 = test_now_ms();
+    ops->xfer_cancel(p.a, p.req);
+    nixl_status_t st = wait_req(p.a, p.req, NIXL_IN_PROG);
+    uint64_t ms = test_now_ms() - t0;
+    printf("canceled READ from a peer that never progresses: %s %llu ms after the cancel (release_wait_ms=300, "
+           "peer_timeout_ms=2000)\n", nixl_status_name(st), (unsigned long long)ms);
+    CHECK_ST(st, NIXL_ERR_CANCELED);
+    CHECK(ms >= 300 && ms < 1500);
+    CHECK(errors_logged > errors_before);
+    CHECK_ST(wait_req(p.a, other, NIXL_IN_PROG), NIXL_ERR_PEER_GONE);
+    CHECK_ST(ops->xfer_post(p.a, other, NULL, 0), NIXL_ERR_PEER_GONE);
+    ops->xfer_release(p.a, other);
     silent_close(&p);
     return failures;
 }
@@ -956,7 +1000,7 @@ int main(int argc, char **argv)
 {
     ops = nixl_backend_ucx_ops();
     if (argc < 2) {
-        fprintf(stderr, "usage: %s conn_corrupt|rkey_corrupt|xfer|ep_info|vram|fallback|peer_lost|silent|chunks|renew\n", argv[0]);
+        fprintf(stderr, "usage: %s conn_corrupt|rkey_corrupt|xfer|ep_info|vram|fallback|peer_lost|silent|chunks|renew|cancel_bound\n", argv[0]);
         return 2;
     }
     static const struct {
@@ -965,7 +1009,7 @@ int main(int argc, char **argv)
     } cases[] = {{"conn_corrupt", case_conn_corrupt}, {"rkey_corrupt", case_rkey_corrupt}, {"xfer", case_xfer},
                  {"ep_info", case_ep_info},           {"vram", case_vram},                 {"fallback", case_fallback},
                  {"peer_lost", case_peer_lost},       {"silent", case_silent},             {"chunks", case_chunks},
-                 {"renew", case_renew}};
+                 {"renew", case_renew},                {"cancel_bound", case_cancel_bound}};
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         if (strcmp(argv[1], cases[i].name) != 0)
             continue;
