@@ -11,10 +11,20 @@
  * messages), so perftest's endpoints get it too (-e), with the settings
  * the backend makes for it (MM_ERROR_HANDLING, KEEPALIVE_INTERVAL) where
  * the user left them alone: the same transport, not a faster one the row
- * cannot take.  The client runs
- * ucp_put_bw (WRITE) or ucp_get (READ) with messages of the row's block
- * size and as many outstanding as the row's batch (-O), for about as many
- * bytes as a row part moves; its overall bandwidth is the limit.  Its
+ * cannot take.  The client runs the row's pattern as closely as perftest
+ * has it, with messages of the row's block size, for about as many bytes
+ * as a row part moves; its overall bandwidth is the limit:
+ *   - WRITE, batch 1: ucp_put_lat, each put seen landed by the peer before
+ *     the next (ping-pong; its rate is block / one-way latency).  A
+ *     request of one piece ends when its bytes landed, which is that;
+ *     ucp_put_bw -O 1 starts the next put once the last may reuse its
+ *     buffer, overlapping the two copies of consecutive puts, a pattern no
+ *     request has (on the CI box 1.2x put_lat's rate at 1 MiB);
+ *   - WRITE, batch N: ucp_put_bw -O N, N puts outstanding (perftest has
+ *     no flush per N puts: an upper bound for the row);
+ *   - READ: ucp_get -O batch (a get completes when its bytes are here,
+ *     as a request does).
+ * Its
  * memory is UCX's own (ucp_mem_map with allocation): over shared-memory
  * transports UCX maps such memory straight into the peer, which an
  * application's registered buffer does not get, so there the ratio says
@@ -77,7 +87,9 @@ void bench_ucx_describe(const bench_opts_t *o, FILE *f)
     const char *p = perftest_path(o);
     if (p)
         fprintf(f, "# limit: %s %s%s, message = block, outstanding = batch, UCX_TLS=%s, same run\n", p,
-                o->op == NIXL_OP_WRITE ? "-t ucp_put_bw" : "-t ucp_get",
+                o->op == NIXL_OP_WRITE ? "-t ucp_put_lat at batch 1 (each put landed before the next), else "
+                                         "-t ucp_put_bw"
+                                       : "-t ucp_get",
                 " -e (peer failure handling, as the backend's endpoints)",
                 tls ? tls : "(unset)");
     else
@@ -259,8 +271,11 @@ double bench_ucx_limit(const bench_opts_t *o, uint64_t block, uint64_t batch, ni
     snprintf(w, sizeof(w), "%" PRIu64, warm);
     snprintf(outstanding, sizeof(outstanding), "%" PRIu64, batch);
     char *server_argv[] = {(char *)bin, "-p", port, NULL};
-    char *client_argv[] = {(char *)bin, "127.0.0.1", "-p", port, "-t", op == NIXL_OP_WRITE ? "ucp_put_bw" : "ucp_get",
-                           "-s", size, "-n", n, "-w", w, "-O", outstanding, "-e", "-f", "-v", NULL};
+    const char *test = op != NIXL_OP_WRITE ? "ucp_get" : batch == 1 ? "ucp_put_lat" : "ucp_put_bw";
+    char *client_argv[] = {(char *)bin, "127.0.0.1", "-p", port, "-t", (char *)test, "-s", size, "-n", n, "-w", w,
+                           "-e", "-f", "-v", "-O", outstanding, NULL};
+    if (!strcmp(test, "ucp_put_lat")) /* a latency test: one at a time */
+        client_argv[15] = NULL;
     uint64_t deadline = bench_now_ns() + (uint64_t)o->timeout_ms * 1000000ull;
 
     pid_t server = spawn(o, server_argv, -1);
