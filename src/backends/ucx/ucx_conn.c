@@ -412,8 +412,11 @@ void ucx_peer_stalled_locked(ucx_be_t *be, ucx_peer_t *peer, const char *why)
 {
     int known = peer->gone; /* UCX's own verdict (final), or stalled already */
     char text[320];
-    snprintf(text, sizeof(text), "%s; tried again on a new endpoint %llu ms after this", why,
-             (unsigned long long)(2 * be->peer_timeout_ns / 1000000ull));
+    if (known)
+        snprintf(text, sizeof(text), "%s", why);
+    else
+        snprintf(text, sizeof(text), "%s; tried again on a new endpoint %llu ms after this", why,
+                 (unsigned long long)(2 * be->peer_timeout_ns / 1000000ull));
     ucx_peer_fail_locked(be, peer, text);
     if (!known) {
         peer->silent = 1; /* tried again later (ucx_peer_check_locked) */

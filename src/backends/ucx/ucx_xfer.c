@@ -164,9 +164,10 @@ static void ucx_req_advance(ucx_be_t *be, ucx_req_t *r, int by, uint64_t now)
  * the peer is treated as stalled, as the silence rule does: its endpoint
  * is closed (UCX then ends every operation on it: this request ends
  * CANCELED, the peer's others PEER_GONE) and a new one is made from its
- * address at least twice peer_timeout_ms later.  That wait is also what
- * keeps bytes of the old endpoint, still in the kernel's queues, from
- * landing after a later request's on the new one. */
+ * address at least twice peer_timeout_ms later.  That wait also gives
+ * bytes of the old endpoint still in the kernel's queues time to land or
+ * be dropped before a later request's go on the new one (UCX says nothing
+ * of when they are gone: a wait, not a proof). */
 static void ucx_cancel_bound_locked(ucx_be_t *be, ucx_req_t *r, uint64_t now)
 {
     if (!r->canceling || r->state != UCX_REQ_RUN || (!r->inflight && !r->flush_req) || !r->peer->ep ||
