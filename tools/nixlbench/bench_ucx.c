@@ -271,11 +271,10 @@ double bench_ucx_limit(const bench_opts_t *o, uint64_t block, uint64_t batch, ni
     snprintf(w, sizeof(w), "%" PRIu64, warm);
     snprintf(outstanding, sizeof(outstanding), "%" PRIu64, batch);
     char *server_argv[] = {(char *)bin, "-p", port, NULL};
-    const char *test = op != NIXL_OP_WRITE ? "ucp_get" : batch == 1 ? "ucp_put_lat" : "ucp_put_bw";
+    int lat = op == NIXL_OP_WRITE && batch == 1; /* a latency test: one at a time, no -O */
+    const char *test = op != NIXL_OP_WRITE ? "ucp_get" : lat ? "ucp_put_lat" : "ucp_put_bw";
     char *client_argv[] = {(char *)bin, "127.0.0.1", "-p", port, "-t", (char *)test, "-s", size, "-n", n, "-w", w,
-                           "-e", "-f", "-v", "-O", outstanding, NULL};
-    if (!strcmp(test, "ucp_put_lat")) /* a latency test: one at a time */
-        client_argv[15] = NULL;
+                           "-e", "-f", "-v", lat ? NULL : "-O", outstanding, NULL};
     uint64_t deadline = bench_now_ns() + (uint64_t)o->timeout_ms * 1000000ull;
 
     pid_t server = spawn(o, server_argv, -1);
