@@ -12,7 +12,9 @@
  * Locking: every UCX call of an instance is made under be->lock (the
  * worker is UCS_THREAD_MODE_SINGLE): the core's ops, the registration pool
  * threads and the backend's progress thread all take it.  UCX callbacks
- * therefore run with be->lock held.
+ * therefore run with be->lock held.  The caller's status and cancel wait
+ * for it at most UCX_CALL_WAIT_MS (ucx_xfer.c): a UCX call can block far
+ * longer than that inside ucp_worker_progress.
  */
 #ifndef NIXL_BACKENDS_UCX_INT_H
 #define NIXL_BACKENDS_UCX_INT_H
@@ -144,6 +146,8 @@ struct ucx_req {
     void *am_req;             /* the notification's send in flight */
     int notif_sent;           /* handed to UCX: it will be delivered */
     int canceling;            /* xfer_cancel or release: never send the notification */
+    _Atomic uint64_t cancel_asked_ns; /* a cancel that found the lock held: when it was asked, for
+                                       * the lock's holder to apply (ucx_xfer.c); 0: none */
     uint64_t cancel_ns;       /* when canceling was set (the cancel bound, ucx_reqs_advance_locked) */
     uint64_t caller_ns;       /* the caller's last post or status return (the thread's grace) */
     void *notif;

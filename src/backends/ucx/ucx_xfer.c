@@ -32,6 +32,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "ucx_int.h"
 
@@ -110,11 +111,20 @@ static void ucx_req_end(ucx_be_t *be, ucx_req_t *r, nixl_status_t st)
  *                  when post returns). */
 #define UCX_NOTIF_GRACE_NS 2000000ull
 
-/* Move one request on: notification after the flush, then its end. */
+static void ucx_cancel_mark_locked(ucx_be_t *be, ucx_req_t *r, uint64_t asked_ns);
+
+/* Move one request on: notification after the flush, then its end.  A
+ * cancel recorded while the lock was held elsewhere is applied first, so
+ * the notification of a request canceled by then never goes. */
 static void ucx_req_advance(ucx_be_t *be, ucx_req_t *r, int by, uint64_t now)
 {
     if (r->state != UCX_REQ_RUN)
         return;
+    if (nixl_unlikely(!r->canceling)) {
+        uint64_t asked = atomic_load_explicit(&r->cancel_asked_ns, memory_order_acquire);
+        if (asked)
+            ucx_cancel_mark_locked(be, r, asked);
+    }
     int may_notify = by == UCX_BY_POST || (by == UCX_BY_CALL && r->flush_seen) ||
                      (by == UCX_BY_THREAD && now - r->caller_ns >= UCX_NOTIF_GRACE_NS);
     if (r->flushed && r->notif_len && !r->notif_sent && !r->canceling && r->op_status == UCS_OK &&
@@ -171,7 +181,7 @@ static void ucx_req_advance(ucx_be_t *be, ucx_req_t *r, int by, uint64_t now)
 static void ucx_cancel_bound_locked(ucx_be_t *be, ucx_req_t *r, uint64_t now)
 {
     if (!r->canceling || r->state != UCX_REQ_RUN || (!r->inflight && !r->flush_req) || !r->peer->ep ||
-        now - r->cancel_ns < be->release_wait_ms * 1000000ull)
+        now < r->cancel_ns + be->release_wait_ms * 1000000ull) /* a cancel asked after now was read: not yet */
         return;
     char why[160];
     snprintf(why, sizeof(why), "a canceled request's operations were still in flight %llu ms after the cancel "
@@ -318,6 +328,7 @@ nixl_status_t ucx_xfer_post(void *bev, nixl_be_req_t *req, const void *notif, si
     r->am_req = NULL;
     r->notif_sent = 0;
     r->canceling = 0;
+    atomic_store_explicit(&r->cancel_asked_ns, 0, memory_order_relaxed);
     r->caller_ns = nixl_now_ns();
     r->flush_seen = 0;
     ucx_run_add(be, r);
@@ -390,13 +401,43 @@ out:
     return st;
 }
 
+/* The caller's status and cancel wait for the instance's lock at most
+ * UCX_CALL_WAIT_MS.  UCX 1.13's tcp transport sends its connection packets
+ * with a blocking send inside ucp_worker_progress: under 30% loss one
+ * progress call of the thread held the lock 1 to 11 s (README, Not done
+ * yet), and the core calls status and cancel with the agent's lock held,
+ * so every thread of the application waited with it; the ABI also says
+ * cancel must not block.  Past the wait, status says NIXL_IN_PROG (true
+ * or stale: the next call tells) and a cancel is recorded for whoever
+ * holds the lock next (ucx_req_advance): the request itself still ends
+ * only when UCX lets go of its operations.  A post, a release and the
+ * core's progress still wait: each must call UCX.  pthread_mutex_timedlock
+ * counts on CLOCK_REALTIME (its monotonic sibling is not intercepted by
+ * the thread sanitizer): a step of the wall clock changes one wait. */
+#define UCX_CALL_WAIT_MS 10
+
+static int ucx_lock_bounded(ucx_be_t *be)
+{
+    if (pthread_mutex_trylock(&be->lock) == 0)
+        return 1;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += UCX_CALL_WAIT_MS * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    return pthread_mutex_timedlock(&be->lock, &ts) == 0;
+}
+
 nixl_status_t ucx_xfer_status(void *bev, nixl_be_req_t *req)
 {
     ucx_be_t *be = bev;
     ucx_req_t *r = (ucx_req_t *)req;
     if (!r)
         return NIXL_ERR_NULL;
-    pthread_mutex_lock(&be->lock);
+    if (nixl_unlikely(!ucx_lock_bounded(be)))
+        return NIXL_IN_PROG; /* the lock's holder is inside UCX: ask again */
     if (r->state == UCX_REQ_RUN) {
         (void)ucx_peer_check_locked(be, r->peer); /* a dead process: its endpoint is closed */
         ucx_progress_locked(be);
@@ -407,12 +448,11 @@ nixl_status_t ucx_xfer_status(void *bev, nixl_be_req_t *req)
     return st;
 }
 
-static void ucx_cancel_locked(ucx_be_t *be, ucx_req_t *r)
+/* Canceling starts: the notification is never sent from now on, and the
+ * cancel bound counts from asked_ns (when the caller asked). */
+static void ucx_cancel_mark_locked(ucx_be_t *be, ucx_req_t *r, uint64_t asked_ns)
 {
-    if (r->state != UCX_REQ_RUN)
-        return;
-    if (!r->canceling)
-        r->cancel_ns = nixl_now_ns();
+    r->cancel_ns = asked_ns;
     r->canceling = 1;
     UCX_DEBUG(be, "ucx: request %p to %s: canceling (inflight %zu, flush %s)", (void *)r, r->peer->name,
               r->inflight, r->flush_req ? "pending" : r->flushed ? "done" : "none");
@@ -421,6 +461,14 @@ static void ucx_cancel_locked(ucx_be_t *be, ucx_req_t *r)
      * operations (completed, or ended when the endpoint was closed). */
     if (r->flush_req)
         ucp_request_cancel(be->worker, r->flush_req);
+}
+
+static void ucx_cancel_locked(ucx_be_t *be, ucx_req_t *r)
+{
+    if (r->state != UCX_REQ_RUN)
+        return;
+    if (!r->canceling)
+        ucx_cancel_mark_locked(be, r, nixl_now_ns());
     ucx_req_advance(be, r, UCX_BY_CALL, 0);
 }
 
@@ -431,8 +479,15 @@ void ucx_xfer_cancel(void *bev, nixl_be_req_t *req)
     if (!r)
         return;
     atomic_fetch_add(&be->cancel_waiting, 1);
-    pthread_mutex_lock(&be->lock);
+    int locked = ucx_lock_bounded(be);
     atomic_fetch_sub(&be->cancel_waiting, 1);
+    if (nixl_unlikely(!locked)) {
+        /* Recorded: the holder applies it before it advances the request. */
+        uint64_t none = 0;
+        atomic_compare_exchange_strong(&r->cancel_asked_ns, &none, nixl_now_ns());
+        UCX_DEBUG(be, "ucx: request %p: cancel recorded (the instance's lock is held inside UCX)", (void *)r);
+        return;
+    }
     ucx_cancel_locked(be, r);
     pthread_mutex_unlock(&be->lock);
 }

@@ -27,6 +27,10 @@
  *                 CANCELED once release_wait_ms (300) passed, before the
  *                 silence rule (2 s) would; the peer's other request ends
  *                 PEER_GONE, a new post is refused (the peer is stalled)
+ *   busy          with the instance's lock held by another thread (as a
+ *                 UCX call blocking inside progress holds it), status says
+ *                 IN_PROG and cancel returns; the recorded cancel ends the
+ *                 WRITE CANCELED once the lock is free, never notified
  *   chunks        a 5 MiB piece (several operations of UCX_CHUNK) written
  *                 and read back, bytes compared; a short peer_timeout_ms (2 s)
  *                 never fails a healthy peer
@@ -38,6 +42,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -927,6 +932,75 @@ static int case_cancel_bound(void)
     return failures;
 }
 
+/* A thread inside UCX for long (UCX 1.13's tcp sends with a blocking send
+ * inside ucp_worker_progress) does not hold the caller: with a's lock held
+ * by another thread, as that call would hold it, status answers IN_PROG
+ * and cancel returns, both while the lock is still held (no clock in the
+ * check: the holder lets go only when told).  The recorded cancel is
+ * applied once the lock is free: the WRITE, stuck until b progresses,
+ * ends CANCELED and its notification is never delivered. */
+static atomic_int hold_state; /* 1: the lock is held; 2: let it go; 3: let go after 3 s untold */
+
+static void *hold_main(void *arg)
+{
+    ucx_be_t *be = arg;
+    pthread_mutex_lock(&be->lock);
+    atomic_store(&hold_state, 1);
+    uint64_t t0 = test_now_ms();
+    while (atomic_load(&hold_state) == 1) {
+        usleep(1000);
+        if (test_now_ms() - t0 > 3000) { /* a caller blocked behind us: fail the case, do not hang */
+            int held = 1;
+            atomic_compare_exchange_strong(&hold_state, &held, 3);
+        }
+    }
+    pthread_mutex_unlock(&be->lock);
+    return NULL;
+}
+
+static int case_busy(void)
+{
+    silent_pair_t p;
+    nixl_param_t pa = {"peer_timeout_ms", "5000"};
+    int rc = silent_open_with(&p, "busy", &pa, 1);
+    if (rc)
+        return rc;
+    nixl_be_req_t *w = NULL;
+    nixl_be_xfer_t x = {NIXL_OP_WRITE, p.peer, NIXL_MEM_DRAM, NIXL_MEM_DRAM, &p.iov, 1, SILENT_LEN};
+    CHECK_ST(ops->xfer_prepare(p.a, &x, &w), NIXL_OK);
+    if (!w)
+        return ++failures;
+    CHECK_ST(ops->xfer_post(p.a, w, "n", 1), NIXL_IN_PROG); /* b never answered: in flight */
+    pthread_t t;
+    atomic_store(&hold_state, 0);
+    CHECK(pthread_create(&t, NULL, hold_main, p.a) == 0);
+    while (atomic_load(&hold_state) != 1)
+        usleep(100);
+    CHECK_ST(ops->xfer_status(p.a, w), NIXL_IN_PROG);
+    CHECK(atomic_load(&hold_state) == 1);
+    ops->xfer_cancel(p.a, w);
+    CHECK(atomic_load(&hold_state) == 1); /* returned with the lock still held */
+    CHECK_ST(ops->xfer_status(p.a, w), NIXL_IN_PROG);
+    printf("status and cancel returned while the instance's lock was held\n");
+    atomic_store(&hold_state, 2);
+    pthread_join(t, NULL);
+    nixl_status_t st = NIXL_IN_PROG;
+    uint64_t t0 = test_now_ms();
+    while (st == NIXL_IN_PROG && test_now_ms() - t0 < 10000) {
+        ops->progress(p.b);
+        st = ops->xfer_status(p.a, w);
+    }
+    printf("the WRITE canceled while the lock was held: %s\n", nixl_status_name(st));
+    CHECK_ST(st, NIXL_ERR_CANCELED);
+    t0 = test_now_ms();
+    while (test_now_ms() - t0 < 300)
+        ops->progress(p.b);
+    CHECK(atomic_load(&p.hb.notifs) == 0);
+    ops->xfer_release(p.a, w);
+    silent_close(&p);
+    return failures;
+}
+
 /* Pieces larger than UCX_CHUNK go as several operations: a WRITE of one
  * piece of 5 MiB + 3 bytes at odd offsets, then a READ of it back, bytes
  * compared, the neighbours untouched; under a peer_timeout_ms of 2000 a
@@ -1000,7 +1074,7 @@ int main(int argc, char **argv)
 {
     ops = nixl_backend_ucx_ops();
     if (argc < 2) {
-        fprintf(stderr, "usage: %s conn_corrupt|rkey_corrupt|xfer|ep_info|vram|fallback|peer_lost|silent|chunks|renew|cancel_bound\n", argv[0]);
+        fprintf(stderr, "usage: %s conn_corrupt|rkey_corrupt|xfer|ep_info|vram|fallback|peer_lost|silent|chunks|renew|cancel_bound|busy\n", argv[0]);
         return 2;
     }
     static const struct {
@@ -1009,7 +1083,8 @@ int main(int argc, char **argv)
     } cases[] = {{"conn_corrupt", case_conn_corrupt}, {"rkey_corrupt", case_rkey_corrupt}, {"xfer", case_xfer},
                  {"ep_info", case_ep_info},           {"vram", case_vram},                 {"fallback", case_fallback},
                  {"peer_lost", case_peer_lost},       {"silent", case_silent},             {"chunks", case_chunks},
-                 {"renew", case_renew},                {"cancel_bound", case_cancel_bound}};
+                 {"renew", case_renew},                {"cancel_bound", case_cancel_bound},
+                 {"busy", case_busy}};
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         if (strcmp(argv[1], cases[i].name) != 0)
             continue;
