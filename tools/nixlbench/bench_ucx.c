@@ -25,10 +25,15 @@
  *   - READ: ucp_get -O batch (a get completes when its bytes are here,
  *     as a request does).
  * Its
- * memory is UCX's own (ucp_mem_map with allocation): over shared-memory
- * transports UCX maps such memory straight into the peer, which an
- * application's registered buffer does not get, so there the ratio says
- * what UCX itself gives registered memory, not what libnixl costs.
+ * memory is application memory, as the row's: perftest allocates through
+ * ucp_mem_map, and UCX's default allocator order (UCX_ALLOC_PRIO) takes
+ * sysv's own segments first, which the peer maps straight in (a put is
+ * one memcpy into a cache-hot mapping), a path no registered buffer of an
+ * application gets (its bytes go as active messages through sysv's FIFO).
+ * So perftest's puts run with UCX_ALLOC_PRIO=heap where the user left it
+ * alone: over sm the ratio then says what libnixl costs, as over tcp (CI
+ * box, 1 MiB: the limit 10.7 GB/s against 24.3 with UCX's memory).  Gets
+ * keep UCX's memory (perftest_env says why).
  * libc only: nothing of UCX is linked.
  */
 #include <errno.h>
@@ -90,7 +95,8 @@ void bench_ucx_describe(const bench_opts_t *o, FILE *f)
                 o->op == NIXL_OP_WRITE ? "-t ucp_put_lat at batch 1 (each put landed before the next), else "
                                          "-t ucp_put_bw"
                                        : "-t ucp_get",
-                " -e (peer failure handling, as the backend's endpoints)",
+                o->op == NIXL_OP_WRITE ? " -e (peer failure handling, as the backend's endpoints), heap buffers"
+                                       : " -e (peer failure handling, as the backend's endpoints), UCX's buffers",
                 tls ? tls : "(unset)");
     else
         fprintf(f, "# limit: memcpy of the same pieces: %s\n",
@@ -140,35 +146,43 @@ static int port_listening(unsigned port)
 }
 
 /* perftest's environment: ours, plus the UCX settings the backend makes
- * for its endpoints (ucx.c) where the user left them alone.
+ * for its endpoints (ucx.c) where the user left them alone, and for puts
+ * heap buffers (above).  A get keeps UCX's own memory: over sm and tcp UCX
+ * emulates a get of heap memory with active messages the perftest server
+ * answers only now and then (CI box, sm: 0.6-2.5 GB/s at 1-64 MiB against
+ * 7.6-9.2 for the row), a limit of perftest's server rather than of UCX.
  * Made before fork: the child of a threaded process only execs. */
-static char **perftest_env(const bench_opts_t *o)
+static char **perftest_env(const bench_opts_t *o, int heap_buffers)
 {
     extern char **environ;
-    static char **env;
-    static char mm[] = "UCX_MM_ERROR_HANDLING=y", ka[64];
-    if (env)
-        return env;
+    static char **envs[2];
+    static char mm[] = "UCX_MM_ERROR_HANDLING=y", heap[] = "UCX_ALLOC_PRIO=heap", ka[64];
+    char ***env = &envs[heap_buffers ? 1 : 0];
+    if (*env)
+        return *env;
     size_t n = 0;
     while (environ[n])
         n++;
-    env = calloc(n + 3, sizeof(*env));
-    if (!env)
+    char **e = calloc(n + 4, sizeof(*e));
+    if (!e)
         bench_die("ucx_perftest: out of memory");
-    memcpy(env, environ, n * sizeof(*env));
+    memcpy(e, environ, n * sizeof(*e));
     if (!getenv("UCX_MM_ERROR_HANDLING") && !getenv("UCX_POSIX_ERROR_HANDLING") && !getenv("UCX_SYSV_ERROR_HANDLING"))
-        env[n++] = mm;
+        e[n++] = mm;
+    if (heap_buffers && !getenv("UCX_ALLOC_PRIO"))
+        e[n++] = heap;
     if (!getenv("UCX_KEEPALIVE_INTERVAL")) {
         snprintf(ka, sizeof(ka), "UCX_KEEPALIVE_INTERVAL=%.32sms",
                  bench_param(o, "keepalive_ms", "NIXL_UCX_KEEPALIVE_MS", "500"));
-        env[n++] = ka;
+        e[n++] = ka;
     }
-    return env;
+    *env = e;
+    return e;
 }
 
-static pid_t spawn(const bench_opts_t *o, char *const argv[], int out_fd)
+static pid_t spawn(const bench_opts_t *o, char *const argv[], int out_fd, int heap_buffers)
 {
-    char **env = perftest_env(o);
+    char **env = perftest_env(o, heap_buffers);
     pid_t pid = fork();
     if (pid < 0)
         bench_die("ucx_perftest: fork: %s", strerror(errno));
@@ -277,7 +291,7 @@ double bench_ucx_limit(const bench_opts_t *o, uint64_t block, uint64_t batch, ni
                            "-e", "-f", "-v", lat ? NULL : "-O", outstanding, NULL};
     uint64_t deadline = bench_now_ns() + (uint64_t)o->timeout_ms * 1000000ull;
 
-    pid_t server = spawn(o, server_argv, -1);
+    pid_t server = spawn(o, server_argv, -1, op == NIXL_OP_WRITE);
     while (!port_listening(pnum)) {
         int ws;
         if (waitpid(server, &ws, WNOHANG) == server)
@@ -292,7 +306,7 @@ double bench_ucx_limit(const bench_opts_t *o, uint64_t block, uint64_t batch, ni
     int fds[2];
     if (pipe(fds) != 0)
         bench_die("ucx_perftest: pipe: %s", strerror(errno));
-    pid_t client = spawn(o, client_argv, fds[1]);
+    pid_t client = spawn(o, client_argv, fds[1], op == NIXL_OP_WRITE);
     close(fds[1]);
     char out[16384];
     size_t len = 0;
