@@ -209,6 +209,7 @@ static nixl_status_t ucx_parse_params(ucx_be_t *be, const nixl_param_t *params, 
 
 void ucx_progress_locked(ucx_be_t *be)
 {
+    ucx_posts_drain_locked(be);
     /* Bounded: a peer streaming at us must not keep a status call here. */
     for (int i = 0; i < 256 && ucp_worker_progress(be->worker); i++)
         ;
@@ -244,6 +245,7 @@ static void *ucx_thread_main(void *arg)
     uint64_t last_event = 0, seen_posts = 0;
     while (!atomic_load_explicit(&be->stop, memory_order_acquire)) {
         pthread_mutex_lock(&be->lock);
+        ucx_posts_drain_locked(be);
         unsigned n = ucp_worker_progress(be->worker);
         ucx_peers_reap_locked(be);
         /* A cancel or release waiting for the lock goes first: advancing
@@ -382,6 +384,11 @@ static nixl_status_t ucx_create(const nixl_host_services_t *host, const nixl_par
         st = NIXL_ERR_NO_MEMORY;
         goto err_free;
     }
+    if (pthread_mutex_init(&be->pend_lock, NULL) != 0) {
+        pthread_mutex_destroy(&be->lock);
+        st = NIXL_ERR_NO_MEMORY;
+        goto err_free;
+    }
 
     ucp_config_t *cfg;
     ucs_status_t us = ucp_config_read(NULL, NULL, &cfg);
@@ -494,6 +501,7 @@ err_worker:
 err_ctx:
     ucp_cleanup(be->ctx);
 err_lock:
+    pthread_mutex_destroy(&be->pend_lock);
     pthread_mutex_destroy(&be->lock);
 err_free:
     free(be);
@@ -527,6 +535,7 @@ static void ucx_destroy(void *bev)
     free(be->addr);
     ucp_worker_destroy(be->worker);
     ucp_cleanup(be->ctx);
+    pthread_mutex_destroy(&be->pend_lock);
     pthread_mutex_destroy(&be->lock);
     free(be);
 }

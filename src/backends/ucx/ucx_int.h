@@ -12,9 +12,9 @@
  * Locking: every UCX call of an instance is made under be->lock (the
  * worker is UCS_THREAD_MODE_SINGLE): the core's ops, the registration pool
  * threads and the backend's progress thread all take it.  UCX callbacks
- * therefore run with be->lock held.  The caller's status and cancel wait
- * for it at most UCX_CALL_WAIT_MS (ucx_xfer.c): a UCX call can block far
- * longer than that inside ucp_worker_progress.
+ * therefore run with be->lock held.  The caller's post, status and cancel
+ * wait for it at most UCX_CALL_WAIT_MS (ucx_xfer.c): a UCX call can block
+ * far longer than that inside ucp_worker_progress.
  */
 #ifndef NIXL_BACKENDS_UCX_INT_H
 #define NIXL_BACKENDS_UCX_INT_H
@@ -128,6 +128,8 @@ struct ucx_rmd {
 };
 
 typedef enum { UCX_REQ_IDLE, UCX_REQ_RUN, UCX_REQ_DONE, UCX_REQ_FAILED } ucx_req_state_t;
+/* A deferred post: none (or posted), queued, being posted, canceled while queued. */
+enum { UCX_DEFER_NONE, UCX_DEFER_QUEUED, UCX_DEFER_TAKEN, UCX_DEFER_CANCELED };
 
 struct ucx_req {
     nixl_be_req_t hdr;
@@ -148,6 +150,12 @@ struct ucx_req {
     int canceling;            /* xfer_cancel or release: never send the notification */
     _Atomic uint64_t cancel_asked_ns; /* a cancel that found the lock held: when it was asked, for
                                        * the lock's holder to apply (ucx_xfer.c); 0: none */
+    /* A post that found the lock held is queued (ucx_xfer.c, deferred posts). */
+    _Atomic int defer;        /* UCX_DEFER_*: the caller's side of a queued post */
+    int in_pend;              /* on be->pend (be->pend_lock) */
+    ucx_req_t *next_pend;
+    void *pend_notif;         /* the queued post's notification, copied */
+    size_t pend_notif_len, pend_notif_cap;
     uint64_t cancel_ns;       /* when canceling was set (the cancel bound, ucx_reqs_advance_locked) */
     uint64_t caller_ns;       /* the caller's last post or status return (the thread's grace) */
     void *notif;
@@ -190,6 +198,12 @@ struct ucx_be {
     pthread_t thread;
     atomic_int stop;
     atomic_int cancel_waiting; /* cancels and releases waiting for the lock */
+    /* Posts that found the lock held, in order; whoever takes the lock
+     * next posts them (ucx_posts_drain_locked).  pend_lock guards only the
+     * list, never held across a UCX call. */
+    pthread_mutex_t pend_lock;
+    ucx_req_t *pend_head, *pend_tail;
+    atomic_int npend;
     int thread_started;
 };
 
@@ -250,6 +264,8 @@ void ucx_xfer_release(void *be, nixl_be_req_t *req);
  * operation completed (notifications after the flush). */
 enum { UCX_BY_POST, UCX_BY_CALL, UCX_BY_THREAD }; /* who advances (ucx_xfer.c) */
 void ucx_reqs_advance_locked(ucx_be_t *be, int by);
+/* Post the requests queued while the lock was held (be->lock held). */
+void ucx_posts_drain_locked(ucx_be_t *be);
 /* Progress the worker until nothing moves (be->lock held). */
 void ucx_progress_locked(ucx_be_t *be);
 nixl_status_t ucx_status_of(ucs_status_t st);

@@ -281,15 +281,37 @@ nixl_status_t ucx_xfer_prepare(void *bev, const nixl_be_xfer_t *x, nixl_be_req_t
     return NIXL_OK;
 }
 
-nixl_status_t ucx_xfer_post(void *bev, nixl_be_req_t *req, const void *notif, size_t notif_len)
+/* The caller's post, status and cancel wait for the instance's lock at
+ * most UCX_CALL_WAIT_MS.  UCX 1.13's tcp transport sends its connection packets
+ * with a blocking send inside ucp_worker_progress: under 30% loss one
+ * progress call of the thread held the lock 1 to 11 s (README, Not done
+ * yet), and the core calls status and cancel with the agent's lock held,
+ * so every thread of the application waited with it; the ABI also says
+ * cancel must not block.  Past the wait, status says NIXL_IN_PROG (true
+ * or stale: the next call tells), a cancel is recorded for whoever holds
+ * the lock next (ucx_req_advance) and a post is queued (deferred posts,
+ * below): a request UCX holds still ends only when UCX lets go of its
+ * operations.  A release and the core's progress still wait.  pthread_mutex_timedlock
+ * counts on CLOCK_REALTIME (its monotonic sibling is not intercepted by
+ * the thread sanitizer): a step of the wall clock changes one wait. */
+#define UCX_CALL_WAIT_MS 10
+
+static int ucx_lock_bounded(ucx_be_t *be)
 {
-    ucx_be_t *be = bev;
-    ucx_req_t *r = (ucx_req_t *)req;
-    if (!r)
-        return NIXL_ERR_NULL;
-    if (notif_len && !notif)
-        return NIXL_ERR_NULL;
-    pthread_mutex_lock(&be->lock);
+    if (pthread_mutex_trylock(&be->lock) == 0)
+        return 1;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += UCX_CALL_WAIT_MS * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    return pthread_mutex_timedlock(&be->lock, &ts) == 0;
+}
+
+static nixl_status_t ucx_post_locked(ucx_be_t *be, ucx_req_t *r, const void *notif, size_t notif_len)
+{
     nixl_status_t st;
     if (r->state == UCX_REQ_RUN) {
         st = NIXL_ERR_IN_FLIGHT;
@@ -328,7 +350,6 @@ nixl_status_t ucx_xfer_post(void *bev, nixl_be_req_t *req, const void *notif, si
     r->am_req = NULL;
     r->notif_sent = 0;
     r->canceling = 0;
-    atomic_store_explicit(&r->cancel_asked_ns, 0, memory_order_relaxed);
     r->caller_ns = nixl_now_ns();
     r->flush_seen = 0;
     ucx_run_add(be, r);
@@ -397,37 +418,97 @@ nixl_status_t ucx_xfer_post(void *bev, nixl_be_req_t *req, const void *notif, si
     r->caller_ns = nixl_now_ns();
     st = ucx_req_status(r);
 out:
-    pthread_mutex_unlock(&be->lock);
     return st;
 }
 
-/* The caller's status and cancel wait for the instance's lock at most
- * UCX_CALL_WAIT_MS.  UCX 1.13's tcp transport sends its connection packets
- * with a blocking send inside ucp_worker_progress: under 30% loss one
- * progress call of the thread held the lock 1 to 11 s (README, Not done
- * yet), and the core calls status and cancel with the agent's lock held,
- * so every thread of the application waited with it; the ABI also says
- * cancel must not block.  Past the wait, status says NIXL_IN_PROG (true
- * or stale: the next call tells) and a cancel is recorded for whoever
- * holds the lock next (ucx_req_advance): the request itself still ends
- * only when UCX lets go of its operations.  A post, a release and the
- * core's progress still wait: each must call UCX.  pthread_mutex_timedlock
- * counts on CLOCK_REALTIME (its monotonic sibling is not intercepted by
- * the thread sanitizer): a step of the wall clock changes one wait. */
-#define UCX_CALL_WAIT_MS 10
-
-static int ucx_lock_bounded(ucx_be_t *be)
+/* Deferred posts.  A post that finds the lock held past UCX_CALL_WAIT_MS
+ * (a UCX call blocking inside progress) is queued, its notification
+ * copied, and returns NIXL_IN_PROG; whoever takes the lock next (the
+ * thread's round, a status or progress call, a post, a release) posts the
+ * queue in order before anything else, so a later post of the caller's
+ * never overtakes it.  Canceled while still queued (a deadline), it is
+ * never posted: status says NIXL_ERR_CANCELED at once, without the lock.
+ * Its errors at the real post are its status's. */
+static nixl_status_t ucx_post_defer(ucx_be_t *be, ucx_req_t *r, const void *notif, size_t notif_len)
 {
-    if (pthread_mutex_trylock(&be->lock) == 0)
-        return 1;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += UCX_CALL_WAIT_MS * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
+    if (notif_len > r->pend_notif_cap) {
+        void *p = realloc(r->pend_notif, notif_len);
+        if (!p)
+            return NIXL_ERR_NO_MEMORY;
+        r->pend_notif = p;
+        r->pend_notif_cap = notif_len;
     }
-    return pthread_mutex_timedlock(&be->lock, &ts) == 0;
+    if (notif_len)
+        memcpy(r->pend_notif, notif, notif_len);
+    r->pend_notif_len = notif_len;
+    pthread_mutex_lock(&be->pend_lock);
+    atomic_store_explicit(&r->defer, UCX_DEFER_QUEUED, memory_order_release);
+    if (!r->in_pend) { /* still on it from a post canceled while queued: once is enough */
+        r->in_pend = 1;
+        r->next_pend = NULL;
+        if (be->pend_tail)
+            be->pend_tail->next_pend = r;
+        else
+            be->pend_head = r;
+        be->pend_tail = r;
+    }
+    atomic_fetch_add_explicit(&be->npend, 1, memory_order_release);
+    pthread_mutex_unlock(&be->pend_lock);
+    UCX_DEBUG(be, "ucx: request %p to %s: post queued (the instance's lock is held inside UCX)", (void *)r,
+              r->peer->name);
+    return NIXL_IN_PROG;
+}
+
+void ucx_posts_drain_locked(ucx_be_t *be)
+{
+    if (nixl_likely(atomic_load_explicit(&be->npend, memory_order_acquire) == 0))
+        return;
+    pthread_mutex_lock(&be->pend_lock);
+    ucx_req_t *q = be->pend_head, *take = NULL, **tail = &take;
+    be->pend_head = be->pend_tail = NULL;
+    atomic_store_explicit(&be->npend, 0, memory_order_relaxed);
+    for (ucx_req_t *r = q, *next; r; r = next) {
+        next = r->next_pend;
+        r->in_pend = 0;
+        r->next_pend = NULL;
+        int queued = UCX_DEFER_QUEUED; /* else canceled while queued: dropped */
+        if (atomic_compare_exchange_strong(&r->defer, &queued, UCX_DEFER_TAKEN)) {
+            *tail = r;
+            tail = &r->next_pend;
+        }
+    }
+    pthread_mutex_unlock(&be->pend_lock);
+    for (ucx_req_t *r = take, *next; r; r = next) {
+        next = r->next_pend;
+        r->next_pend = NULL;
+        nixl_status_t st = ucx_post_locked(be, r, r->pend_notif, r->pend_notif_len);
+        if (st != NIXL_OK && st != NIXL_IN_PROG && r->state != UCX_REQ_RUN && r->state != UCX_REQ_FAILED) {
+            r->state = UCX_REQ_FAILED; /* the post's own error (no memory): its status says it */
+            r->err = st;
+        }
+        atomic_store_explicit(&r->defer, UCX_DEFER_NONE, memory_order_release);
+    }
+}
+
+nixl_status_t ucx_xfer_post(void *bev, nixl_be_req_t *req, const void *notif, size_t notif_len)
+{
+    ucx_be_t *be = bev;
+    ucx_req_t *r = (ucx_req_t *)req;
+    if (!r)
+        return NIXL_ERR_NULL;
+    if (notif_len && !notif)
+        return NIXL_ERR_NULL;
+    if (atomic_load_explicit(&r->defer, memory_order_acquire) == UCX_DEFER_QUEUED)
+        return NIXL_ERR_IN_FLIGHT; /* its last post is still queued */
+    /* The caller's side: a cancel of an earlier post is over. */
+    atomic_store_explicit(&r->cancel_asked_ns, 0, memory_order_relaxed);
+    atomic_store_explicit(&r->defer, UCX_DEFER_NONE, memory_order_relaxed);
+    if (nixl_unlikely(!ucx_lock_bounded(be)))
+        return ucx_post_defer(be, r, notif, notif_len);
+    ucx_posts_drain_locked(be); /* those queued before this one go first */
+    nixl_status_t st = ucx_post_locked(be, r, notif, notif_len);
+    pthread_mutex_unlock(&be->lock);
+    return st;
 }
 
 nixl_status_t ucx_xfer_status(void *bev, nixl_be_req_t *req)
@@ -436,8 +517,11 @@ nixl_status_t ucx_xfer_status(void *bev, nixl_be_req_t *req)
     ucx_req_t *r = (ucx_req_t *)req;
     if (!r)
         return NIXL_ERR_NULL;
+    if (nixl_unlikely(atomic_load_explicit(&r->defer, memory_order_acquire) == UCX_DEFER_CANCELED))
+        return NIXL_ERR_CANCELED; /* canceled while queued: never posted */
     if (nixl_unlikely(!ucx_lock_bounded(be)))
         return NIXL_IN_PROG; /* the lock's holder is inside UCX: ask again */
+    ucx_posts_drain_locked(be); /* this one, if queued */
     if (r->state == UCX_REQ_RUN) {
         (void)ucx_peer_check_locked(be, r->peer); /* a dead process: its endpoint is closed */
         ucx_progress_locked(be);
@@ -478,6 +562,9 @@ void ucx_xfer_cancel(void *bev, nixl_be_req_t *req)
     ucx_req_t *r = (ucx_req_t *)req;
     if (!r)
         return;
+    int queued = UCX_DEFER_QUEUED;
+    if (atomic_compare_exchange_strong(&r->defer, &queued, UCX_DEFER_CANCELED))
+        return; /* still queued: it will never be posted */
     atomic_fetch_add(&be->cancel_waiting, 1);
     int locked = ucx_lock_bounded(be);
     atomic_fetch_sub(&be->cancel_waiting, 1);
@@ -498,9 +585,12 @@ void ucx_xfer_release(void *bev, nixl_be_req_t *req)
     ucx_req_t *r = (ucx_req_t *)req;
     if (!r)
         return;
+    int queued = UCX_DEFER_QUEUED;
+    (void)atomic_compare_exchange_strong(&r->defer, &queued, UCX_DEFER_CANCELED); /* never posted now */
     atomic_fetch_add(&be->cancel_waiting, 1);
     pthread_mutex_lock(&be->lock);
     atomic_fetch_sub(&be->cancel_waiting, 1);
+    ucx_posts_drain_locked(be); /* takes this one off the queue */
     if (r->state == UCX_REQ_RUN || r->am_req) {
         ucx_cancel_locked(be, r);
         if (ucx_req_quiesce_locked(be, r) != 0) {
@@ -515,5 +605,6 @@ void ucx_xfer_release(void *bev, nixl_be_req_t *req)
     }
     pthread_mutex_unlock(&be->lock);
     free(r->notif);
+    free(r->pend_notif);
     free(r);
 }

@@ -30,7 +30,10 @@
  *   busy          with the instance's lock held by another thread (as a
  *                 UCX call blocking inside progress holds it), status says
  *                 IN_PROG and cancel returns; the recorded cancel ends the
- *                 WRITE CANCELED once the lock is free, never notified
+ *                 WRITE CANCELED once the lock is free, never notified;
+ *                 posts are queued: one canceled while queued is CANCELED
+ *                 at once and never moves, the other moves once the lock
+ *                 is free, bytes and its one notification checked
  *   chunks        a 5 MiB piece (several operations of UCX_CHUNK) written
  *                 and read back, bytes compared; a short peer_timeout_ms (2 s)
  *                 never fails a healthy peer
@@ -938,7 +941,8 @@ static int case_cancel_bound(void)
  * and cancel returns, both while the lock is still held (no clock in the
  * check: the holder lets go only when told).  The recorded cancel is
  * applied once the lock is free: the WRITE, stuck until b progresses,
- * ends CANCELED and its notification is never delivered. */
+ * ends CANCELED and its notification is never delivered.  Then posts made
+ * while the lock is held (below). */
 static atomic_int hold_state; /* 1: the lock is held; 2: let it go; 3: let go after 3 s untold */
 
 static void *hold_main(void *arg)
@@ -996,6 +1000,48 @@ static int case_busy(void)
     while (test_now_ms() - t0 < 300)
         ops->progress(p.b);
     CHECK(atomic_load(&p.hb.notifs) == 0);
+
+    /* Posts while the lock is held are queued: w2 (notification "m") and
+     * w3 ("z", canceled while queued) both return IN_PROG while it is
+     * held; w3 is CANCELED at once.  Once the lock is free w2 moves (b's
+     * bytes become a's), "m" arrives, "z" never does. */
+    nixl_be_req_t *w2 = NULL, *w3 = NULL;
+    CHECK_ST(ops->xfer_prepare(p.a, &x, &w2), NIXL_OK);
+    CHECK_ST(ops->xfer_prepare(p.a, &x, &w3), NIXL_OK);
+    if (!w2 || !w3)
+        return ++failures;
+    for (size_t i = 0; i < SILENT_LEN; i++)
+        p.la[i] = (uint8_t)(i * 5 + 3);
+    atomic_store(&hold_state, 0);
+    CHECK(pthread_create(&t, NULL, hold_main, p.a) == 0);
+    while (atomic_load(&hold_state) != 1)
+        usleep(100);
+    CHECK_ST(ops->xfer_post(p.a, w2, "m", 1), NIXL_IN_PROG);
+    CHECK_ST(ops->xfer_post(p.a, w3, "z", 1), NIXL_IN_PROG);
+    CHECK_ST(ops->xfer_post(p.a, w3, "z", 1), NIXL_ERR_IN_FLIGHT); /* still queued */
+    ops->xfer_cancel(p.a, w3);
+    CHECK_ST(ops->xfer_status(p.a, w3), NIXL_ERR_CANCELED);
+    CHECK_ST(ops->xfer_status(p.a, w2), NIXL_IN_PROG);
+    CHECK(atomic_load(&hold_state) == 1); /* every call returned with the lock still held */
+    printf("posts queued and a queued post canceled while the instance's lock was held\n");
+    atomic_store(&hold_state, 2);
+    pthread_join(t, NULL);
+    st = NIXL_IN_PROG;
+    t0 = test_now_ms();
+    while (st == NIXL_IN_PROG && test_now_ms() - t0 < 10000) {
+        ops->progress(p.b);
+        st = ops->xfer_status(p.a, w2);
+    }
+    printf("the WRITE posted while the lock was held: %s\n", nixl_status_name(st));
+    CHECK_ST(st, NIXL_OK);
+    t0 = test_now_ms();
+    while ((atomic_load(&p.hb.notifs) == 0 || test_now_ms() - t0 < 300) && test_now_ms() - t0 < 5000)
+        ops->progress(p.b);
+    CHECK(atomic_load(&p.hb.notifs) == 1 && p.hb.msg_len == 1 && p.hb.msg[0] == 'm');
+    CHECK(memcmp(p.rb, p.la, SILENT_LEN) == 0);
+    CHECK_ST(ops->xfer_status(p.a, w3), NIXL_ERR_CANCELED);
+    ops->xfer_release(p.a, w3);
+    ops->xfer_release(p.a, w2);
     ops->xfer_release(p.a, w);
     silent_close(&p);
     return failures;
