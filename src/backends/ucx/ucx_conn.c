@@ -330,9 +330,13 @@ static void ucx_peer_path(ucx_be_t *be, ucx_peer_t *peer)
 static void ucx_ep_error(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
     ucx_peer_t *peer = arg;
-    (void)ep;
     /* Runs inside ucp_worker_progress, be->lock held.  The endpoint is
-     * closed after progress returns (ucx_peers_reap_locked). */
+     * closed after progress returns (ucx_peers_reap_locked).  One closed
+     * already (peer->ep NULL or a renewed one) is news of nothing: UCX
+     * reports a closed endpoint's keepalive timeout seconds later, which
+     * must not fail the new one. */
+    if (ep != peer->ep)
+        return;
     if (!peer->gone) {
         peer->gone = 1;
         peer->gone_status = status;
@@ -415,12 +419,14 @@ void ucx_peer_stalled_locked(ucx_be_t *be, ucx_peer_t *peer, const char *why)
     if (known)
         snprintf(text, sizeof(text), "%s", why);
     else
-        snprintf(text, sizeof(text), "%s; tried again on a new endpoint %llu ms after this", why,
-                 (unsigned long long)(2 * be->peer_timeout_ns / 1000000ull));
+        snprintf(text, sizeof(text), "%s; tried again on a new endpoint %llu ms after this, once its TCP "
+                 "connections have nothing unacknowledged", why, (unsigned long long)(2 * be->peer_timeout_ns / 1000000ull));
     ucx_peer_fail_locked(be, peer, text);
     if (!known) {
         peer->silent = 1; /* tried again later (ucx_peer_check_locked) */
         peer->gone_ns = nixl_now_ns();
+        unsigned n = ucx_tcpold_mark(peer);
+        UCX_DEBUG(be, "ucx: peer %s: %u TCP connection(s) with bytes unacknowledged to wait for", peer->name, n);
     }
 }
 
@@ -464,6 +470,17 @@ static void ucx_peer_renew_locked(ucx_be_t *be, ucx_peer_t *peer)
     uint64_t now = nixl_now_ns();
     if (!peer->silent || peer->nreqs || peer->ep || now - peer->gone_ns < 2 * be->peer_timeout_ns)
         return;
+    if (peer->nold) { /* its old connections first (ucx_tcpold.c); /proc looked at every 10 ms at most */
+        if (now - peer->old_checked_ns < 10000000ull)
+            return;
+        peer->old_checked_ns = now;
+        unsigned busy = ucx_tcpold_busy(peer);
+        if (busy) {
+            UCX_DEBUG(be, "ucx: peer %s: %u TCP connection(s) still with bytes unacknowledged: not yet",
+                      peer->name, busy);
+            return;
+        }
+    }
     ucs_status_t us = ucx_ep_open_locked(be, peer);
     if (us != UCS_OK) {
         peer->gone_ns = now;

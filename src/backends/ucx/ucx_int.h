@@ -6,7 +6,8 @@
  * Files: ucx.c (ops table, parameters, instance, progress thread),
  * ucx_conn.c (conn info, peers and their endpoints, liveness, the
  * transport a peer's endpoint uses, notifications), ucx_mem.c
- * (registration and remote keys), ucx_xfer.c (requests), ucx_ucp.c
+ * (registration and remote keys), ucx_tcpold.c (the TCP connections a
+ * renewal waits for), ucx_xfer.c (requests), ucx_ucp.c
  * (UCX itself, loaded at the first create).
  *
  * Locking: every UCX call of an instance is made under be->lock (the
@@ -39,6 +40,8 @@
 #define UCX_PATHS_MAX 32      /* distinct "ucx.<tl>" strings an instance hands out */
 #define UCX_AM_NOTIF 0x4e     /* active message id of notifications */
 #define UCX_CHUNK (1ull << 20) /* the largest put/get of a post (ucx_xfer.c) */
+#define UCX_OLD_CONNS_MAX 8    /* TCP connections of a closed endpoint a renewal waits for */
+#define UCX_TCP_TUPLE_MAX 80   /* "LOCAL REMOTE" of /proc/net/tcp6: 2 x 37 hex digits and colons */
 
 /* ---- wire formats (little-endian), validated field by field ----
  *
@@ -113,6 +116,12 @@ typedef struct ucx_peer {
      * was unpacked on, so closing the endpoint destroys them first
      * (ucx_ep_close_locked) and a renewal unpacks them again. */
     ucx_rmd_t *rmds;
+    /* TCP connections with bytes unacknowledged when it was found stalled
+     * (addresses as /proc/net/tcp has them): a renewal waits until each
+     * was seen with none (ucx_tcpold.c). */
+    char old_conns[UCX_OLD_CONNS_MAX][UCX_TCP_TUPLE_MAX];
+    unsigned nold;
+    uint64_t old_checked_ns;
 } ucx_peer_t;
 
 /* rkey_load() output. */
@@ -245,6 +254,13 @@ size_t ucx_ctx_info_resources(const char *info, char *out, size_t cap);
  * once; missing the names of want found nowhere.  Both comma-separated. */
 void ucx_devices_match(const char *want, const char *resources, char *found, size_t fcap, char *missing,
                        size_t mcap);
+
+/* ucx_tcpold.c: keep in peer->old_conns the TCP connections of this
+ * process with bytes not yet acknowledged (when the peer is found
+ * stalled; how many).  ucx_tcpold_busy: how many of them still have some
+ * (those seen without are dropped). */
+unsigned ucx_tcpold_mark(ucx_peer_t *peer);
+unsigned ucx_tcpold_busy(ucx_peer_t *peer);
 
 /* ucx_mem.c */
 nixl_status_t ucx_reg(void *be, const nixl_be_region_t *region, void **md_out);
