@@ -34,6 +34,9 @@
  *                 posts are queued: one canceled while queued is CANCELED
  *                 at once and never moves, the other moves once the lock
  *                 is free, bytes and its one notification checked
+ *   tcpold        the connections a renewal waits for (ucx_tcpold.c), on
+ *                 a loopback TCP connection with bytes left unacknowledged,
+ *                 then drained (no UCX)
  *   chunks        a 5 MiB piece (several operations of UCX_CHUNK) written
  *                 and read back, bytes compared; a short peer_timeout_ms (2 s)
  *                 never fails a healthy peer
@@ -45,8 +48,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -1047,6 +1054,68 @@ static int case_busy(void)
     return failures;
 }
 
+/* ucx_tcpold.c on a TCP connection of this process over loopback, no UCX:
+ * a reader that does not read and a writer that wrote until its buffers
+ * were full leave the writer's socket with bytes unacknowledged.  mark
+ * keeps exactly that connection (the listener and the reader's side have
+ * none), busy counts it; once the reader took every byte, busy drops it. */
+static int case_tcpold(void)
+{
+    if (access("/proc/net/tcp", R_OK) != 0 || access("/proc/self/fd", R_OK) != 0) {
+        printf("SKIP: tcpold needs /proc/net/tcp and /proc/self/fd\n");
+        return 77;
+    }
+    int small = 4096, one = 1;
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t slen = sizeof(sa);
+    int l = socket(AF_INET, SOCK_STREAM, 0);
+    CHECK(l >= 0);
+    CHECK(setsockopt(l, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)) == 0); /* the accepted side's window */
+    CHECK(bind(l, (struct sockaddr *)&sa, sizeof(sa)) == 0 && listen(l, 1) == 0);
+    CHECK(getsockname(l, (struct sockaddr *)&sa, &slen) == 0);
+    int c = socket(AF_INET, SOCK_STREAM, 0);
+    CHECK(c >= 0 && setsockopt(c, SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)) == 0);
+    CHECK(setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) == 0);
+    CHECK(connect(c, (struct sockaddr *)&sa, sizeof(sa)) == 0);
+    int r = accept(l, NULL, NULL);
+    CHECK(r >= 0);
+    if (failures)
+        return failures;
+    CHECK(fcntl(c, F_SETFL, fcntl(c, F_GETFL) | O_NONBLOCK) == 0);
+    static uint8_t buf[1 << 16];
+    size_t sent = 0;
+    for (;;) {
+        ssize_t n = write(c, buf, sizeof(buf));
+        if (n <= 0)
+            break;
+        sent += (size_t)n;
+    }
+    ucx_peer_t peer;
+    memset(&peer, 0, sizeof(peer));
+    unsigned marked = ucx_tcpold_mark(&peer), busy = ucx_tcpold_busy(&peer);
+    printf("%zu bytes written, the reader not reading: %u connection(s) kept, %u busy (%s)\n", sent, marked, busy,
+           marked ? peer.old_conns[0] : "-");
+    CHECK(sent > 0);
+    CHECK(marked == 1 && busy == 1);
+    size_t got = 0;
+    while (got < sent) {
+        ssize_t n = read(r, buf, sizeof(buf));
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    CHECK(got == sent);
+    uint64_t t0 = test_now_ms();
+    while (ucx_tcpold_busy(&peer) && test_now_ms() - t0 < 5000)
+        usleep(1000);
+    printf("after the reader took every byte: %u busy\n", ucx_tcpold_busy(&peer));
+    CHECK(peer.nold == 0);
+    close(c);
+    close(r);
+    close(l);
+    return failures;
+}
+
 /* Pieces larger than UCX_CHUNK go as several operations: a WRITE of one
  * piece of 5 MiB + 3 bytes at odd offsets, then a READ of it back, bytes
  * compared, the neighbours untouched; under a peer_timeout_ms of 2000 a
@@ -1120,7 +1189,7 @@ int main(int argc, char **argv)
 {
     ops = nixl_backend_ucx_ops();
     if (argc < 2) {
-        fprintf(stderr, "usage: %s conn_corrupt|rkey_corrupt|xfer|ep_info|vram|fallback|peer_lost|silent|chunks|renew|cancel_bound|busy\n", argv[0]);
+        fprintf(stderr, "usage: %s conn_corrupt|rkey_corrupt|xfer|ep_info|vram|fallback|peer_lost|silent|chunks|renew|cancel_bound|busy|tcpold\n", argv[0]);
         return 2;
     }
     static const struct {
@@ -1130,7 +1199,7 @@ int main(int argc, char **argv)
                  {"ep_info", case_ep_info},           {"vram", case_vram},                 {"fallback", case_fallback},
                  {"peer_lost", case_peer_lost},       {"silent", case_silent},             {"chunks", case_chunks},
                  {"renew", case_renew},                {"cancel_bound", case_cancel_bound},
-                 {"busy", case_busy}};
+                 {"busy", case_busy},                 {"tcpold", case_tcpold}};
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         if (strcmp(argv[1], cases[i].name) != 0)
             continue;
