@@ -77,10 +77,10 @@ static int ucx_tcp_line_parse(const char *line, ucx_tcp_line_t *t)
 {
     char local[48], remote[48];
     unsigned st;
-    unsigned long txq, rxq, inode;
+    unsigned long txq, inode;
     /* sl local remote st tx:rx tr:when retrnsmt uid timeout inode */
-    if (sscanf(line, " %*[0-9]: %47[0-9A-Fa-f:] %47[0-9A-Fa-f:] %x %lx:%lx %*x:%*x %*x %*u %*u %lu", local, remote,
-               &st, &txq, &rxq, &inode) != 6)
+    if (sscanf(line, " %*[0-9]: %47[0-9A-Fa-f:] %47[0-9A-Fa-f:] %x %lx:%*x %*x:%*x %*x %*u %*u %lu", local, remote,
+               &st, &txq, &inode) != 5)
         return -1;
     size_t nl = strlen(local), nr = strlen(remote);
     if (nl + nr + 2 > sizeof(t->tuple))
@@ -91,7 +91,6 @@ static int ucx_tcp_line_parse(const char *line, ucx_tcp_line_t *t)
     t->state = st;
     t->txq = txq;
     t->inode = inode;
-    (void)rxq;
     return 0;
 }
 

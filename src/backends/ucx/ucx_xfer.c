@@ -310,6 +310,24 @@ static int ucx_lock_bounded(ucx_be_t *be)
     return pthread_mutex_timedlock(&be->lock, &ts) == 0;
 }
 
+/* A copy of a notification in a request's buffer (*buf, grown as needed):
+ * the post's own (r->notif, which a send in flight may still read until
+ * the request is quiet) or a queued post's (r->pend_notif). */
+static nixl_status_t ucx_msg_keep(void **buf, size_t *cap, size_t *len, const void *msg, size_t n)
+{
+    if (n > *cap) {
+        void *p = realloc(*buf, n);
+        if (!p)
+            return NIXL_ERR_NO_MEMORY;
+        *buf = p;
+        *cap = n;
+    }
+    if (n)
+        memcpy(*buf, msg, n);
+    *len = n;
+    return NIXL_OK;
+}
+
 static nixl_status_t ucx_post_locked(ucx_be_t *be, ucx_req_t *r, const void *notif, size_t notif_len)
 {
     nixl_status_t st;
@@ -329,18 +347,9 @@ static nixl_status_t ucx_post_locked(ucx_be_t *be, ucx_req_t *r, const void *not
         r->err = st;
         goto out;
     }
-    if (notif_len > r->notif_cap) {
-        void *p = realloc(r->notif, notif_len);
-        if (!p) {
-            st = NIXL_ERR_NO_MEMORY;
-            goto out;
-        }
-        r->notif = p;
-        r->notif_cap = notif_len;
-    }
-    if (notif_len)
-        memcpy(r->notif, notif, notif_len);
-    r->notif_len = notif_len;
+    st = ucx_msg_keep(&r->notif, &r->notif_cap, &r->notif_len, notif, notif_len);
+    if (st != NIXL_OK)
+        goto out;
     r->state = UCX_REQ_RUN;
     r->err = NIXL_OK;
     r->inflight = 0;
@@ -431,16 +440,9 @@ out:
  * Its errors at the real post are its status's. */
 static nixl_status_t ucx_post_defer(ucx_be_t *be, ucx_req_t *r, const void *notif, size_t notif_len)
 {
-    if (notif_len > r->pend_notif_cap) {
-        void *p = realloc(r->pend_notif, notif_len);
-        if (!p)
-            return NIXL_ERR_NO_MEMORY;
-        r->pend_notif = p;
-        r->pend_notif_cap = notif_len;
-    }
-    if (notif_len)
-        memcpy(r->pend_notif, notif, notif_len);
-    r->pend_notif_len = notif_len;
+    nixl_status_t st = ucx_msg_keep(&r->pend_notif, &r->pend_notif_cap, &r->pend_notif_len, notif, notif_len);
+    if (st != NIXL_OK)
+        return st;
     pthread_mutex_lock(&be->pend_lock);
     atomic_store_explicit(&r->defer, UCX_DEFER_QUEUED, memory_order_release);
     if (!r->in_pend) { /* still on it from a post canceled while queued: once is enough */

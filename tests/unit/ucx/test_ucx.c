@@ -969,6 +969,18 @@ static void *hold_main(void *arg)
     return NULL;
 }
 
+/* Starts a thread holding be's lock until hold_state is set to 2; 0 once
+ * it holds it. */
+static int hold_begin(pthread_t *t, void *be)
+{
+    atomic_store(&hold_state, 0);
+    if (pthread_create(t, NULL, hold_main, be) != 0)
+        return -1;
+    while (atomic_load(&hold_state) != 1)
+        usleep(100);
+    return 0;
+}
+
 static int case_busy(void)
 {
     silent_pair_t p;
@@ -983,10 +995,8 @@ static int case_busy(void)
         return ++failures;
     CHECK_ST(ops->xfer_post(p.a, w, "n", 1), NIXL_IN_PROG); /* b never answered: in flight */
     pthread_t t;
-    atomic_store(&hold_state, 0);
-    CHECK(pthread_create(&t, NULL, hold_main, p.a) == 0);
-    while (atomic_load(&hold_state) != 1)
-        usleep(100);
+    if (hold_begin(&t, p.a) != 0)
+        return ++failures;
     CHECK_ST(ops->xfer_status(p.a, w), NIXL_IN_PROG);
     CHECK(atomic_load(&hold_state) == 1);
     ops->xfer_cancel(p.a, w);
@@ -1019,10 +1029,8 @@ static int case_busy(void)
         return ++failures;
     for (size_t i = 0; i < SILENT_LEN; i++)
         p.la[i] = (uint8_t)(i * 5 + 3);
-    atomic_store(&hold_state, 0);
-    CHECK(pthread_create(&t, NULL, hold_main, p.a) == 0);
-    while (atomic_load(&hold_state) != 1)
-        usleep(100);
+    if (hold_begin(&t, p.a) != 0)
+        return ++failures;
     CHECK_ST(ops->xfer_post(p.a, w2, "m", 1), NIXL_IN_PROG);
     CHECK_ST(ops->xfer_post(p.a, w3, "z", 1), NIXL_IN_PROG);
     CHECK_ST(ops->xfer_post(p.a, w3, "z", 1), NIXL_ERR_IN_FLIGHT); /* still queued */
