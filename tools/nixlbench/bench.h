@@ -85,8 +85,12 @@ static inline const char *bench_param(const bench_opts_t *o, const char *key, co
 /* ---- failure helpers (nixlbench.c) ---- */
 
 /* Print "nixlbench: <what>: <message>" and exit 1; the spawned target is
- * stopped first. */
+ * stopped first, then the bench_at_exit handlers run (newest first). */
 void bench_die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+/* Run fn at exit, a normal one or bench_die's (which leaves through
+ * _exit: the agents are alive there, and a leak check at exit would
+ * report what only their backends' own pools still hold). */
+void bench_at_exit(void (*fn)(void));
 /* Exit 1 naming the call that failed when st is an error. */
 void bench_check(nixl_status_t st, const char *call);
 /* The spawned target, so a fatal error does not leave it behind. */

@@ -671,7 +671,7 @@ int bench_run_etcd(const bench_opts_t *o)
     agent_name(b.name, sizeof(b.name));
     b.kv = bench_coord_open(o->etcd_url, o->timeout_ms < 5000 ? 5000 : o->timeout_ms, KV_TTL_S);
     eb_for_exit = &b;
-    atexit(abort_at_exit);
+    bench_at_exit(abort_at_exit);
     join(&b);
     make_pairs(&b);
     if (b.rank == 0 && o->json_path) {

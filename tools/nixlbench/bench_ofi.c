@@ -464,7 +464,7 @@ static void ofi_start(const bench_opts_t *o)
     g_ofi.pid = pid;
     g_ofi.to = fdopen(to[1], "w");
     g_ofi.from = fdopen(from[0], "r");
-    atexit(ofi_stop_target);
+    bench_at_exit(ofi_stop_target);
 
     /* The backend's CQs carry a file descriptor (its thread sleeps on it),
      * which costs a little per completion: so does the raw loop's. */

@@ -36,6 +36,7 @@
  * keep UCX's memory (perftest_env says why).
  * libc only: nothing of UCX is linked.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -103,13 +104,16 @@ void bench_ucx_describe(const bench_opts_t *o, FILE *f)
                 o->perftest ? "--perftest none" : "no ucx_perftest on PATH (Debian's ucx-utils)");
 }
 
-/* A port that was free a moment ago, for the perftest server. */
+/* A port that was free a moment ago on every address, for the perftest
+ * server (which binds the wildcard): bound on the wildcard, so that the
+ * kernel skips a port some socket holds on one address only, as UCX's tcp
+ * interfaces do. */
 static unsigned free_port(void)
 {
     int s = socket(AF_INET, SOCK_STREAM, 0);
     if (s < 0)
         bench_die("ucx_perftest: socket: %s", strerror(errno));
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY)};
     socklen_t al = sizeof(a);
     if (bind(s, (struct sockaddr *)&a, sizeof(a)) != 0 || getsockname(s, (struct sockaddr *)&a, &al) != 0)
         bench_die("ucx_perftest: no free port: %s", strerror(errno));
@@ -117,10 +121,38 @@ static unsigned free_port(void)
     return ntohs(a.sin_port);
 }
 
-/* 1 once a socket listens on port (from /proc/net/tcp*, so that looking
- * does not connect to the server, which would take our probe for its
- * client). */
-static int port_listening(unsigned port)
+/* 1 when process pid holds the socket of this inode. */
+static int pid_holds_socket(pid_t pid, unsigned long inode)
+{
+    char dir[64], want[48];
+    snprintf(dir, sizeof(dir), "/proc/%ld/fd", (long)pid);
+    snprintf(want, sizeof(want), "socket:[%lu]", inode);
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    int hit = 0;
+    struct dirent *e;
+    while (!hit && (e = readdir(d)) != NULL) {
+        char path[128], link[64];
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof(path), "%s/%.32s", dir, e->d_name);
+        ssize_t len = readlink(path, link, sizeof(link) - 1);
+        if (len <= 0)
+            continue;
+        link[len] = '\0';
+        hit = !strcmp(link, want);
+    }
+    closedir(d);
+    return hit;
+}
+
+/* 1 once the server's own socket listens on port (from /proc/net/tcp*, so
+ * that looking does not connect to the server, which would take our probe
+ * for its client).  Whose socket it is matters: another process's listener
+ * on the same port of another address is not the server (a client sent
+ * there is refused). */
+static int port_listening(pid_t server, unsigned port)
 {
     static const char *const files[] = {"/proc/net/tcp", "/proc/net/tcp6"};
     char want[16];
@@ -132,11 +164,13 @@ static int port_listening(unsigned port)
         char line[512];
         int hit = 0;
         while (!hit && fgets(line, sizeof(line), f)) {
-            char local[128], remote[128], state[8];
-            if (sscanf(line, "%*s %127s %127s %7s", local, remote, state) != 3)
+            char local[128], state[8];
+            unsigned long inode;
+            /* sl local remote st tx:rx tr:when retrnsmt uid timeout inode */
+            if (sscanf(line, "%*s %127s %*s %7s %*s %*s %*s %*s %*s %lu", local, state, &inode) != 3)
                 continue;
             const char *colon = strrchr(local, ':');
-            hit = colon && !strcmp(colon, want) && !strcmp(state, "0A");
+            hit = colon && !strcmp(colon, want) && !strcmp(state, "0A") && pid_holds_socket(server, inode);
         }
         fclose(f);
         if (hit)
@@ -291,17 +325,33 @@ double bench_ucx_limit(const bench_opts_t *o, uint64_t block, uint64_t batch, ni
                            "-e", "-f", "-v", lat ? NULL : "-O", outstanding, NULL};
     uint64_t deadline = bench_now_ns() + (uint64_t)o->timeout_ms * 1000000ull;
 
-    pid_t server = spawn(o, server_argv, -1, op == NIXL_OP_WRITE);
-    while (!port_listening(pnum)) {
-        int ws;
-        if (waitpid(server, &ws, WNOHANG) == server)
-            bench_die("ucx_perftest: the server (%s -p %s) exited before it listened (status %d)", bin, port, ws);
-        if (bench_now_ns() > deadline) {
-            kill(server, SIGKILL);
-            (void)waitpid(server, &ws, 0);
-            bench_die("ucx_perftest: the server did not listen on port %s within %u ms", port, o->timeout_ms);
+    /* The port was free when picked; another process may take it before
+     * the server binds it, and the server then exits: a new port, a few
+     * times. */
+    pid_t server = -1;
+    for (int tries = 0; server < 0; tries++) {
+        if (tries) {
+            pnum = free_port();
+            snprintf(port, sizeof(port), "%u", pnum);
         }
-        sleep_ms(2);
+        server = spawn(o, server_argv, -1, op == NIXL_OP_WRITE);
+        while (!port_listening(server, pnum)) {
+            int ws;
+            if (waitpid(server, &ws, WNOHANG) == server) {
+                if (tries < 2) {
+                    server = -1;
+                    break;
+                }
+                bench_die("ucx_perftest: the server (%s -p %s) exited before it listened (status %d)", bin, port,
+                          ws);
+            }
+            if (bench_now_ns() > deadline) {
+                kill(server, SIGKILL);
+                (void)waitpid(server, &ws, 0);
+                bench_die("ucx_perftest: the server did not listen on port %s within %u ms", port, o->timeout_ms);
+            }
+            sleep_ms(2);
+        }
     }
     int fds[2];
     if (pipe(fds) != 0)

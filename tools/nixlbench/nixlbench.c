@@ -101,6 +101,16 @@ int bench_child_reap(nixl_agent_t *agent, uint32_t timeout_ms)
     return -1;
 }
 
+static void (*at_exit_fns[4])(void);
+static unsigned n_at_exit;
+
+void bench_at_exit(void (*fn)(void))
+{
+    if (n_at_exit == sizeof(at_exit_fns) / sizeof(at_exit_fns[0]) || atexit(fn) != 0)
+        bench_die("more exit handlers than nixlbench keeps");
+    at_exit_fns[n_at_exit++] = fn;
+}
+
 void bench_die(const char *fmt, ...)
 {
     va_list ap;
@@ -111,7 +121,11 @@ void bench_die(const char *fmt, ...)
     va_end(ap);
     fputc('\n', stderr);
     child_kill();
-    exit(1);
+    /* Each handler runs once: one that dies runs the rest. */
+    while (n_at_exit)
+        at_exit_fns[--n_at_exit]();
+    fflush(NULL);
+    _exit(1);
 }
 
 void bench_check(nixl_status_t st, const char *call)
