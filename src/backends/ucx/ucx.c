@@ -217,10 +217,17 @@ void ucx_progress_locked(ucx_be_t *be)
     ucx_reqs_advance_locked(be, UCX_BY_CALL);
 }
 
+/* The core's progress (with the agent's lock held) must not block: when
+ * the instance's lock is taken, its holder is progressing the worker (the
+ * thread, or a caller's status call), and the notifications it receives
+ * reach the core from there.  Under a UCX call that blocks inside
+ * progress (README, Not done yet) waiting here held every agent call up
+ * for seconds. */
 static nixl_status_t ucx_progress(void *bev)
 {
     ucx_be_t *be = bev;
-    pthread_mutex_lock(&be->lock);
+    if (pthread_mutex_trylock(&be->lock) != 0)
+        return NIXL_OK;
     ucx_progress_locked(be);
     pthread_mutex_unlock(&be->lock);
     return NIXL_OK;

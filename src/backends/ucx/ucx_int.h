@@ -161,6 +161,12 @@ struct ucx_req {
                                        * the lock's holder to apply (ucx_xfer.c); 0: none */
     /* A post that found the lock held is queued (ucx_xfer.c, deferred posts). */
     _Atomic int defer;        /* UCX_DEFER_*: the caller's side of a queued post */
+    /* Quiet: ended, with nothing of it left to UCX (no operation, no
+     * notification's send) or to another thread (not on be->run or the
+     * queue of posts), until its caller posts it again.  Set and read by
+     * the caller's calls only (ucx_xfer.c): status, cancel and release of a
+     * quiet request take no lock. */
+    _Atomic int quiet;
     int in_pend;              /* on be->pend (be->pend_lock) */
     ucx_req_t *next_pend;
     void *pend_notif;         /* the queued post's notification, copied */

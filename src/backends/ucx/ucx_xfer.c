@@ -274,11 +274,34 @@ nixl_status_t ucx_xfer_prepare(void *bev, const nixl_be_xfer_t *x, nixl_be_req_t
     r->iov = x->iov;
     r->count = x->count;
     r->state = UCX_REQ_IDLE;
+    atomic_init(&r->quiet, 1);
     r->hdr.path = peer->path ? peer->path : "ucx.unknown";
     r->hdr.fallback = (uint32_t)peer->fallback;
     r->cause = peer->cause;
     *req_out = &r->hdr;
     return NIXL_OK;
+}
+
+/* Quiet requests.  Once a call of the caller's finds its request ended
+ * with nothing of it left to UCX or to the queue of posts, it marks it
+ * quiet, last thing before it lets go of the lock: the progress thread
+ * and UCX's callbacks touch only requests on be->run, in the queue or
+ * with a notification's send in flight, so no one but the caller touches
+ * it until the caller posts it again (which clears it first).  The
+ * caller's status, cancel and release of a quiet request then take no
+ * lock: the usual request (posted, polled to its end, released) pays for
+ * the lock once less, and one that ended before the progress thread went
+ * into a long UCX call is still seen ended and released at once. */
+static void ucx_req_settle_locked(ucx_req_t *r)
+{
+    if (r->state != UCX_REQ_RUN && !r->am_req && !r->in_pend &&
+        atomic_load_explicit(&r->defer, memory_order_relaxed) == UCX_DEFER_NONE)
+        atomic_store_explicit(&r->quiet, 1, memory_order_release);
+}
+
+static int ucx_req_quiet(ucx_req_t *r)
+{
+    return atomic_load_explicit(&r->quiet, memory_order_acquire);
 }
 
 /* The caller's post, status and cancel wait for the instance's lock at
@@ -291,7 +314,9 @@ nixl_status_t ucx_xfer_prepare(void *bev, const nixl_be_xfer_t *x, nixl_be_req_t
  * or stale: the next call tells), a cancel is recorded for whoever holds
  * the lock next (ucx_req_advance) and a post is queued (deferred posts,
  * below): a request UCX holds still ends only when UCX lets go of its
- * operations.  A release and the core's progress still wait.  pthread_mutex_timedlock
+ * operations.  The core's progress does not wait (ucx.c); a release waits
+ * unless its request is quiet (above), since its memory must be UCX's no
+ * longer when it returns.  pthread_mutex_timedlock
  * counts on CLOCK_REALTIME (its monotonic sibling is not intercepted by
  * the thread sanitizer): a step of the wall clock changes one wait. */
 #define UCX_CALL_WAIT_MS 10
@@ -503,12 +528,14 @@ nixl_status_t ucx_xfer_post(void *bev, nixl_be_req_t *req, const void *notif, si
     if (atomic_load_explicit(&r->defer, memory_order_acquire) == UCX_DEFER_QUEUED)
         return NIXL_ERR_IN_FLIGHT; /* its last post is still queued */
     /* The caller's side: a cancel of an earlier post is over. */
+    atomic_store_explicit(&r->quiet, 0, memory_order_relaxed);
     atomic_store_explicit(&r->cancel_asked_ns, 0, memory_order_relaxed);
     atomic_store_explicit(&r->defer, UCX_DEFER_NONE, memory_order_relaxed);
     if (nixl_unlikely(!ucx_lock_bounded(be)))
         return ucx_post_defer(be, r, notif, notif_len);
     ucx_posts_drain_locked(be); /* those queued before this one go first */
     nixl_status_t st = ucx_post_locked(be, r, notif, notif_len);
+    ucx_req_settle_locked(r);
     pthread_mutex_unlock(&be->lock);
     return st;
 }
@@ -519,6 +546,8 @@ nixl_status_t ucx_xfer_status(void *bev, nixl_be_req_t *req)
     ucx_req_t *r = (ucx_req_t *)req;
     if (!r)
         return NIXL_ERR_NULL;
+    if (ucx_req_quiet(r))
+        return ucx_req_status(r);
     if (nixl_unlikely(atomic_load_explicit(&r->defer, memory_order_acquire) == UCX_DEFER_CANCELED))
         return NIXL_ERR_CANCELED; /* canceled while queued: never posted */
     if (nixl_unlikely(!ucx_lock_bounded(be)))
@@ -530,6 +559,7 @@ nixl_status_t ucx_xfer_status(void *bev, nixl_be_req_t *req)
         r->caller_ns = nixl_now_ns(); /* the caller is here: the thread's grace starts again */
     }
     nixl_status_t st = ucx_req_status(r);
+    ucx_req_settle_locked(r);
     pthread_mutex_unlock(&be->lock);
     return st;
 }
@@ -562,8 +592,8 @@ void ucx_xfer_cancel(void *bev, nixl_be_req_t *req)
 {
     ucx_be_t *be = bev;
     ucx_req_t *r = (ucx_req_t *)req;
-    if (!r)
-        return;
+    if (!r || ucx_req_quiet(r))
+        return; /* a quiet request has nothing in flight */
     int queued = UCX_DEFER_QUEUED;
     if (atomic_compare_exchange_strong(&r->defer, &queued, UCX_DEFER_CANCELED))
         return; /* still queued: it will never be posted */
@@ -587,6 +617,8 @@ void ucx_xfer_release(void *bev, nixl_be_req_t *req)
     ucx_req_t *r = (ucx_req_t *)req;
     if (!r)
         return;
+    if (ucx_req_quiet(r))
+        goto free_it;
     int queued = UCX_DEFER_QUEUED;
     (void)atomic_compare_exchange_strong(&r->defer, &queued, UCX_DEFER_CANCELED); /* never posted now */
     atomic_fetch_add(&be->cancel_waiting, 1);
@@ -606,6 +638,7 @@ void ucx_xfer_release(void *bev, nixl_be_req_t *req)
         }
     }
     pthread_mutex_unlock(&be->lock);
+free_it:
     free(r->notif);
     free(r->pend_notif);
     free(r);

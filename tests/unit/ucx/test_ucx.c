@@ -33,7 +33,9 @@
  *                 WRITE CANCELED once the lock is free, never notified;
  *                 posts are queued: one canceled while queued is CANCELED
  *                 at once and never moves, the other moves once the lock
- *                 is free, bytes and its one notification checked
+ *                 is free, bytes and its one notification checked; ended
+ *                 requests (quiet) are polled, canceled and released, and
+ *                 the core's progress returns, with the lock held
  *   tcpold        the connections a renewal waits for (ucx_tcpold.c), on
  *                 a loopback TCP connection with bytes left unacknowledged,
  *                 then drained (no UCX)
@@ -1054,10 +1056,29 @@ static int case_busy(void)
         ops->progress(p.b);
     CHECK(atomic_load(&p.hb.notifs) == 1 && p.hb.msg_len == 1 && p.hb.msg[0] == 'm');
     CHECK(memcmp(p.rb, p.la, SILENT_LEN) == 0);
-    CHECK_ST(ops->xfer_status(p.a, w3), NIXL_ERR_CANCELED);
-    ops->xfer_release(p.a, w3);
+
+    /* Requests their caller saw ended, with nothing of them left to UCX
+     * (w2's notification sent: its status is asked until then), are quiet:
+     * status, cancel and release need no lock, nor does the core's
+     * progress. */
+    t0 = test_now_ms();
+    while (!atomic_load(&((ucx_req_t *)w2)->quiet) && test_now_ms() - t0 < 5000)
+        (void)ops->xfer_status(p.a, w2);
+    CHECK(atomic_load(&((ucx_req_t *)w2)->quiet) && atomic_load(&((ucx_req_t *)w)->quiet));
+    if (hold_begin(&t, p.a) != 0)
+        return ++failures;
+    CHECK_ST(ops->progress(p.a), NIXL_OK);
+    CHECK_ST(ops->xfer_status(p.a, w2), NIXL_OK);
+    CHECK_ST(ops->xfer_status(p.a, w), NIXL_ERR_CANCELED);
+    ops->xfer_cancel(p.a, w2);
     ops->xfer_release(p.a, w2);
     ops->xfer_release(p.a, w);
+    CHECK(atomic_load(&hold_state) == 1); /* all of it returned with the lock still held */
+    printf("progress, and status, cancel and release of ended requests, returned while the lock was held\n");
+    atomic_store(&hold_state, 2);
+    pthread_join(t, NULL);
+    CHECK_ST(ops->xfer_status(p.a, w3), NIXL_ERR_CANCELED); /* canceled while queued: never quiet */
+    ops->xfer_release(p.a, w3);
     silent_close(&p);
     return failures;
 }
