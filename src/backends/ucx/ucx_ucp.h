@@ -38,6 +38,7 @@
     X(ucp_ep_create)                                                                               \
     X(ucp_ep_close_nbx)                                                                            \
     X(ucp_ep_flush_nbx)                                                                            \
+    X(ucp_worker_flush_nbx)                                                                        \
     X(ucp_ep_print_info)                                                                           \
     X(ucp_ep_rkey_unpack)                                                                          \
     X(ucp_rkey_destroy)                                                                            \
@@ -91,6 +92,7 @@ nixl_status_t ucx_ucp_load(const nixl_host_services_t *host);
 #define ucp_ep_create (*ucx_ucp.ucp_ep_create)
 #define ucp_ep_close_nbx (*ucx_ucp.ucp_ep_close_nbx)
 #define ucp_ep_flush_nbx (*ucx_ucp.ucp_ep_flush_nbx)
+#define ucp_worker_flush_nbx (*ucx_ucp.ucp_worker_flush_nbx)
 #define ucp_ep_print_info (*ucx_ucp.ucp_ep_print_info)
 #define ucp_ep_rkey_unpack (*ucx_ucp.ucp_ep_rkey_unpack)
 #define ucp_rkey_destroy (*ucx_ucp.ucp_rkey_destroy)
