@@ -213,6 +213,10 @@ struct ucx_be {
     pthread_t thread;
     atomic_int stop;
     atomic_int cancel_waiting; /* cancels and releases waiting for the lock */
+    /* The caller's last status call of a request in flight: while the
+     * caller polls more often than progress_us, the thread stands by
+     * (ucx.c, ucx_thread_main). */
+    _Atomic uint64_t caller_poll_ns;
     /* Posts that found the lock held, in order; whoever takes the lock
      * next posts them (ucx_posts_drain_locked).  pend_lock guards only the
      * list, never held across a UCX call. */

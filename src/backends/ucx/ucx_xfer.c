@@ -550,6 +550,8 @@ nixl_status_t ucx_xfer_status(void *bev, nixl_be_req_t *req)
         return ucx_req_status(r);
     if (nixl_unlikely(atomic_load_explicit(&r->defer, memory_order_acquire) == UCX_DEFER_CANCELED))
         return NIXL_ERR_CANCELED; /* canceled while queued: never posted */
+    /* The caller is polling: the thread stands by (ucx_thread_main). */
+    atomic_store_explicit(&be->caller_poll_ns, nixl_now_ns(), memory_order_relaxed);
     if (nixl_unlikely(!ucx_lock_bounded(be)))
         return NIXL_IN_PROG; /* the lock's holder is inside UCX: ask again */
     ucx_posts_drain_locked(be); /* this one, if queued */
@@ -557,6 +559,7 @@ nixl_status_t ucx_xfer_status(void *bev, nixl_be_req_t *req)
         (void)ucx_peer_check_locked(be, r->peer); /* a dead process: its endpoint is closed */
         ucx_progress_locked(be);
         r->caller_ns = nixl_now_ns(); /* the caller is here: the thread's grace starts again */
+        atomic_store_explicit(&be->caller_poll_ns, r->caller_ns, memory_order_relaxed);
     }
     nixl_status_t st = ucx_req_status(r);
     ucx_req_settle_locked(r);
