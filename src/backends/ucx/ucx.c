@@ -209,14 +209,16 @@ static nixl_status_t ucx_parse_params(ucx_be_t *be, const nixl_param_t *params, 
 
 /* ---- progress ---- */
 
-void ucx_progress_locked(ucx_be_t *be)
+uint64_t ucx_progress_locked(ucx_be_t *be)
 {
     ucx_posts_drain_locked(be);
     /* Bounded: a peer streaming at us must not keep a status call here. */
     for (int i = 0; i < 256 && ucp_worker_progress(be->worker); i++)
         ;
-    ucx_peers_reap_locked(be);
-    ucx_reqs_advance_locked(be, UCX_BY_CALL);
+    uint64_t now = nixl_now_ns(); /* one clock read for the rest of the call */
+    ucx_peers_reap_locked(be, now);
+    ucx_reqs_advance_locked(be, UCX_BY_CALL, now);
+    return now;
 }
 
 /* The core's progress (with the agent's lock held) must not block: when
@@ -264,11 +266,18 @@ static void *ucx_thread_main(void *arg)
     uint64_t last_event = 0, seen_posts = 0;
     const uint64_t standby_ns = (uint64_t)be->progress_us * 1000u;
     while (!atomic_load_explicit(&be->stop, memory_order_acquire)) {
-        if (nixl_now_ns() - atomic_load_explicit(&be->caller_poll_ns, memory_order_relaxed) < standby_ns) {
+        /* Two clock reads a round (here and after the progress calls): an
+         * idle round is a few hundred ns, and the five it made before were
+         * a quarter of a target thread's time at 4 KiB (perf, CI box). */
+        uint64_t t_in = nixl_now_ns();
+        if (t_in - atomic_load_explicit(&be->caller_poll_ns, memory_order_relaxed) < standby_ns) {
             nanosleep(&nap, NULL); /* standing by: the caller polls */
             continue;
         }
-        pthread_mutex_lock(&be->lock);
+        if (pthread_mutex_trylock(&be->lock) != 0) {
+            pthread_mutex_lock(&be->lock);
+            t_in = nixl_now_ns(); /* the round's budget counts from here */
+        }
         ucx_posts_drain_locked(be);
         /* While UCX has work, more calls before the rest of the round, up
          * to 32 of them or 50 us (a caller waiting for the lock to post,
@@ -277,20 +286,21 @@ static void *ucx_thread_main(void *arg)
          * round's own cost paid per call halved a target's rate at 64 KiB
          * (nixlbench WRITE over sm: 0.64-0.68 of perftest, 1.37-1.44 with
          * the calls). */
-        uint64_t t_in = nixl_now_ns();
         unsigned n = ucp_worker_progress(be->worker);
         for (unsigned i = 0, k = n; k && i < 32 && nixl_now_ns() - t_in < 50000u &&
                                     !atomic_load_explicit(&be->cancel_waiting, memory_order_relaxed);
              i++)
             n += k = ucp_worker_progress(be->worker);
-        ucx_peers_reap_locked(be);
+        /* Read after the lock was taken: no caller_ns of a request (set
+         * under the lock) is later than it (the notification grace). */
+        uint64_t now = nixl_now_ns();
+        ucx_peers_reap_locked(be, now);
         /* A cancel or release waiting for the lock goes first: advancing
          * now could hand its notification to UCX while the caller that
          * wants it withheld waits behind this round (a progress call can
          * move megabytes over tcp). */
         if (!atomic_load_explicit(&be->cancel_waiting, memory_order_acquire))
-            ucx_reqs_advance_locked(be, UCX_BY_THREAD);
-        uint64_t now = nixl_now_ns();
+            ucx_reqs_advance_locked(be, UCX_BY_THREAD, now);
         if (n || be->posts != seen_posts) {
             last_event = now;
             seen_posts = be->posts;

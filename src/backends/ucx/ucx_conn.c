@@ -388,9 +388,8 @@ void ucx_peer_fail_locked(ucx_be_t *be, ucx_peer_t *peer, const char *why)
  * in flight from which no operation of ours completed and no message came
  * for peer_timeout_ms, counted from the later of that and its first
  * request in flight, is gone. */
-static void ucx_silence_check_locked(ucx_be_t *be)
+static void ucx_silence_check_locked(ucx_be_t *be, uint64_t now)
 {
-    uint64_t now = nixl_now_ns();
     if (now - be->silence_checked_ns < 1000000ull)
         return;
     be->silence_checked_ns = now;
@@ -430,7 +429,7 @@ void ucx_peer_stalled_locked(ucx_be_t *be, ucx_peer_t *peer, const char *why)
     }
 }
 
-void ucx_peers_reap_locked(ucx_be_t *be)
+void ucx_peers_reap_locked(ucx_be_t *be, uint64_t now)
 {
     for (ucx_peer_t *p = be->peers; p; p = p->next) {
         if (!p->close_owed)
@@ -440,7 +439,7 @@ void ucx_peers_reap_locked(ucx_be_t *be)
         ucx_peer_fail_locked(be, p, why);
     }
     if (be->peer_timeout_ns)
-        ucx_silence_check_locked(be);
+        ucx_silence_check_locked(be, now);
 }
 
 static ucs_status_t ucx_ep_open_locked(ucx_be_t *be, ucx_peer_t *peer)
@@ -520,7 +519,7 @@ ucs_status_t ucx_rmd_fresh_locked(ucx_be_t *be, ucx_rmd_t *rm)
 nixl_status_t ucx_peer_check_locked(ucx_be_t *be, ucx_peer_t *peer)
 {
     if (nixl_unlikely(peer->close_owed))
-        ucx_peers_reap_locked(be);
+        ucx_peers_reap_locked(be, nixl_now_ns());
     if (nixl_unlikely(peer->gone) && peer->silent)
         ucx_peer_renew_locked(be, peer);
     if (nixl_unlikely(peer->gone))
@@ -644,7 +643,7 @@ nixl_status_t ucx_peer_connect(void *bev, void *peerv)
             ucp_worker_progress(be->worker);
         ucp_request_free(req);
     }
-    ucx_peers_reap_locked(be);
+    ucx_peers_reap_locked(be, nixl_now_ns());
     if (peer->gone)
         st = NIXL_ERR_PEER_GONE;
     else if (us == UCS_INPROGRESS)

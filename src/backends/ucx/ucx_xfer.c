@@ -189,9 +189,8 @@ static void ucx_cancel_bound_locked(ucx_be_t *be, ucx_req_t *r, uint64_t now)
     ucx_peer_stalled_locked(be, r->peer, why);
 }
 
-void ucx_reqs_advance_locked(ucx_be_t *be, int by)
+void ucx_reqs_advance_locked(ucx_be_t *be, int by, uint64_t now)
 {
-    uint64_t now = nixl_now_ns();
     for (ucx_req_t *r = be->run, *next; r; r = next) {
         next = r->next_run;
         if (r->peer->gone && r->peer->ep) /* close it: UCX then ends its operations */
@@ -557,8 +556,7 @@ nixl_status_t ucx_xfer_status(void *bev, nixl_be_req_t *req)
     ucx_posts_drain_locked(be); /* this one, if queued */
     if (r->state == UCX_REQ_RUN) {
         (void)ucx_peer_check_locked(be, r->peer); /* a dead process: its endpoint is closed */
-        ucx_progress_locked(be);
-        r->caller_ns = nixl_now_ns(); /* the caller is here: the thread's grace starts again */
+        r->caller_ns = ucx_progress_locked(be); /* the caller is here: the thread's grace starts again */
         atomic_store_explicit(&be->caller_poll_ns, r->caller_ns, memory_order_relaxed);
     }
     nixl_status_t st = ucx_req_status(r);
