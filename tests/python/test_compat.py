@@ -753,10 +753,11 @@ def test_ucx_is_our_ucx_backend_when_built(caplog):
             a.close()
 
 
-def test_ucx_nixl_options(caplog):
+def test_ucx_nixl_options(caplog, capfd):
     """NIXL's UCX options reach our ucx backend: ucx_error_handling_mode=peer, ucx_devices and
-    device_list are taken (not "ignored"); none, which this backend cannot honour, is an error,
-    not a quiet UCX without its cross-host backend."""
+    device_list are taken (not "ignored"); none, which this backend cannot honour, runs as peer
+    with a warning saying so (engines and deployment scripts written for NIXL pass it), and a
+    value NIXL does not have either is an error, not a quiet UCX without its cross-host backend."""
     import logging
     avail = nixl.available_backends()
     if "ucx" not in avail:
@@ -776,13 +777,37 @@ def test_ucx_nixl_options(caplog):
         assert c.get_backend_params("UCX")["devices"] == "mlx5_0, lo"
     finally:
         c.close()
-    b = nixl_agent(unique("ucxnone"), nixl_agent_config(backends=[]))
+    b = nixl_agent(unique("ucxbad"), nixl_agent_config(backends=[]))
     try:
         with pytest.raises(nixl._api.nixlInvalidParamError):
-            b.create_backend("UCX", {"ucx_error_handling_mode": "none"})
+            b.create_backend("UCX", {"ucx_error_handling_mode": "off"})
         assert "UCX" not in b.backends
     finally:
         b.close()
+    capfd.readouterr()
+    pair = [nixl_agent(unique("ucxnone"), nixl_agent_config(enable_prog_thread=False, backends=[]))
+            for _ in range(2)]
+    try:
+        for a in pair:
+            a.create_backend("UCX", {"ucx_error_handling_mode": "none"})
+        assert capfd.readouterr().err.count("error_handling=none is taken as peer") == 2
+        a, b = pair
+        src = np.random.default_rng(7).integers(0, 256, 1 << 16, dtype=np.uint8)
+        dst = np.zeros(1 << 16, np.uint8)
+        a.register_memory(src)
+        b.register_memory(dst)
+        a.add_remote_agent(b.get_agent_metadata())
+        h = a.initialize_xfer("WRITE", a.get_xfer_descs(src), b.get_xfer_descs(dst), b.name, b"",
+                              backends=["ucx"])
+        a.transfer(h)
+        deadline = time.monotonic() + 30
+        while a.check_xfer_state(h) == "PROC":
+            assert time.monotonic() < deadline
+        assert a.check_xfer_state(h) == "DONE" and a.get_xfer_info(h).path.startswith("ucx.")
+        assert np.array_equal(src, dst)
+    finally:
+        for a in pair:
+            a.close()
 
 
 # ---- telemetry (issue 11, item 4) ----

@@ -264,7 +264,7 @@ class nixl_agent:
                         handles.append(self._create_one(b, own, call))
                     except Exception as e:
                         # a value the user gave that a backend refuses is an error, not a
-                        # backend to go without (UCX's ucx_error_handling_mode=none)
+                        # backend to go without (UCX's ucx_error_handling_mode=off)
                         if not alias or (isinstance(e, nixlInvalidParamError) and own):
                             raise
                         failed.append(e)  # an alias needs only some of its backends (no GPU: no cuda_ipc)

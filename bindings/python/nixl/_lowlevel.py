@@ -88,8 +88,8 @@ _standin_said: list[bool] = []
 # NIXL init parameters that mean one of ours; any other key given to an alias
 # is dropped with a warning (it configures a transport we do not have).
 PARAM_ALIASES = {"num_threads": "threads", "thread_count": "threads", "num_cpus": "threads",
-                 # NIXL's UCX options: our ucx backend's error_handling (peer; none is refused
-                 # with the reason) and devices (UCX's NET_DEVICES, names checked against
+                 # NIXL's UCX options: our ucx backend's error_handling (peer; none runs as
+                 # peer, with a warning) and devices (UCX's NET_DEVICES, names checked against
                  # this UCX's devices)
                  "ucx_error_handling_mode": "error_handling", "ucx_devices": "devices",
                  "device_list": "devices"}

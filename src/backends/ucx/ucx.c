@@ -51,7 +51,8 @@ static const nixl_param_info_t ucx_params[] = {
      "stream of transfers is not paced by wake-ups; 0: nap at once"},
     {"error_handling", "peer",
      "UCX endpoints' error handling (NIXL's ucx_error_handling_mode): peer, UCX's peer failure handling, the only "
-     "mode this backend runs; none is refused (src/backends/ucx/README.md says why and what it would gain)"},
+     "mode this backend runs; none is taken as peer, with a warning (src/backends/ucx/README.md says why and what "
+     "none would gain)"},
     {"devices", "",
      "UCX network devices to use, comma-separated (mlx5_0:1,eth0; a name without a port takes every port): those "
      "this UCX has become its NET_DEVICES, over UCX_NET_DEVICES; one it lacks is a warning, and with none found "
@@ -194,14 +195,16 @@ static nixl_status_t ucx_parse_params(ucx_be_t *be, const nixl_param_t *params, 
     be->spin_ns = u * 1000;
     v = ucx_param(params, n, 7);
     if (strcmp(v, "none") == 0) {
-        UCX_ERROR(be, "ucx: error_handling=none is not supported: without UCX's peer failure handling UCX 1.13 "
-                      "neither ends the operations of a dead peer's endpoint nor tears the worker down cleanly "
-                      "after it (a request would hang); endpoints keep error_handling=peer "
-                      "(src/backends/ucx/README.md)");
-        return NIXL_ERR_INVALID_PARAM;
-    }
-    if (strcmp(v, "peer") != 0) {
-        UCX_ERROR(be, "ucx: error_handling=\"%s\" is not valid: expected peer", v);
+        /* Engines and deployment scripts written for NIXL pass none (for
+         * shared memory, which NIXL's UCX finds no peer failure handler
+         * for; this backend has it under peer, above): run, and say what
+         * runs instead. */
+        UCX_WARN(be, "ucx: error_handling=none is taken as peer: without UCX's peer failure handling UCX 1.13 "
+                     "neither ends the operations of a dead peer's endpoint nor tears the worker down cleanly "
+                     "after it (a request would hang), so endpoints keep it; shared memory works with it, tcp's "
+                     "zero-copy put and cma are not used (src/backends/ucx/README.md)");
+    } else if (strcmp(v, "peer") != 0) {
+        UCX_ERROR(be, "ucx: error_handling=\"%s\" is not valid: expected peer or none (taken as peer)", v);
         return NIXL_ERR_INVALID_PARAM;
     }
     return ucx_parse_devices(be, ucx_param(params, n, 8));

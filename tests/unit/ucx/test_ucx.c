@@ -82,7 +82,7 @@ typedef struct host {
     char cause[128];
 } host_t;
 
-static unsigned errors_logged;
+static unsigned errors_logged, warns_logged;
 
 static int host_log_enabled(nixl_log_level_t level)
 {
@@ -95,6 +95,8 @@ static void host_log(nixl_log_level_t level, const char *where, const char *fmt,
     va_list ap;
     if (level == NIXL_LOG_ERROR)
         errors_logged++;
+    if (level == NIXL_LOG_WARN)
+        warns_logged++;
     va_start(ap, fmt);
     fprintf(stderr, "[%d %s] ", (int)level, where);
     vfprintf(stderr, fmt, ap);
@@ -654,11 +656,19 @@ static int case_fallback(void)
     if (be)
         ops->destroy(be);
     be = NULL;
-    /* error_handling (NIXL's ucx_error_handling_mode): peer only; none is
-     * refused, not ignored (README: UCX does not end a dead peer's
-     * operations without it).  devices: UCX device names only. */
-    static const char *const bad_mode[] = {"none", "PEER", "", "peer "};
+    /* error_handling (NIXL's ucx_error_handling_mode): peer runs; none is
+     * taken as peer with one WARN line saying so, not ignored (README: UCX
+     * does not end a dead peer's operations without it), other values are
+     * refused.  devices: UCX device names only. */
+    static const char *const bad_mode[] = {"PEER", "", "peer ", "None"};
     expect_create_refused(&h, "error_handling", bad_mode, sizeof(bad_mode) / sizeof(bad_mode[0]));
+    nixl_param_t none = {"error_handling", "none"};
+    unsigned w0 = warns_logged, e0 = errors_logged;
+    CHECK_ST(ops->create(&h.hs, &none, 1, &be), NIXL_OK);
+    CHECK(warns_logged - w0 == 1 && errors_logged == e0);
+    if (be)
+        ops->destroy(be);
+    be = NULL;
     static const char *const bad_dev[] = {"eth0;rm", "mlx5_0:1 eth0", "a/b", ",", "lo,,eth0"};
     expect_create_refused(&h, "devices", bad_dev, sizeof(bad_dev) / sizeof(bad_dev[0]));
     /* devices=lo leaves tcp/lo the only tcp resource; a device this UCX
