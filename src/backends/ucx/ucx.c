@@ -212,7 +212,7 @@ static nixl_status_t ucx_parse_params(ucx_be_t *be, const nixl_param_t *params, 
 
 /* ---- progress ---- */
 
-uint64_t ucx_progress_locked(ucx_be_t *be)
+void ucx_progress_locked(ucx_be_t *be)
 {
     ucx_posts_drain_locked(be);
     /* Bounded: a peer streaming at us must not keep a status call here. */
@@ -221,7 +221,6 @@ uint64_t ucx_progress_locked(ucx_be_t *be)
     uint64_t now = nixl_now_ns(); /* one clock read for the rest of the call */
     ucx_peers_reap_locked(be, now);
     ucx_reqs_advance_locked(be, UCX_BY_CALL, now);
-    return now;
 }
 
 /* The core's progress (with the agent's lock held) must not block: when

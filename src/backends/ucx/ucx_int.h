@@ -238,7 +238,10 @@ ucs_status_t ucx_am_recv(void *arg, const void *header, size_t header_length, vo
                          const ucp_am_recv_param_t *param);
 /* NIXL_OK while the peer can be used; NIXL_ERR_PEER_GONE (logged once). */
 nixl_status_t ucx_peer_check_locked(ucx_be_t *be, ucx_peer_t *peer);
-/* Close endpoints whose peers failed, so UCX ends what they had in flight. */
+/* Close endpoints whose peers failed, so UCX ends what they had in flight,
+ * then the silence rule.  now: nixl_now_ns() read while holding the lock
+ * held now, so that no time the rule kept from an earlier call is later
+ * (the rule's differences are unsigned). */
 void ucx_peers_reap_locked(ucx_be_t *be, uint64_t now);
 /* Mark the peer gone and close its endpoint at once (FORCE). */
 void ucx_peer_fail_locked(ucx_be_t *be, ucx_peer_t *peer, const char *why);
@@ -287,14 +290,14 @@ nixl_status_t ucx_xfer_status(void *be, nixl_be_req_t *req);
 void ucx_xfer_cancel(void *be, nixl_be_req_t *req);
 void ucx_xfer_release(void *be, nixl_be_req_t *req);
 /* Called after ucp_worker_progress: advance requests whose last
- * operation completed (notifications after the flush). */
+ * operation completed (notifications after the flush).  now: read while
+ * holding the lock held now, so no request's caller_ns is later. */
 enum { UCX_BY_POST, UCX_BY_CALL, UCX_BY_THREAD }; /* who advances (ucx_xfer.c) */
 void ucx_reqs_advance_locked(ucx_be_t *be, int by, uint64_t now);
 /* Post the requests queued while the lock was held (be->lock held). */
 void ucx_posts_drain_locked(ucx_be_t *be);
-/* Progress the worker until nothing moves (be->lock held); the time read
- * after it, which the rest of the call uses. */
-uint64_t ucx_progress_locked(ucx_be_t *be);
+/* Progress the worker until nothing moves (be->lock held). */
+void ucx_progress_locked(ucx_be_t *be);
 nixl_status_t ucx_status_of(ucs_status_t st);
 
 #endif

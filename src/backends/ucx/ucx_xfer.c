@@ -556,7 +556,13 @@ nixl_status_t ucx_xfer_status(void *bev, nixl_be_req_t *req)
     ucx_posts_drain_locked(be); /* this one, if queued */
     if (r->state == UCX_REQ_RUN) {
         (void)ucx_peer_check_locked(be, r->peer); /* a dead process: its endpoint is closed */
-        r->caller_ns = ucx_progress_locked(be); /* the caller is here: the thread's grace starts again */
+        ucx_progress_locked(be);
+        /* The caller is here: the thread's grace starts again.  Read now,
+         * not the progress call's time: closing a failed peer's endpoint
+         * inside it can take 100 ms, and a grace counted from before that
+         * would let the thread notify a request its caller may be about
+         * to release. */
+        r->caller_ns = nixl_now_ns();
         atomic_store_explicit(&be->caller_poll_ns, r->caller_ns, memory_order_relaxed);
     }
     nixl_status_t st = ucx_req_status(r);
