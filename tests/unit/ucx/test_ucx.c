@@ -634,6 +634,16 @@ static void expect_create_refused(host_t *h, const char *key, const char *const 
     }
 }
 
+/* key=value alone makes create NIXL_OK; the instance is destroyed. */
+static void expect_create_ok(host_t *h, const char *key, const char *value)
+{
+    nixl_param_t p = {key, value};
+    void *be = NULL;
+    CHECK_ST(ops->create(&h->hs, &p, 1, &be), NIXL_OK);
+    if (be)
+        ops->destroy(be);
+}
+
 static int case_fallback(void)
 {
     const char *tls = getenv("UCX_TLS");
@@ -650,25 +660,16 @@ static int case_fallback(void)
     /* spin_us: 0 to 100000 microseconds; 0 (nap at once) is valid. */
     static const char *const bad_spin[] = {"100001", "-1", "x", ""};
     expect_create_refused(&h, "spin_us", bad_spin, sizeof(bad_spin) / sizeof(bad_spin[0]));
-    void *be = NULL;
-    nixl_param_t zero = {"spin_us", "0"};
-    CHECK_ST(ops->create(&h.hs, &zero, 1, &be), NIXL_OK);
-    if (be)
-        ops->destroy(be);
-    be = NULL;
+    expect_create_ok(&h, "spin_us", "0");
     /* error_handling (NIXL's ucx_error_handling_mode): peer runs; none is
      * taken as peer with one WARN line saying so, not ignored (README: UCX
      * does not end a dead peer's operations without it), other values are
      * refused.  devices: UCX device names only. */
     static const char *const bad_mode[] = {"PEER", "", "peer ", "None"};
     expect_create_refused(&h, "error_handling", bad_mode, sizeof(bad_mode) / sizeof(bad_mode[0]));
-    nixl_param_t none = {"error_handling", "none"};
     unsigned w0 = warns_logged, e0 = errors_logged;
-    CHECK_ST(ops->create(&h.hs, &none, 1, &be), NIXL_OK);
+    expect_create_ok(&h, "error_handling", "none");
     CHECK(warns_logged - w0 == 1 && errors_logged == e0);
-    if (be)
-        ops->destroy(be);
-    be = NULL;
     static const char *const bad_dev[] = {"eth0;rm", "mlx5_0:1 eth0", "a/b", ",", "lo,,eth0"};
     expect_create_refused(&h, "devices", bad_dev, sizeof(bad_dev) / sizeof(bad_dev[0]));
     /* devices=lo leaves tcp/lo the only tcp resource; a device this UCX
@@ -679,7 +680,7 @@ static int case_fallback(void)
         int lo_only;
     } dv[] = {{"lo", 1}, {"mlx5_0:1", 0}, {"mlx5_0, lo", 1}};
     for (size_t i = 0; i < sizeof(dv) / sizeof(dv[0]); i++) {
-        be = NULL;
+        void *be = NULL;
         nixl_param_t dp[2] = {{"error_handling", "peer"}, {"devices", dv[i].devices}};
         CHECK_ST(ops->create(&h.hs, dp, 2, &be), NIXL_OK);
         if (!be)
