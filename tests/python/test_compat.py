@@ -679,6 +679,25 @@ def test_every_nixl_backend_name_maps_or_names_what_is_missing(name):
         a.close()
 
 
+def _write_64k(a, b, seed, notif, backend):
+    """A 64 KiB WRITE from a to b through one backend of theirs, as to another host: each
+    loads the other's metadata, the request is polled to DONE and the bytes are compared.
+    The handle for the caller's checks, and the two arrays, which the caller holds until its
+    agents close (they stay registered)."""
+    src = np.random.default_rng(seed).integers(0, 256, 1 << 16, dtype=np.uint8)
+    dst = np.zeros(1 << 16, np.uint8)
+    a.register_memory(src)
+    b.register_memory(dst)
+    a.add_remote_agent(b.get_agent_metadata())
+    b.add_remote_agent(a.get_agent_metadata())
+    h = a.initialize_xfer("WRITE", a.get_xfer_descs(src), b.get_xfer_descs(dst), b.name, notif,
+                          backends=[backend])
+    a.transfer(h)
+    assert wait_state(a, h, timeout=30) == "DONE"
+    assert np.array_equal(src, dst)
+    return h, (src, dst)
+
+
 def test_ucx_reaches_other_hosts_through_libfabric_when_no_ucx_is_built(caplog, monkeypatch):
     import logging
     from nixl import _lowlevel
@@ -696,20 +715,8 @@ def test_ucx_reaches_other_hosts_through_libfabric_when_no_ucx_is_built(caplog, 
         assert len(said) == 1  # once per process, not per agent
         # the bytes go over libfabric when asked, as they would to another host
         a, b = agents
-        src = np.random.default_rng(4).integers(0, 256, 1 << 16, dtype=np.uint8)
-        dst = np.zeros(1 << 16, np.uint8)
-        a.register_memory(src)
-        b.register_memory(dst)
-        a.add_remote_agent(b.get_agent_metadata())
-        b.add_remote_agent(a.get_agent_metadata())
-        h = a.initialize_xfer("WRITE", a.get_xfer_descs(src), b.get_xfer_descs(dst), b.name, b"over-lf",
-                              backends=["libfabric"])
-        a.transfer(h)
-        deadline = time.monotonic() + 30
-        while a.check_xfer_state(h) == "PROC":
-            assert time.monotonic() < deadline
+        h, _bufs = _write_64k(a, b, 4, b"over-lf", "libfabric")
         assert a.get_xfer_info(h).path.startswith("libfabric") and a.query_xfer_backend(h) == "UCX"
-        assert np.array_equal(src, dst)
     finally:
         for a in agents:
             a.close()
@@ -729,20 +736,9 @@ def test_ucx_is_our_ucx_backend_when_built(caplog):
         assert not [r for r in caplog.records if "no ucx backend is built" in r.getMessage()]
         # the bytes go over ucx when asked, as they would to another host
         a, b = agents
-        src = np.random.default_rng(5).integers(0, 256, 1 << 16, dtype=np.uint8)
-        dst = np.zeros(1 << 16, np.uint8)
-        a.register_memory(src)
-        b.register_memory(dst)
-        a.add_remote_agent(b.get_agent_metadata())
-        b.add_remote_agent(a.get_agent_metadata())
-        h = a.initialize_xfer("WRITE", a.get_xfer_descs(src), b.get_xfer_descs(dst), b.name, b"over-ucx",
-                              backends=["ucx"])
-        a.transfer(h)
-        deadline = time.monotonic() + 30
-        while a.check_xfer_state(h) == "PROC":
-            assert time.monotonic() < deadline
+        deadline = time.monotonic() + 30  # the transfer and its notification, together
+        h, _bufs = _write_64k(a, b, 5, b"over-ucx", "ucx")
         assert a.get_xfer_info(h).path.startswith("ucx.") and a.query_xfer_backend(h) == "UCX"
-        assert np.array_equal(src, dst)
         got = []
         while not got and time.monotonic() < deadline:
             for msgs in b.get_new_notifs().values():
@@ -791,20 +787,8 @@ def test_ucx_nixl_options(caplog, capfd):
         for a in pair:
             a.create_backend("UCX", {"ucx_error_handling_mode": "none"})
         assert capfd.readouterr().err.count("error_handling=none is taken as peer") == 2
-        a, b = pair
-        src = np.random.default_rng(7).integers(0, 256, 1 << 16, dtype=np.uint8)
-        dst = np.zeros(1 << 16, np.uint8)
-        a.register_memory(src)
-        b.register_memory(dst)
-        a.add_remote_agent(b.get_agent_metadata())
-        h = a.initialize_xfer("WRITE", a.get_xfer_descs(src), b.get_xfer_descs(dst), b.name, b"",
-                              backends=["ucx"])
-        a.transfer(h)
-        deadline = time.monotonic() + 30
-        while a.check_xfer_state(h) == "PROC":
-            assert time.monotonic() < deadline
-        assert a.check_xfer_state(h) == "DONE" and a.get_xfer_info(h).path.startswith("ucx.")
-        assert np.array_equal(src, dst)
+        h, _bufs = _write_64k(pair[0], pair[1], 7, b"", "ucx")
+        assert pair[0].get_xfer_info(h).path.startswith("ucx.")
     finally:
         for a in pair:
             a.close()
