@@ -212,13 +212,34 @@ static nixl_status_t ucx_parse_params(ucx_be_t *be, const nixl_param_t *params, 
 
 /* ---- progress ---- */
 
+/* UCX can block inside ucp_worker_progress: UCX 1.13's tcp connection
+ * setup sends its connection packets with a loop that waits until every
+ * byte is out, and under packet loss one call held the instance for 1 to
+ * 11 s (TCP's retransmission backoff; README, Not done yet).  Meanwhile no
+ * request of the instance can end, whatever its deadline or its peer's
+ * silence: the line says so, with the time, so that a request that ended
+ * late is explained in the log (netfaults.sh reads it).  A normal call
+ * takes microseconds; a post that pushes a large piece over tcp happens
+ * outside these stretches. */
+void ucx_stall_check(ucx_be_t *be, uint64_t since_ns, uint64_t now)
+{
+    if (nixl_likely(now - since_ns < UCX_STALL_WARN_MS * 1000000ull))
+        return;
+    UCX_WARN(be,
+             "ucx: UCX held this instance for %llu ms inside ucp_worker_progress: no request of it could end "
+             "meanwhile (deadlines and the peer timeout wait for UCX to return)",
+             (unsigned long long)((now - since_ns) / 1000000u));
+}
+
 void ucx_progress_locked(ucx_be_t *be)
 {
     ucx_posts_drain_locked(be);
+    uint64_t t0 = nixl_now_ns();
     /* Bounded: a peer streaming at us must not keep a status call here. */
     for (int i = 0; i < 256 && ucp_worker_progress(be->worker); i++)
         ;
     uint64_t now = nixl_now_ns(); /* one clock read for the rest of the call */
+    ucx_stall_check(be, t0, now);
     ucx_peers_reap_locked(be, now);
     ucx_reqs_advance_locked(be, UCX_BY_CALL, now);
 }
@@ -280,7 +301,8 @@ static void *ucx_thread_main(void *arg)
             pthread_mutex_lock(&be->lock);
             t_in = nixl_now_ns(); /* the round's budget counts from here */
         }
-        ucx_posts_drain_locked(be);
+        if (nixl_unlikely(ucx_posts_drain_locked(be)))
+            t_in = nixl_now_ns(); /* the posts are not the progress calls' time */
         /* While UCX has work, more calls before the rest of the round, up
          * to 32 of them or 50 us (a caller waiting for the lock to post,
          * cancel or release gets it soon; one that waits to cancel cuts it
@@ -296,6 +318,7 @@ static void *ucx_thread_main(void *arg)
         /* Read after the lock was taken: no caller_ns of a request (set
          * under the lock) is later than it (the notification grace). */
         uint64_t now = nixl_now_ns();
+        ucx_stall_check(be, t_in, now);
         ucx_peers_reap_locked(be, now);
         /* A cancel or release waiting for the lock goes first: advancing
          * now could hand its notification to UCX while the caller that

@@ -294,10 +294,16 @@ void ucx_xfer_release(void *be, nixl_be_req_t *req);
  * holding the lock held now, so no request's caller_ns is later. */
 enum { UCX_BY_POST, UCX_BY_CALL, UCX_BY_THREAD }; /* who advances (ucx_xfer.c) */
 void ucx_reqs_advance_locked(ucx_be_t *be, int by, uint64_t now);
-/* Post the requests queued while the lock was held (be->lock held). */
-void ucx_posts_drain_locked(ucx_be_t *be);
+/* Post the requests queued while the lock was held (be->lock held); how
+ * many it posted. */
+unsigned ucx_posts_drain_locked(ucx_be_t *be);
 /* Progress the worker until nothing moves (be->lock held). */
 void ucx_progress_locked(ucx_be_t *be);
+/* A stretch of ucp_worker_progress calls that ran from since_ns to now:
+ * one WARN line when it held the instance UCX_STALL_WARN_MS or longer
+ * (ucx.c says why). */
+#define UCX_STALL_WARN_MS 500
+void ucx_stall_check(ucx_be_t *be, uint64_t since_ns, uint64_t now);
 nixl_status_t ucx_status_of(ucs_status_t st);
 
 #endif

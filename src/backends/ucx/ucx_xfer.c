@@ -485,10 +485,11 @@ static nixl_status_t ucx_post_defer(ucx_be_t *be, ucx_req_t *r, const void *noti
     return NIXL_IN_PROG;
 }
 
-void ucx_posts_drain_locked(ucx_be_t *be)
+unsigned ucx_posts_drain_locked(ucx_be_t *be)
 {
     if (nixl_likely(atomic_load_explicit(&be->npend, memory_order_acquire) == 0))
-        return;
+        return 0;
+    unsigned posted = 0;
     pthread_mutex_lock(&be->pend_lock);
     ucx_req_t *q = be->pend_head, *take = NULL, **tail = &take;
     be->pend_head = be->pend_tail = NULL;
@@ -513,7 +514,9 @@ void ucx_posts_drain_locked(ucx_be_t *be)
             r->err = st;
         }
         atomic_store_explicit(&r->defer, UCX_DEFER_NONE, memory_order_release);
+        posted++;
     }
+    return posted;
 }
 
 nixl_status_t ucx_xfer_post(void *bev, nixl_be_req_t *req, const void *notif, size_t notif_len)

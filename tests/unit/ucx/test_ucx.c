@@ -83,6 +83,7 @@ typedef struct host {
 } host_t;
 
 static unsigned errors_logged, warns_logged;
+static char last_warn[512]; /* the text of the last WARN line */
 
 static int host_log_enabled(nixl_log_level_t level)
 {
@@ -97,6 +98,11 @@ static void host_log(nixl_log_level_t level, const char *where, const char *fmt,
         errors_logged++;
     if (level == NIXL_LOG_WARN)
         warns_logged++;
+    if (level == NIXL_LOG_WARN) {
+        va_start(ap, fmt);
+        vsnprintf(last_warn, sizeof(last_warn), fmt, ap);
+        va_end(ap);
+    }
     va_start(ap, fmt);
     fprintf(stderr, "[%d %s] ", (int)level, where);
     vfprintf(stderr, fmt, ap);
@@ -1103,6 +1109,28 @@ static int case_busy(void)
     return failures;
 }
 
+/* A stretch of progress calls that held the instance UCX_STALL_WARN_MS or
+ * longer is said, once, with its time (what netfaults.sh reads when a
+ * request ended late under loss); a shorter one is not.  The stretch is
+ * given, not made: UCX blocks like that only under a lossy link. */
+static int case_stall(void)
+{
+    host_t h;
+    void *be = be_create(&h, "stall", NULL, 0);
+    uint64_t now = nixl_now_ns(), ms = 1000000u;
+    unsigned w0 = warns_logged;
+    ucx_stall_check(be, now - (UCX_STALL_WARN_MS - 1) * ms, now);
+    ucx_stall_check(be, now, now);
+    CHECK(warns_logged == w0);
+    ucx_stall_check(be, now - 1234 * ms, now);
+    CHECK(warns_logged == w0 + 1);
+    CHECK(strstr(last_warn, "UCX held this instance for 1234 ms inside ucp_worker_progress") != NULL);
+    ucx_stall_check(be, now - UCX_STALL_WARN_MS * ms, now);
+    CHECK(warns_logged == w0 + 2);
+    ops->destroy(be);
+    return failures;
+}
+
 /* ucx_tcpold.c on a TCP connection of this process over loopback, no UCX:
  * a reader that does not read and a writer that wrote until its buffers
  * were full leave the writer's socket with bytes unacknowledged.  mark
@@ -1238,7 +1266,7 @@ int main(int argc, char **argv)
 {
     ops = nixl_backend_ucx_ops();
     if (argc < 2) {
-        fprintf(stderr, "usage: %s conn_corrupt|rkey_corrupt|xfer|ep_info|vram|fallback|peer_lost|silent|chunks|renew|cancel_bound|busy|tcpold\n", argv[0]);
+        fprintf(stderr, "usage: %s conn_corrupt|rkey_corrupt|xfer|ep_info|vram|fallback|peer_lost|silent|chunks|renew|cancel_bound|busy|tcpold|stall\n", argv[0]);
         return 2;
     }
     static const struct {
@@ -1248,7 +1276,8 @@ int main(int argc, char **argv)
                  {"ep_info", case_ep_info},           {"vram", case_vram},                 {"fallback", case_fallback},
                  {"peer_lost", case_peer_lost},       {"silent", case_silent},             {"chunks", case_chunks},
                  {"renew", case_renew},                {"cancel_bound", case_cancel_bound},
-                 {"busy", case_busy},                 {"tcpold", case_tcpold}};
+                 {"busy", case_busy},                 {"tcpold", case_tcpold},
+                 {"stall", case_stall}};
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         if (strcmp(argv[1], cases[i].name) != 0)
             continue;
