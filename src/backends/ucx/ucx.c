@@ -690,6 +690,7 @@ static const nixl_backend_ops_t ucx_ops = {
     .xfer_cancel = ucx_xfer_cancel,
     .peer_open = ucx_peer_open,
     .peer_connect = ucx_peer_connect,
+    .xfer_prepare_indexed = ucx_xfer_prepare_indexed,
     .peer_alive = ucx_peer_alive,
 };
 

@@ -147,6 +147,9 @@ struct ucx_req {
     nixl_op_t op;
     const nixl_be_iov_t *iov; /* the core's, valid until release */
     size_t count;
+    /* An indexed request (xfer_prepare_indexed; iov NULL, ix.layer set):
+     * the core's description, its arrays valid until release. */
+    nixl_be_xfer_indexed_t ix;
     ucx_req_state_t state;
     nixl_status_t err;        /* FAILED: how it ended */
     size_t inflight;          /* put/get requests of UCX not completed */
@@ -285,6 +288,7 @@ void ucx_rkey_unload(void *be, void *rmd);
 
 /* ucx_xfer.c */
 nixl_status_t ucx_xfer_prepare(void *be, const nixl_be_xfer_t *xfer, nixl_be_req_t **req_out);
+nixl_status_t ucx_xfer_prepare_indexed(void *be, const nixl_be_xfer_indexed_t *xfer, nixl_be_req_t **req_out);
 nixl_status_t ucx_xfer_post(void *be, nixl_be_req_t *req, const void *notif, size_t notif_len);
 nixl_status_t ucx_xfer_status(void *be, nixl_be_req_t *req);
 void ucx_xfer_cancel(void *be, nixl_be_req_t *req);

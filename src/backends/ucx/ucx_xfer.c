@@ -12,7 +12,10 @@
  * order, so a standalone notification sent later arrives later.
  *
  * The post path costs one UCX call per piece and no allocation of ours
- * (the core merged contiguous pieces already).  Requests in flight are on
+ * (the core merged contiguous pieces already).  An indexed request
+ * (xfer_prepare_indexed) keeps the core's layers and slots instead of
+ * pieces: its post computes each piece's addresses and merges runs of
+ * neighbouring slots itself.  Requests in flight are on
  * be->run; progress (status calls, the progress thread) moves each one to
  * its notification and its end.
  *
@@ -235,14 +238,14 @@ static nixl_status_t ucx_req_status(const ucx_req_t *r)
     }
 }
 
-nixl_status_t ucx_xfer_prepare(void *bev, const nixl_be_xfer_t *x, nixl_be_req_t **req_out)
+/* What a request may be: a WRITE or a READ between DRAM on both sides.
+ * VRAM is NIXL_ERR_NO_PATH with one ERROR line per instance (README,
+ * VRAM). */
+static nixl_status_t ucx_op_check(ucx_be_t *be, nixl_op_t op, nixl_mem_t lmem, nixl_mem_t rmem)
 {
-    ucx_be_t *be = bev;
-    if (!x || !req_out || !x->peer || (x->count && !x->iov))
-        return NIXL_ERR_NULL;
-    if (x->op != NIXL_OP_WRITE && x->op != NIXL_OP_READ)
+    if (op != NIXL_OP_WRITE && op != NIXL_OP_READ)
         return NIXL_ERR_INVALID_PARAM;
-    if (x->local_mem == NIXL_MEM_VRAM || x->remote_mem == NIXL_MEM_VRAM) {
+    if (lmem == NIXL_MEM_VRAM || rmem == NIXL_MEM_VRAM) {
         /* One ERROR line per instance, DEBUG after it. */
         nixl_log_level_t lvl = be->vram_logged ? NIXL_LOG_DEBUG : NIXL_LOG_ERROR;
         be->vram_logged = 1;
@@ -250,33 +253,93 @@ nixl_status_t ucx_xfer_prepare(void *bev, const nixl_be_xfer_t *x, nixl_be_req_t
                     "ucx: VRAM cannot be moved through this backend: %s (UCX %s); no path for %s VRAM",
                     be->has_cuda ? "GPU memory is not handled by this slice of the backend yet"
                                  : "this UCX lacks CUDA support (ucp_context memory types: host only)",
-                    ucp_get_version_string(), x->local_mem == NIXL_MEM_VRAM ? "local" : "the peer's");
+                    ucp_get_version_string(), lmem == NIXL_MEM_VRAM ? "local" : "the peer's");
         return NIXL_ERR_NO_PATH;
     }
-    if (x->local_mem != NIXL_MEM_DRAM || x->remote_mem != NIXL_MEM_DRAM) {
-        UCX_ERROR(be, "ucx: memory types DRAM only (local %d, remote %d)", (int)x->local_mem, (int)x->remote_mem);
+    if (lmem != NIXL_MEM_DRAM || rmem != NIXL_MEM_DRAM) {
+        UCX_ERROR(be, "ucx: memory types DRAM only (local %d, remote %d)", (int)lmem, (int)rmem);
         return NIXL_ERR_MEM_TYPE;
     }
-    for (size_t i = 0; i < x->count; i++) {
-        const ucx_reg_t *g = x->iov[i].lmd;
-        const ucx_rmd_t *rm = x->iov[i].rmd;
-        if (nixl_unlikely(!g || !g->memh || !rm || (!rm->rkey && !rm->packed) || !rm->peer))
-            return NIXL_ERR_INVALID_PARAM; /* a key without its bytes: unpacked again at post */
-    }
+    return NIXL_OK;
+}
+
+/* A local region and a remote one of ours that a piece may move between
+ * (a key without its bytes is unpacked again at post). */
+static int ucx_pair_usable(const ucx_reg_t *g, const ucx_rmd_t *rm)
+{
+    return g && g->memh && rm && (rm->rkey || rm->packed) && rm->peer;
+}
+
+static ucx_req_t *ucx_req_new(ucx_be_t *be, ucx_peer_t *peer, nixl_op_t op)
+{
     ucx_req_t *r = calloc(1, sizeof(*r));
     if (!r)
-        return NIXL_ERR_NO_MEMORY;
-    ucx_peer_t *peer = x->peer;
+        return NULL;
     r->be = be;
     r->peer = peer;
-    r->op = x->op;
-    r->iov = x->iov;
-    r->count = x->count;
+    r->op = op;
     r->state = UCX_REQ_IDLE;
     atomic_init(&r->quiet, 1);
     r->hdr.path = peer->path ? peer->path : "ucx.unknown";
     r->hdr.fallback = (uint32_t)peer->fallback;
     r->cause = peer->cause;
+    return r;
+}
+
+nixl_status_t ucx_xfer_prepare(void *bev, const nixl_be_xfer_t *x, nixl_be_req_t **req_out)
+{
+    ucx_be_t *be = bev;
+    if (!x || !req_out || !x->peer || (x->count && !x->iov))
+        return NIXL_ERR_NULL;
+    nixl_status_t st = ucx_op_check(be, x->op, x->local_mem, x->remote_mem);
+    if (st != NIXL_OK)
+        return st;
+    for (size_t i = 0; i < x->count; i++)
+        if (nixl_unlikely(!ucx_pair_usable(x->iov[i].lmd, x->iov[i].rmd)))
+            return NIXL_ERR_INVALID_PARAM;
+    ucx_req_t *r = ucx_req_new(be, x->peer, x->op);
+    if (!r)
+        return NIXL_ERR_NO_MEMORY;
+    r->iov = x->iov;
+    r->count = x->count;
+    *req_out = &r->hdr;
+    return NIXL_OK;
+}
+
+/* The indexed form (paged KV as the engine holds it: layers x nslots
+ * pieces at base + slot x stride on each side): nothing per piece is
+ * built, so preparing costs the layers, not the pieces; the post computes
+ * each piece's addresses from its layer and slot (ucx_post_indexed).  The
+ * core checked that every layer's span lies inside one registration on
+ * each side (backend.h). */
+nixl_status_t ucx_xfer_prepare_indexed(void *bev, const nixl_be_xfer_indexed_t *x, nixl_be_req_t **req_out)
+{
+    ucx_be_t *be = bev;
+    if (!x || !req_out || !x->peer || !x->layer || !x->lslots || !x->rslots)
+        return NIXL_ERR_NULL;
+    nixl_status_t st = ucx_op_check(be, x->op, x->local_mem, x->remote_mem);
+    if (st != NIXL_OK)
+        return st;
+    if (x->layers == 0 || x->nslots == 0 || x->item_len == 0)
+        return NIXL_ERR_ZERO_LENGTH;
+    if (x->layers > SIZE_MAX / x->nslots || x->item_len > UINT64_MAX / (x->layers * x->nslots) ||
+        x->bytes != x->item_len * x->layers * x->nslots) {
+        UCX_ERROR(be, "ucx: indexed request of %zu x %zu pieces of %llu bytes does not add up to %llu bytes",
+                  x->layers, x->nslots, (unsigned long long)x->item_len, (unsigned long long)x->bytes);
+        return NIXL_ERR_INVALID_PARAM;
+    }
+    for (size_t l = 0; l < x->layers; l++) {
+        const ucx_rmd_t *rm = x->layer[l].rmd;
+        if (nixl_unlikely(!ucx_pair_usable(x->layer[l].lmd, rm) || rm->peer != x->peer)) {
+            UCX_ERROR(be, "ucx: layer %zu of an indexed request has no registration of this backend on both sides",
+                      l);
+            return NIXL_ERR_INVALID_PARAM;
+        }
+    }
+    ucx_req_t *r = ucx_req_new(be, x->peer, x->op);
+    if (!r)
+        return NIXL_ERR_NO_MEMORY;
+    r->ix = *x;
     *req_out = &r->hdr;
     return NIXL_OK;
 }
@@ -352,6 +415,59 @@ static nixl_status_t ucx_msg_keep(void **buf, size_t *cap, size_t *len, const vo
     return NIXL_OK;
 }
 
+/* One piece of a post: len bytes between laddr and raddr, as operations of
+ * at most UCX_CHUNK bytes.  Pieces above it go as several: each
+ * completion is news that the link moves (the silence rule), where one
+ * 64 MiB put on a slow link would say nothing for seconds.  An operation
+ * UCX refuses sets r->op_status and stops the post. */
+static void ucx_post_piece(ucx_be_t *be, ucx_req_t *r, const ucp_request_param_t *rp, uint64_t laddr, uint64_t raddr,
+                           uint64_t len, ucp_rkey_h rkey)
+{
+    ucp_ep_h ep = r->peer->ep;
+    int wr = r->op == NIXL_OP_WRITE;
+    for (uint64_t off = 0; off < len; off += UCX_CHUNK) {
+        uint64_t n = len - off < UCX_CHUNK ? len - off : UCX_CHUNK;
+        void *lp = (void *)(uintptr_t)(laddr + off);
+        void *q = wr ? ucp_put_nbx(ep, lp, n, raddr + off, rkey, rp) : ucp_get_nbx(ep, lp, n, raddr + off, rkey, rp);
+        if (nixl_likely(q == NULL))
+            continue;
+        if (nixl_unlikely(UCS_PTR_IS_ERR(q))) {
+            r->op_status = UCS_PTR_STATUS(q);
+            UCX_ERROR(be, "ucx: %s of %llu bytes to %s: %s", wr ? "ucp_put_nbx" : "ucp_get_nbx",
+                      (unsigned long long)n, r->peer->name, ucs_status_string(r->op_status));
+            return;
+        }
+        r->inflight++;
+    }
+}
+
+/* The pieces of an indexed request, layer by layer; a run of slots next
+ * to each other on both sides (strides of one item) is one piece. */
+static void ucx_post_indexed(ucx_be_t *be, ucx_req_t *r, ucp_request_param_t *rp)
+{
+    const nixl_be_xfer_indexed_t *x = &r->ix;
+    const size_t ns = x->nslots;
+    const uint64_t item = x->item_len;
+    const int adjacent = x->lstride == item && x->rstride == item;
+    for (size_t l = 0; l < x->layers && r->op_status == UCS_OK; l++) {
+        const nixl_be_layer_t *ly = &x->layer[l];
+        ucx_rmd_t *rm = ly->rmd;
+        if (nixl_unlikely(rm->gen != r->peer->gen || !rm->rkey) &&
+            (r->op_status = ucx_rmd_fresh_locked(be, rm)) != UCS_OK)
+            return; /* the peer's endpoint was closed or renewed since the key was unpacked */
+        rp->memh = ((const ucx_reg_t *)ly->lmd)->memh;
+        for (size_t t = 0; t < ns && r->op_status == UCS_OK;) {
+            const uint64_t ls = x->lslots[t], rs = x->rslots[t];
+            size_t run = 1;
+            if (adjacent)
+                while (t + run < ns && x->lslots[t + run] == ls + run && x->rslots[t + run] == rs + run)
+                    run++;
+            ucx_post_piece(be, r, rp, ly->lbase + ls * x->lstride, ly->rbase + rs * x->rstride, run * item, rm->rkey);
+            t += run;
+        }
+    }
+}
+
 static nixl_status_t ucx_post_locked(ucx_be_t *be, ucx_req_t *r, const void *notif, size_t notif_len)
 {
     nixl_status_t st;
@@ -395,32 +511,15 @@ static nixl_status_t ucx_post_locked(ucx_be_t *be, ucx_req_t *r, const void *not
         .cb.send = ucx_op_done,
         .user_data = r,
     };
-    int wr = r->op == NIXL_OP_WRITE;
+    if (r->ix.layer)
+        ucx_post_indexed(be, r, &rp);
     for (size_t i = 0; i < r->count && r->op_status == UCS_OK; i++) {
         const nixl_be_iov_t *v = &r->iov[i];
-        const ucx_reg_t *g = v->lmd;
         ucx_rmd_t *rm = v->rmd;
         if (nixl_unlikely(rm->gen != peer->gen || !rm->rkey) && (r->op_status = ucx_rmd_fresh_locked(be, rm)) != UCS_OK)
             break; /* the peer's endpoint was closed or renewed since the key was unpacked */
-        rp.memh = g->memh;
-        /* Pieces above UCX_CHUNK go as several operations: each completion
-         * is news that the link moves (the silence rule), where one 64 MiB
-         * put on a slow link would say nothing for seconds. */
-        for (uint64_t off = 0; off < v->len; off += UCX_CHUNK) {
-            uint64_t n = v->len - off < UCX_CHUNK ? v->len - off : UCX_CHUNK;
-            void *lp = (void *)(uintptr_t)(v->laddr + off);
-            void *q = wr ? ucp_put_nbx(peer->ep, lp, n, v->raddr + off, rm->rkey, &rp)
-                         : ucp_get_nbx(peer->ep, lp, n, v->raddr + off, rm->rkey, &rp);
-            if (nixl_likely(q == NULL))
-                continue;
-            if (nixl_unlikely(UCS_PTR_IS_ERR(q))) {
-                r->op_status = UCS_PTR_STATUS(q);
-                UCX_ERROR(be, "ucx: %s of %llu bytes to %s: %s", wr ? "ucp_put_nbx" : "ucp_get_nbx",
-                          (unsigned long long)n, peer->name, ucs_status_string(r->op_status));
-                break;
-            }
-            r->inflight++;
-        }
+        rp.memh = ((const ucx_reg_t *)v->lmd)->memh;
+        ucx_post_piece(be, r, &rp, v->laddr, v->raddr, v->len, rm->rkey);
     }
     if (r->op_status == UCS_OK) {
         ucp_request_param_t fp = {

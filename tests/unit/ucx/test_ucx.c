@@ -1109,6 +1109,145 @@ static int case_busy(void)
     return failures;
 }
 
+/* Two instances, a and b, with three buffers of n bytes: la (a's source,
+ * a pattern), rb (b's, 0x5a) and back (a's for READs, 0xee), registered;
+ * a loaded b's key of rb as rmd.  The cases that move bytes between them
+ * start here. */
+typedef struct xpair {
+    host_t ha, hb;
+    void *a, *b, *peer;
+    size_t n;
+    uint8_t *la, *rb, *back;
+    nixl_be_region_t lr, br, rr;
+    void *lmd, *bmd, *rmd_b, *rmd;
+} xpair_t;
+
+static int xpair_open(xpair_t *p, size_t n, const nixl_param_t *pa, size_t npa, unsigned mul, unsigned add)
+{
+    memset(p, 0, sizeof(*p));
+    p->a = be_create(&p->ha, "a", pa, npa);
+    p->b = be_create(&p->hb, "b", NULL, 0);
+    p->n = n;
+    p->la = malloc(n);
+    p->rb = malloc(n);
+    p->back = malloc(n);
+    if (!p->la || !p->rb || !p->back)
+        return ++failures;
+    for (size_t i = 0; i < n; i++) {
+        p->la[i] = (uint8_t)(i * mul + add);
+        p->rb[i] = 0x5a;
+        p->back[i] = 0xee;
+    }
+    p->lr = (nixl_be_region_t){.mem_type = NIXL_MEM_DRAM, .addr = (uint64_t)(uintptr_t)p->la, .len = n};
+    p->br = (nixl_be_region_t){.mem_type = NIXL_MEM_DRAM, .addr = (uint64_t)(uintptr_t)p->back, .len = n};
+    p->rr = (nixl_be_region_t){.mem_type = NIXL_MEM_DRAM, .addr = (uint64_t)(uintptr_t)p->rb, .len = n};
+    CHECK_ST(ops->reg(p->a, &p->lr, &p->lmd), NIXL_OK);
+    CHECK_ST(ops->reg(p->a, &p->br, &p->bmd), NIXL_OK);
+    CHECK_ST(ops->reg(p->b, &p->rr, &p->rmd_b), NIXL_OK);
+    p->peer = peer_of(p->a, p->b, "b");
+    size_t klen;
+    uint8_t *k = key_of(p->b, p->rmd_b, &klen);
+    CHECK_ST(ops->rkey_load(p->a, p->peer, &p->rr, k, klen, &p->rmd), NIXL_OK);
+    free(k);
+    return p->peer && p->rmd ? 0 : ++failures;
+}
+
+/* b's first notification, within 5 s. */
+static void xpair_notified(xpair_t *p)
+{
+    uint64_t t0 = test_now_ms();
+    while (atomic_load(&p->hb.notifs) == 0 && test_now_ms() - t0 < 5000)
+        ops->progress(p->b);
+    CHECK(atomic_load(&p->hb.notifs) == 1);
+}
+
+static void xpair_close(xpair_t *p)
+{
+    ops->rkey_unload(p->a, p->rmd);
+    ops->peer_unload(p->a, p->peer);
+    ops->dereg(p->a, p->lmd);
+    ops->dereg(p->a, p->bmd);
+    ops->dereg(p->b, p->rmd_b);
+    ops->destroy(p->a);
+    ops->destroy(p->b);
+    free(p->la);
+    free(p->rb);
+    free(p->back);
+}
+
+/* The indexed form, 2 layers x 7 slots of 100 bytes at a stride of one
+ * item on both sides: slots next to each other on both sides go as one
+ * piece (5-7 -> 10-12, 2-3 -> 0-1), slots next to each other on one side
+ * only do not (9 -> 4, 10 -> 6).  A WRITE lands exactly (the rest of the
+ * target untouched) when its notification arrives; a READ of the same
+ * pieces brings them back into another buffer.  Requests that do not add
+ * up, have no bytes or lack a registration are refused. */
+enum { IXU_LAYERS = 2, IXU_LAYER = 4096, IXU_ITEM = 100, IXU_N = 7 };
+
+static void ixu_image(uint8_t *want, const uint8_t *src, const uint32_t *from, const uint32_t *to)
+{
+    for (size_t l = 0; l < IXU_LAYERS; l++)
+        for (size_t t = 0; t < IXU_N; t++)
+            memcpy(want + l * IXU_LAYER + (size_t)to[t] * IXU_ITEM, src + l * IXU_LAYER + (size_t)from[t] * IXU_ITEM,
+                   IXU_ITEM);
+}
+
+static int case_indexed(void)
+{
+    xpair_t p;
+    const size_t N = IXU_LAYERS * IXU_LAYER;
+    uint8_t *want = malloc(N);
+    if (!want || xpair_open(&p, N, NULL, 0, 31, 7))
+        return ++failures;
+    static const uint32_t ls[IXU_N] = {5, 6, 7, 2, 3, 9, 10}, rs[IXU_N] = {10, 11, 12, 0, 1, 4, 6};
+    nixl_be_layer_t wl[IXU_LAYERS], rl[IXU_LAYERS];
+    for (size_t l = 0; l < IXU_LAYERS; l++) {
+        wl[l] = (nixl_be_layer_t){p.lr.addr + l * IXU_LAYER, p.rr.addr + l * IXU_LAYER, p.lmd, p.rmd};
+        rl[l] = (nixl_be_layer_t){p.br.addr + l * IXU_LAYER, p.rr.addr + l * IXU_LAYER, p.bmd, p.rmd};
+    }
+    const uint64_t bytes = (uint64_t)IXU_LAYERS * IXU_N * IXU_ITEM;
+    nixl_be_xfer_indexed_t x = {NIXL_OP_WRITE, p.peer, NIXL_MEM_DRAM, NIXL_MEM_DRAM, wl, IXU_LAYERS,
+                                ls, rs, IXU_N, IXU_ITEM, IXU_ITEM, IXU_ITEM, bytes};
+    nixl_be_req_t *req = NULL;
+    CHECK_ST(ops->xfer_prepare_indexed(p.a, &x, &req), NIXL_OK);
+    if (!req)
+        return ++failures;
+    CHECK_ST(wait_req(p.a, req, ops->xfer_post(p.a, req, "i", 1)), NIXL_OK);
+    xpair_notified(&p);
+    memset(want, 0x5a, N);
+    ixu_image(want, p.la, ls, rs);
+    CHECK(memcmp(p.rb, want, N) == 0);
+    ops->xfer_release(p.a, req);
+    nixl_be_xfer_indexed_t y = x;
+    y.op = NIXL_OP_READ;
+    y.layer = rl;
+    CHECK_ST(ops->xfer_prepare_indexed(p.a, &y, &req), NIXL_OK);
+    CHECK_ST(wait_req(p.a, req, ops->xfer_post(p.a, req, NULL, 0)), NIXL_OK);
+    memset(want, 0xee, N);
+    ixu_image(want, p.la, ls, ls); /* back's slot ls[t] holds what la's slot ls[t] sent */
+    CHECK(memcmp(p.back, want, N) == 0);
+    ops->xfer_release(p.a, req);
+
+    nixl_be_xfer_indexed_t bad = x;
+    bad.bytes = bytes + 1;
+    req = NULL;
+    CHECK_ST(ops->xfer_prepare_indexed(p.a, &bad, &req), NIXL_ERR_INVALID_PARAM);
+    bad = x;
+    bad.item_len = 0;
+    CHECK_ST(ops->xfer_prepare_indexed(p.a, &bad, &req), NIXL_ERR_ZERO_LENGTH);
+    nixl_be_layer_t norm[IXU_LAYERS] = {wl[0], {wl[1].lbase, wl[1].rbase, p.lmd, NULL}};
+    bad = x;
+    bad.layer = norm;
+    CHECK_ST(ops->xfer_prepare_indexed(p.a, &bad, &req), NIXL_ERR_INVALID_PARAM);
+    bad = x;
+    bad.remote_mem = NIXL_MEM_VRAM;
+    CHECK_ST(ops->xfer_prepare_indexed(p.a, &bad, &req), NIXL_ERR_NO_PATH);
+    CHECK(req == NULL);
+    xpair_close(&p);
+    free(want);
+    return failures;
+}
+
 /* A stretch of progress calls that held the instance UCX_STALL_WARN_MS or
  * longer is said, once, with its time (what netfaults.sh reads when a
  * request ended late under loss); a shorter one is not.  The stretch is
@@ -1199,66 +1338,34 @@ static int case_tcpold(void)
  * healthy peer is never found silent. */
 static int case_chunks(void)
 {
-    host_t ha, hb;
+    xpair_t p;
     nixl_param_t pa = {"peer_timeout_ms", "2000"};
-    void *a = be_create(&ha, "a", &pa, 1), *b = be_create(&hb, "b", NULL, 0);
-    const size_t L = 5 * UCX_CHUNK + 3, N = L + 64;
-    uint8_t *la = malloc(N), *rb = malloc(N), *back = malloc(N);
-    CHECK(la && rb && back);
-    for (size_t i = 0; i < N; i++) {
-        la[i] = (uint8_t)(i * 29 + 11);
-        rb[i] = 0x5a;
-        back[i] = 0xee;
-    }
-    nixl_be_region_t lr = {.mem_type = NIXL_MEM_DRAM, .addr = (uint64_t)(uintptr_t)la, .len = N};
-    nixl_be_region_t br = {.mem_type = NIXL_MEM_DRAM, .addr = (uint64_t)(uintptr_t)back, .len = N};
-    nixl_be_region_t rr = {.mem_type = NIXL_MEM_DRAM, .addr = (uint64_t)(uintptr_t)rb, .len = N};
-    void *lmd = NULL, *bmd = NULL, *rmd_b = NULL, *rmd = NULL;
-    CHECK_ST(ops->reg(a, &lr, &lmd), NIXL_OK);
-    CHECK_ST(ops->reg(a, &br, &bmd), NIXL_OK);
-    CHECK_ST(ops->reg(b, &rr, &rmd_b), NIXL_OK);
-    void *peer = peer_of(a, b, "b");
-    size_t klen;
-    uint8_t *k = key_of(b, rmd_b, &klen);
-    CHECK_ST(ops->rkey_load(a, peer, &rr, k, klen, &rmd), NIXL_OK);
-    free(k);
-    if (!peer || !rmd)
-        return ++failures;
-    nixl_be_iov_t w = {lr.addr + 5, rr.addr + 17, L, lmd, rmd};
-    nixl_be_xfer_t x = {NIXL_OP_WRITE, peer, NIXL_MEM_DRAM, NIXL_MEM_DRAM, &w, 1, L};
+    const size_t L = 5 * UCX_CHUNK + 3;
+    if (xpair_open(&p, L + 64, &pa, 1, 29, 11))
+        return failures;
+    nixl_be_iov_t w = {p.lr.addr + 5, p.rr.addr + 17, L, p.lmd, p.rmd};
+    nixl_be_xfer_t x = {NIXL_OP_WRITE, p.peer, NIXL_MEM_DRAM, NIXL_MEM_DRAM, &w, 1, L};
     nixl_be_req_t *req = NULL;
-    CHECK_ST(ops->xfer_prepare(a, &x, &req), NIXL_OK);
+    CHECK_ST(ops->xfer_prepare(p.a, &x, &req), NIXL_OK);
     if (!req)
         return ++failures;
     /* The target's bytes are looked at once its notification arrived (an
      * atomic of the fake host: what orders UCX's writes into rb before our
      * reads, for ThreadSanitizer as for the contract). */
-    CHECK_ST(wait_req(a, req, ops->xfer_post(a, req, "c", 1)), NIXL_OK);
-    uint64_t t0 = test_now_ms();
-    while (atomic_load(&hb.notifs) == 0 && test_now_ms() - t0 < 5000)
-        ops->progress(b);
-    CHECK(atomic_load(&hb.notifs) == 1);
-    CHECK(memcmp(rb + 17, la + 5, L) == 0);
-    CHECK(rb[16] == 0x5a && rb[17 + L] == 0x5a);
-    ops->xfer_release(a, req);
-    nixl_be_iov_t r = {br.addr + 1, rr.addr + 17, L, bmd, rmd};
-    nixl_be_xfer_t y = {NIXL_OP_READ, peer, NIXL_MEM_DRAM, NIXL_MEM_DRAM, &r, 1, L};
-    CHECK_ST(ops->xfer_prepare(a, &y, &req), NIXL_OK);
-    CHECK_ST(wait_req(a, req, ops->xfer_post(a, req, NULL, 0)), NIXL_OK);
-    CHECK(memcmp(back + 1, la + 5, L) == 0);
-    CHECK(back[0] == 0xee && back[1 + L] == 0xee);
-    CHECK(ops->peer_alive(a, peer) != 0);
-    ops->xfer_release(a, req);
-    ops->rkey_unload(a, rmd);
-    ops->peer_unload(a, peer);
-    ops->dereg(a, lmd);
-    ops->dereg(a, bmd);
-    ops->dereg(b, rmd_b);
-    ops->destroy(a);
-    ops->destroy(b);
-    free(la);
-    free(rb);
-    free(back);
+    CHECK_ST(wait_req(p.a, req, ops->xfer_post(p.a, req, "c", 1)), NIXL_OK);
+    xpair_notified(&p);
+    CHECK(memcmp(p.rb + 17, p.la + 5, L) == 0);
+    CHECK(p.rb[16] == 0x5a && p.rb[17 + L] == 0x5a);
+    ops->xfer_release(p.a, req);
+    nixl_be_iov_t r = {p.br.addr + 1, p.rr.addr + 17, L, p.bmd, p.rmd};
+    nixl_be_xfer_t y = {NIXL_OP_READ, p.peer, NIXL_MEM_DRAM, NIXL_MEM_DRAM, &r, 1, L};
+    CHECK_ST(ops->xfer_prepare(p.a, &y, &req), NIXL_OK);
+    CHECK_ST(wait_req(p.a, req, ops->xfer_post(p.a, req, NULL, 0)), NIXL_OK);
+    CHECK(memcmp(p.back + 1, p.la + 5, L) == 0);
+    CHECK(p.back[0] == 0xee && p.back[1 + L] == 0xee);
+    CHECK(ops->peer_alive(p.a, p.peer) != 0);
+    ops->xfer_release(p.a, req);
+    xpair_close(&p);
     return failures;
 }
 
@@ -1266,7 +1373,7 @@ int main(int argc, char **argv)
 {
     ops = nixl_backend_ucx_ops();
     if (argc < 2) {
-        fprintf(stderr, "usage: %s conn_corrupt|rkey_corrupt|xfer|ep_info|vram|fallback|peer_lost|silent|chunks|renew|cancel_bound|busy|tcpold|stall\n", argv[0]);
+        fprintf(stderr, "usage: %s conn_corrupt|rkey_corrupt|xfer|ep_info|vram|fallback|peer_lost|silent|chunks|renew|cancel_bound|busy|tcpold|stall|indexed\n", argv[0]);
         return 2;
     }
     static const struct {
@@ -1277,7 +1384,7 @@ int main(int argc, char **argv)
                  {"peer_lost", case_peer_lost},       {"silent", case_silent},             {"chunks", case_chunks},
                  {"renew", case_renew},                {"cancel_bound", case_cancel_bound},
                  {"busy", case_busy},                 {"tcpold", case_tcpold},
-                 {"stall", case_stall}};
+                 {"stall", case_stall},               {"indexed", case_indexed}};
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         if (strcmp(argv[1], cases[i].name) != 0)
             continue;
