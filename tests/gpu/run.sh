@@ -11,7 +11,8 @@
 # main ones are also copied to $OUT when it is set.  Exit status: 0 when
 # every test passed or skipped and both benchmark goals were met, 1 otherwise.
 # GPU_RUN_ONLY="ucx libfabric" runs only those sections (tests, bench,
-# libfabric, ucx), to spend little device time on one question; unset: all.
+# libfabric, ucx: host memory, ucxgpu: GPU memory through a UCX with CUDA),
+# to spend little device time on one question; unset: all.
 set -u
 cd "$(dirname "$0")/../.."
 B=${1:-build-gpu-run}
@@ -21,9 +22,13 @@ mkdir -p "$R"
 if command -v meson >/dev/null 2>&1; then MESON=meson; else MESON="python3 -m mesonbuild.mesonmain"; fi
 status=0
 say() { printf '%s\n' "$*" | tee -a "$R/summary.txt"; }
-want() {
+wanted() {
     [ -z "${GPU_RUN_ONLY:-}" ] && return 0
     case " $GPU_RUN_ONLY " in *" $1 "*) return 0 ;; esac
+    return 1
+}
+want() {
+    wanted "$1" && return 0
     say "== $1: left out (GPU_RUN_ONLY=$GPU_RUN_ONLY)"
     return 1
 }
@@ -171,8 +176,8 @@ fi
 # the DRAM rows there).  Its module comes from this build when UCX's headers
 # are here, else from GPU_UCX_MODULE_DIR: a libnixl_backend_ucx.so built of
 # this same tree elsewhere (the lent GPU machine has UCX's libraries only).
-if want ucx; then
-say "== ucx, host memory (this machine's UCX)"
+if wanted ucx || wanted ucxgpu; then
+say "== ucx (${NIXL_UCX_LIB:-this machine's UCX})"
 ucx_dir=""
 if [ -f "$B/src/backends/libnixl_backend_ucx.so" ]; then
     ucx_dir=$PWD/$B/src/backends
@@ -184,6 +189,8 @@ if [ -z "$ucx_dir" ]; then
 else
     NIXL_PLUGIN_DIR=$ucx_dir "$B/tools/nixl-info" -d ucx >"$R/ucx-info.txt" 2>&1
     while IFS= read -r l; do say "ucx: $l"; done <"$R/ucx-info.txt"
+    if want ucx; then
+    say "== ucx, host memory"
     for tls in tcp sm; do
         for p in 1 2; do
             NIXL_PLUGIN_DIR=$ucx_dir UCX_TLS=$tls timeout 200 "$B/tests/conformance/conformance" --backend ucx \
@@ -200,6 +207,41 @@ else
         done
     done
     grep -h '^# limit' "$R"/ucx-*-write-1M.log | sort -u | tee -a "$R/summary.txt"
+    fi
+    # GPU memory: only through a UCX built with CUDA (NIXL_UCX_LIB, with its
+    # lib dir on LD_LIBRARY_PATH); Debian's and Ubuntu's have none, and a
+    # request then is NO_PATH (the unit test vram says so on every box).
+    if ! want ucxgpu; then
+        :
+    elif ! grep -q 'CUDA memory: yes' "$R/ucx-info.txt"; then
+        say "SKIP ucx GPU rows: this UCX has no CUDA support; set NIXL_UCX_LIB to a libucp built with it"
+    else
+        say "== ucx, GPU memory"
+        # UCX's choice inside a node (cuda_ipc), then the path between hosts
+        # without GPUDirect: tcp, UCX staging through cuda_copy.
+        for tls in all tcp,cuda_copy; do
+            for p in 1 2; do
+                n=conformance-ucx-vram-${tls%%,*}-$p
+                NIXL_PLUGIN_DIR=$ucx_dir UCX_TLS=$tls timeout 200 "$B/tests/conformance/conformance" --backend ucx \
+                    --procs $p --mem vram >"$R/$n.log" 2>&1 || status=1
+                say "conformance ucx vram UCX_TLS=$tls procs $p: $(tail -1 "$R/$n.log")"
+                grep -E '^FAIL' "$R/$n.log" | head -10
+            done
+        done
+        uv_row() { # NAME UCX_TLS ARGS...
+            n=$1 t=$2
+            shift 2
+            NIXL_PLUGIN_DIR=$ucx_dir UCX_TLS=$t timeout 150 "$NB" --backend ucx "$@" --json "$R/$n.json" \
+                >"$R/$n.log" 2>&1 || { status=1; say "$n failed:"; tail -3 "$R/$n.log" | tee -a "$R/summary.txt"; }
+        }
+        uv_row ucxv-256m all --initiator-mem vram --target-mem vram --block 256M --batch 1 --iters 20
+        uv_row ucxv-small all --initiator-mem vram --target-mem vram --block 64K --batch 1024 --iters 20
+        uv_row ucxv-read all --op read --initiator-mem vram --target-mem vram --block 64M --batch 1 --iters 20
+        uv_row ucxv-dram-vram all --initiator-mem dram --target-mem vram --alloc malloc --block 64M --batch 1 --iters 20
+        uv_row ucxv-vram-dram all --initiator-mem vram --target-mem dram --alloc malloc --block 64M --batch 1 --iters 20
+        uv_row ucxv-tcp tcp,cuda_copy --initiator-mem vram --target-mem vram --block 64M --batch 1 --iters 10
+        uv_row ucxv-kv all --kv-e2e --initiator-mem vram --target-mem vram --iters 10
+    fi
 fi
 fi
 
@@ -308,6 +350,26 @@ for tls in ("tcp", "sm"):
             for x in rows("ucx-%s-%s-%s.json" % (tls, op, blk)):
                 print("%-36s %10.2f %10.2f %7.3f  %s" % ("ucx %s %s %d B dram" % (tls, op, x["block_size"]),
                       x["gbps"], x["limit_gbps"], x["ratio"], x["path"]))
+for tls in ("all", "tcp"):
+    for p in (1, 2):
+        try:
+            last = open(os.path.join(r, "conformance-ucx-vram-%s-%d.log" % (tls, p))).read().strip().splitlines()[-1]
+            print("%-44s %s" % ("conformance ucx %s vram procs %d" % (tls, p), last.replace("summary: ", "")))
+        except (OSError, IndexError):
+            pass
+# ucx with GPU memory (a UCX with CUDA): inside a node by cuda_ipc, over tcp
+# staged by UCX; each row's path must say so.
+for n in ("ucxv-256m", "ucxv-small", "ucxv-read", "ucxv-dram-vram", "ucxv-vram-dram", "ucxv-tcp"):
+    for x in rows(n + ".json"):
+        exp = "ucx.tcp" if n == "ucxv-tcp" else "ucx.cuda_ipc"
+        true = x["path"] == exp
+        bad += not true
+        print("%-36s %10.2f %10.2f %7.3f  %s%s" % ("ucx %s %d x %d B %s->%s" % (x["op"], x["batch_size"],
+              x["block_size"], x["initiator_mem"], x["target_mem"]), x["gbps"], x["limit_gbps"], x["ratio"],
+              x["path"], "" if true else "  (WRONG: want %s)" % exp))
+for k in rows("ucxv-kv.json"):
+    print("%-36s %8.3f ms/request (best %.3f), %d descs, floor %.3f ms, path %s" % (
+        "KV replay, ucx", k["ms_per_request"], k["best_ms"], k["descs_after_merge"], k["floor_ms"], k["path"]))
 for k in rows("bench-kv.json"):
     if "indexed_lib_ms" in k:
         print("goal (issue 13) indexed request <= 0.5 ms (C, --kv-e2e): %s (%.3f ms)" % (
@@ -327,6 +389,8 @@ if [ -n "${OUT:-}" ]; then
         conformance-ucx-sm-1.log conformance-ucx-sm-2.log; do
         [ -f "$R/$f" ] && cp "$R/$f" "$OUT/"
     done
-    for f in "$R"/ucx-*.json; do [ -f "$f" ] && cp "$f" "$OUT/"; done
+    for f in "$R"/ucx-*.json "$R"/ucxv-*.json "$R"/ucxv-*.log "$R"/conformance-ucx-vram-*.log; do
+        [ -f "$f" ] && cp "$f" "$OUT/"
+    done
 fi
 exit $status

@@ -231,6 +231,27 @@ void ucx_stall_check(ucx_be_t *be, uint64_t since_ns, uint64_t now)
              (unsigned long long)((now - since_ns) / 1000000u));
 }
 
+void ucx_cu_use(ucx_be_t *be, void *ctx)
+{
+    if (!ctx || ctx == be->cu_cur)
+        return;
+    void *prev = NULL;
+    nixl_status_t st = be->host->cuda->ctx_bind ? be->host->cuda->ctx_bind(ctx, &prev) : NIXL_ERR_NOT_SUPPORTED;
+    if (st != NIXL_OK) {
+        /* UCX's own call then fails with the driver's error; say why once. */
+        if (!be->cu_warned++)
+            UCX_WARN(be, "ucx: cannot make the CUDA context %p of this instance's GPU memory current (status %d): "
+                         "UCX's CUDA calls on this thread will fail",
+                     ctx, (int)st);
+        return;
+    }
+    if (!be->cu_scope.changed && prev != ctx) {
+        be->cu_scope.saved = prev; /* the holder's own, given back at unlock */
+        be->cu_scope.changed = 1;
+    }
+    be->cu_cur = ctx;
+}
+
 void ucx_progress_locked(ucx_be_t *be)
 {
     ucx_posts_drain_locked(be);
@@ -255,8 +276,9 @@ static nixl_status_t ucx_progress(void *bev)
     ucx_be_t *be = bev;
     if (pthread_mutex_trylock(&be->lock) != 0)
         return NIXL_OK;
+    ucx_cu_enter(be);
     ucx_progress_locked(be);
-    pthread_mutex_unlock(&be->lock);
+    ucx_unlock(be);
     return NIXL_OK;
 }
 
@@ -301,6 +323,7 @@ static void *ucx_thread_main(void *arg)
             pthread_mutex_lock(&be->lock);
             t_in = nixl_now_ns(); /* the round's budget counts from here */
         }
+        ucx_cu_enter(be); /* kept after the round (ucx_cu_keep): later rounds bind nothing */
         if (nixl_unlikely(ucx_posts_drain_locked(be)))
             t_in = nixl_now_ns(); /* the posts are not the progress calls' time */
         /* While UCX has work, more calls before the rest of the round, up
@@ -333,6 +356,7 @@ static void *ucx_thread_main(void *arg)
         int hot = now - last_event < be->spin_ns;
         int idle = n == 0 && !be->run && !hot;
         ucs_status_t armed = idle && be->efd >= 0 ? ucp_worker_arm(be->worker) : UCS_ERR_BUSY;
+        ucx_cu_keep(be);
         pthread_mutex_unlock(&be->lock);
         if (armed == UCS_OK) {
             struct pollfd pfd = {.fd = be->efd, .events = POLLIN};
@@ -602,6 +626,7 @@ static void ucx_destroy(void *bev)
      * done (at most 50 ms), letting late requests arrive, then flush the
      * worker (every endpoint, UCX's internal ones too), bounded by
      * release_wait_ms, so that their replies are out. */
+    ucx_cu_enter(be); /* cuda_copy and cuda_ipc free their driver resources */
     uint64_t t0 = nixl_now_ns(), last = t0, now = t0;
     while (now - last < 2000000ull && now - t0 < 50000000ull) {
         if (ucp_worker_progress(be->worker))
@@ -619,6 +644,7 @@ static void ucx_destroy(void *bev)
     free(be->addr);
     ucp_worker_destroy(be->worker);
     ucp_cleanup(be->ctx);
+    ucx_cu_leave(be);
     pthread_mutex_destroy(&be->pend_lock);
     pthread_mutex_destroy(&be->lock);
     free(be);
@@ -650,9 +676,9 @@ static nixl_status_t ucx_describe(void *bev, char *buf, size_t *len)
     if (n < sizeof(text))
         n += (size_t)snprintf(text + n, sizeof(text) - n, "\nUCX resources: ");
     if (n < sizeof(text)) {
-        pthread_mutex_lock(&be->lock);
+        ucx_lock(be);
         ucx_ctx_resources(be, text + n, sizeof(text) - n);
-        pthread_mutex_unlock(&be->lock);
+        ucx_unlock(be);
     }
     size_t need = strlen(text) + 2;
     if (buf && *len)

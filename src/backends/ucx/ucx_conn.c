@@ -102,6 +102,10 @@ nixl_status_t ucx_conn_parse(const void *conn, size_t len, const uint8_t **addr,
  * - with the older protocols, the bulk-RMA lane last (rendezvous only).
  * UCP_ERR_HANDLING_MODE_PEER leaves out the bulk-RMA lanes of transports
  * that cannot invalidate a region (tcp, cma), hence ucx.tcp over AM there.
+ * GPU memory (gpu 1): a lane of a GPU transport (cuda_ipc, gdr_copy...)
+ * first, by the same order; without one, the lane host memory takes
+ * (tcp or rc, UCX staging through cuda_copy or the NIC reading GPU
+ * memory).  Host memory (gpu 0): never a GPU transport's lane.
  * This is the endpoint's configuration, read once when the peer is loaded;
  * the per-piece choice stays UCX's (a piece of a few bytes may go short). */
 static int ucx_tl_is_mm(const char *tl)
@@ -109,10 +113,19 @@ static int ucx_tl_is_mm(const char *tl)
     return strcmp(tl, "sysv") == 0 || strcmp(tl, "posix") == 0;
 }
 
-int ucx_ep_info_transport(const char *info, int proto_v2, char *tl, size_t cap)
+static int ucx_tl_is_gpu(const char *tl)
+{
+    static const char *const gpu_tl[] = {"cuda", "gdr", "rocm", "ze"};
+    for (size_t i = 0; i < sizeof(gpu_tl) / sizeof(gpu_tl[0]); i++)
+        if (strncmp(tl, gpu_tl[i], strlen(gpu_tl[i])) == 0)
+            return 1;
+    return 0;
+}
+
+int ucx_ep_info_transport(const char *info, int proto_v2, int gpu, char *tl, size_t cap)
 {
     enum { LANES = 32 };
-    enum { S_BW_V1 = 1, S_AM = 2, S_RMA = 3, S_BW_V2 = 4 };
+    enum { S_BW_V1 = 1, S_AM = 2, S_RMA = 3, S_BW_V2 = 4, S_GPU = 8 };
     char names[LANES][UCX_TL_NAME_MAX + 1];
     int score[LANES];
     int nl = 0;
@@ -159,13 +172,17 @@ int ucx_ep_info_transport(const char *info, int proto_v2, char *tl, size_t cap)
                 sc = sc > v ? sc : v;
                 t += tn;
             }
+            if (sc && ucx_tl_is_gpu(names[idx]))
+                sc = gpu ? sc + S_GPU : 0;
             score[idx] = score[idx] > sc ? score[idx] : sc;
             continue;
         }
         s = strstr(buf, "put[");
         if (s && sscanf(s, "put[%d]:", &idx) == 1 && idx >= 0 && idx < nl && names[idx][0] &&
-            !ucx_tl_is_mm(names[idx]) && score[idx] < S_RMA)
-            score[idx] = S_RMA;
+            !ucx_tl_is_mm(names[idx])) {
+            int sc = !ucx_tl_is_gpu(names[idx]) ? S_RMA : gpu ? S_RMA + S_GPU : 0;
+            score[idx] = score[idx] > sc ? score[idx] : sc;
+        }
     }
     int best = -1;
     for (int i = 0; i < nl; i++)
@@ -294,35 +311,45 @@ const char *ucx_path_intern(ucx_be_t *be, const char *tl)
     return be->paths[be->npaths++];
 }
 
-static void ucx_peer_path(ucx_be_t *be, ucx_peer_t *peer)
+/* One of a peer's two paths (host memory, GPU memory): "ucx.<tl>", and
+ * whether that transport is outside the transports parameter's. */
+static void ucx_peer_path_of(ucx_be_t *be, ucx_peer_t *peer, const char *info, int gpu)
 {
     char tl[UCX_TL_NAME_MAX + 1] = "unknown";
+    if (!info || ucx_ep_info_transport(info, be->proto_v2, gpu, tl, sizeof(tl)) != 0)
+        snprintf(tl, sizeof(tl), "unknown");
+    peer->path[gpu] = ucx_path_intern(be, tl);
+    peer->fallback[gpu] = 0;
+    if (be->ntransports) {
+        int ok = 0;
+        for (unsigned i = 0; i < be->ntransports; i++)
+            ok |= strcmp(be->transports[i], tl) == 0;
+        if (!ok) {
+            peer->fallback[gpu] = 1;
+            char list[64] = "";
+            size_t n = 0;
+            for (unsigned i = 0; i < be->ntransports && n < sizeof(list); i++)
+                n += (size_t)snprintf(list + n, sizeof(list) - n, "%s%s", i ? "," : "", be->transports[i]);
+            snprintf(peer->cause[gpu], sizeof(peer->cause[gpu]), "UCX chose transport %s, not in transports=%s", tl,
+                     list);
+        }
+    }
+}
+
+static void ucx_peer_path(ucx_be_t *be, ucx_peer_t *peer)
+{
     char *text = NULL;
     size_t tlen = 0;
     FILE *f = open_memstream(&text, &tlen);
     if (f) {
         ucp_ep_print_info(peer->ep, f);
         fclose(f);
-        if (ucx_ep_info_transport(text, be->proto_v2, tl, sizeof(tl)) != 0)
-            snprintf(tl, sizeof(tl), "unknown");
     }
+    ucx_peer_path_of(be, peer, text, 0);
+    ucx_peer_path_of(be, peer, text, 1);
     free(text);
-    peer->path = ucx_path_intern(be, tl);
-    peer->fallback = 0;
-    if (be->ntransports) {
-        int ok = 0;
-        for (unsigned i = 0; i < be->ntransports; i++)
-            ok |= strcmp(be->transports[i], tl) == 0;
-        if (!ok) {
-            peer->fallback = 1;
-            char list[64] = "";
-            size_t n = 0;
-            for (unsigned i = 0; i < be->ntransports && n < sizeof(list); i++)
-                n += (size_t)snprintf(list + n, sizeof(list) - n, "%s%s", i ? "," : "", be->transports[i]);
-            snprintf(peer->cause, sizeof(peer->cause), "UCX chose transport %s, not in transports=%s", tl, list);
-        }
-    }
-    UCX_DEBUG(be, "ucx: peer %s: endpoint uses %s%s", peer->name, peer->path, peer->fallback ? " (fallback)" : "");
+    UCX_DEBUG(be, "ucx: peer %s: endpoint uses %s%s for host memory, %s%s for GPU memory", peer->name, peer->path[0],
+              peer->fallback[0] ? " (fallback)" : "", peer->path[1], peer->fallback[1] ? " (fallback)" : "");
 }
 
 /* ---- peers ---- */
@@ -492,7 +519,7 @@ static void ucx_peer_renew_locked(ucx_be_t *be, ucx_peer_t *peer)
     peer->close_owed = 0;
     peer->silent = 0;
     peer->heard_ns = now;
-    UCX_INFO(be, "ucx: peer %s: trying again after its silence, on a new endpoint (%s)", peer->name, peer->path);
+    UCX_INFO(be, "ucx: peer %s: trying again after its silence, on a new endpoint (%s)", peer->name, peer->path[0]);
 }
 
 ucs_status_t ucx_rmd_fresh_locked(ucx_be_t *be, ucx_rmd_t *rm)
@@ -568,10 +595,10 @@ nixl_status_t ucx_peer_open(void *bev, const nixl_be_peer_t *who, const void *co
     memcpy(acopy, addr, alen);
     peer->addr = acopy; /* kept: a renewal makes a new endpoint from it */
     peer->addr_len = alen;
-    pthread_mutex_lock(&be->lock);
+    ucx_lock(be);
     ucs_status_t us = ucx_ep_open_locked(be, peer);
     if (us != UCS_OK) {
-        pthread_mutex_unlock(&be->lock);
+        ucx_unlock(be);
         UCX_ERROR(be, "ucx: no endpoint to peer %s: ucp_ep_create: %s (UCX_TLS=%s)", peer->name,
                   ucs_status_string(us), getenv("UCX_TLS") ? getenv("UCX_TLS") : "all");
         st = us == UCS_ERR_UNREACHABLE ? NIXL_ERR_NO_PATH : NIXL_ERR_BACKEND;
@@ -580,7 +607,7 @@ nixl_status_t ucx_peer_open(void *bev, const nixl_be_peer_t *who, const void *co
     }
     peer->next = be->peers;
     be->peers = peer;
-    pthread_mutex_unlock(&be->lock);
+    ucx_unlock(be);
     *peer_out = peer;
     return NIXL_OK;
 
@@ -597,7 +624,7 @@ void ucx_peer_unload(void *bev, void *peerv)
     ucx_peer_t *peer = peerv;
     if (!peer)
         return;
-    pthread_mutex_lock(&be->lock);
+    ucx_lock(be);
     for (ucx_peer_t **pp = &be->peers; *pp; pp = &(*pp)->next)
         if (*pp == peer) {
             *pp = peer->next;
@@ -612,7 +639,7 @@ void ucx_peer_unload(void *bev, void *peerv)
         rm->prev = rm->next = NULL;
     }
     peer->rmds = NULL;
-    pthread_mutex_unlock(&be->lock);
+    ucx_unlock(be);
     if (peer->have_proc)
         samehost_proc_close(&peer->proc);
     free(peer->addr);
@@ -626,10 +653,10 @@ nixl_status_t ucx_peer_connect(void *bev, void *peerv)
 {
     ucx_be_t *be = bev;
     ucx_peer_t *peer = peerv;
-    pthread_mutex_lock(&be->lock);
+    ucx_lock(be);
     nixl_status_t st = ucx_peer_check_locked(be, peer);
     if (st != NIXL_OK || !peer->ep) {
-        pthread_mutex_unlock(&be->lock);
+        ucx_unlock(be);
         return NIXL_ERR_PEER_GONE;
     }
     ucp_request_param_t rp = {.op_attr_mask = 0};
@@ -650,7 +677,7 @@ nixl_status_t ucx_peer_connect(void *bev, void *peerv)
         st = NIXL_ERR_TIMEOUT;
     else
         st = ucx_status_of(us);
-    pthread_mutex_unlock(&be->lock);
+    ucx_unlock(be);
     if (st != NIXL_OK)
         UCX_ERROR(be, "ucx: connecting to peer %s: %s", peer->name,
                   us == UCS_INPROGRESS ? "no answer within release_wait_ms" : ucs_status_string(us));
@@ -666,11 +693,11 @@ int ucx_peer_alive(void *bev, void *peerv)
 {
     ucx_be_t *be = bev;
     ucx_peer_t *peer = peerv;
-    pthread_mutex_lock(&be->lock);
+    ucx_lock(be);
     int r = peer->gone ? 0 : -1;
     if (r < 0 && peer->have_proc)
         r = samehost_proc_alive(be->host, "ucx", &peer->proc, 1) == NIXL_OK ? 1 : 0;
-    pthread_mutex_unlock(&be->lock);
+    ucx_unlock(be);
     return r;
 }
 
@@ -735,13 +762,13 @@ nixl_status_t ucx_notif_send(void *bev, void *peerv, const void *msg, size_t len
 {
     ucx_be_t *be = bev;
     ucx_peer_t *peer = peerv;
-    pthread_mutex_lock(&be->lock);
+    ucx_lock(be);
     nixl_status_t st = ucx_peer_check_locked(be, peer);
     if (st == NIXL_OK)
         st = ucx_notif_post_locked(be, peer, msg, len, NULL);
     if (st == NIXL_OK)
         ucx_progress_locked(be);
-    pthread_mutex_unlock(&be->lock);
+    ucx_unlock(be);
     return st;
 }
 

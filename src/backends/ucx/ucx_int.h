@@ -47,18 +47,21 @@
  *
  * conn info: u32 magic "UCXC", u16 version (1), u16 0, u32 address length,
  *            then the ucp worker address (ucp_worker_get_address).
- * key blob:  u32 magic "UCXK", u16 version (1), u16 flags (bit 0: VRAM
- *            this UCX cannot carry, no key follows), u64 region address,
- *            u64 region length, u32 key length, then ucp_rkey_pack's bytes.
+ * key blob:  u32 magic "UCXK", u16 version (2), u16 flags (bit 1: the
+ *            region is VRAM; bit 0: VRAM its owner's UCX cannot carry, no
+ *            key follows), u64 region address, u64 region length, u32 key
+ *            length, then ucp_rkey_pack's bytes.  Version 1 had bit 0
+ *            only: VRAM never had a key.
  */
 #define UCX_CONN_MAGIC 0x43584355u /* "UCXC" */
 #define UCX_CONN_VERSION 1
 #define UCX_CONN_HDR 12
 #define UCX_CONN_ADDR_MAX (1u << 16)
 #define UCX_RKEY_MAGIC 0x4b584355u /* "UCXK" */
-#define UCX_RKEY_VERSION 1
+#define UCX_RKEY_VERSION 2
 #define UCX_RKEY_HDR 28
 #define UCX_RKEY_F_NOCUDA 1u
+#define UCX_RKEY_F_VRAM 2u
 #define UCX_RKEY_PACKED_MAX (1u << 16)
 
 /* NIXL_OK with *addr / *addr_len inside conn; NIXL_ERR_BAD_METADATA (the
@@ -77,6 +80,8 @@ typedef struct ucx_reg {
     uint64_t addr, len;
     nixl_mem_t mem;
     ucp_mem_h memh; /* NULL for VRAM this UCX cannot carry */
+    void *cu_ctx;   /* VRAM: the CUcontext the core recorded for it */
+    int unmapped;   /* VRAM UCX refused to map (logged at registration) */
     void *packed;   /* ucp_rkey_pack's buffer */
     size_t packed_len;
 } ucx_reg_t;
@@ -92,9 +97,10 @@ typedef struct ucx_peer {
     ucs_status_t gone_status;
     int gone_logged;
     int close_owed;        /* the ep failed: close it (FORCE) outside the callback */
-    const char *path;      /* "ucx.<tl>": the transport its endpoint uses */
-    int fallback;          /* that transport is not among the transports parameter's */
-    char cause[80];
+    /* [0] host memory, [1] GPU memory on either side (ucx_ep_info_transport) */
+    const char *path[2];   /* "ucx.<tl>": the transport its endpoint uses */
+    int fallback[2];       /* that transport is not among the transports parameter's */
+    char cause[2][80];
     int have_proc;         /* a pidfd on a peer of our pid namespace */
     samehost_proc_t proc;
     unsigned nreqs;        /* requests of this peer still in flight */
@@ -192,6 +198,14 @@ struct ucx_be {
     int has_cuda; /* ucp_context memory types include CUDA */
     uint64_t mem_types; /* ucp_context_query's memory types (UCS_BIT of ucs_memory_type_t) */
     int vram_logged;
+    /* The CUDA context rule (ucx_cu_enter): the context of the first VRAM
+     * registered, current on every thread while it holds be->lock; NULL
+     * until then.  cu_cur / cu_scope: what the holder bound, what to give
+     * back; all three under be->lock. */
+    void *cu_ctx;
+    void *cu_cur;
+    nixl_be_ctx_scope_t cu_scope;
+    int cu_warned;
 
     /* parameters */
     char transports[UCX_TRANSPORTS_MAX][UCX_TL_NAME_MAX + 1];
@@ -229,6 +243,47 @@ struct ucx_be {
     int thread_started;
 };
 
+/* The context rule for UCX's calls.  With CUDA memory UCX's transports
+ * call the driver from inside any call (cuda_copy's event queries in
+ * ucp_worker_progress, cuda_ipc's handles in pack, unpack and put), and
+ * a driver call with no context current fails (NIXL #2102: a progress
+ * thread without one, crashing in cuEventQuery).  So every holder of
+ * be->lock makes be->cu_ctx current (ucx_lock / ucx_unlock; the progress
+ * thread keeps it) and a piece of VRAM of another context binds its own
+ * (ucx_cu_use); the caller's context is given back at unlock.  Nothing is
+ * done before the first VRAM registration. */
+void ucx_cu_use(ucx_be_t *be, void *ctx);
+static inline void ucx_cu_enter(ucx_be_t *be)
+{
+    be->cu_cur = NULL;
+    be->cu_scope.changed = 0;
+    if (be->cu_ctx)
+        ucx_cu_use(be, be->cu_ctx);
+}
+static inline void ucx_cu_leave(ucx_be_t *be)
+{
+    if (be->cu_scope.changed)
+        be->host->cuda->ctx_restore(be->cu_scope.saved);
+    be->cu_scope.changed = 0;
+    be->cu_cur = NULL;
+}
+/* The progress thread's leave: the context stays current on it. */
+static inline void ucx_cu_keep(ucx_be_t *be)
+{
+    be->cu_scope.changed = 0;
+    be->cu_cur = NULL;
+}
+static inline void ucx_lock(ucx_be_t *be)
+{
+    pthread_mutex_lock(&be->lock);
+    ucx_cu_enter(be);
+}
+static inline void ucx_unlock(ucx_be_t *be)
+{
+    ucx_cu_leave(be);
+    pthread_mutex_unlock(&be->lock);
+}
+
 /* ucx_conn.c */
 nixl_status_t ucx_conn_pack(void *be, void *buf, size_t *len);
 nixl_status_t ucx_peer_open(void *be, const nixl_be_peer_t *peer, const void *conn, size_t conn_len, void **peer_out);
@@ -255,8 +310,9 @@ void ucx_peer_stalled_locked(ucx_be_t *be, ucx_peer_t *peer, const char *why);
  * UCS_OK, or UCX's error. */
 ucs_status_t ucx_rmd_fresh_locked(ucx_be_t *be, ucx_rmd_t *rm);
 /* The transport name a printout of ucp_ep_print_info says carries the
- * pieces of an application's regions; proto_v2: UCX's newer protocols. */
-int ucx_ep_info_transport(const char *info, int proto_v2, char *tl, size_t cap);
+ * pieces of an application's regions; proto_v2: UCX's newer protocols;
+ * gpu: of requests with GPU memory on a side. */
+int ucx_ep_info_transport(const char *info, int proto_v2, int gpu, char *tl, size_t cap);
 /* 1 when this UCX runs its newer protocols (UCX_PROTO_ENABLE, else 1.16+). */
 int ucx_proto_v2(void);
 const char *ucx_path_intern(ucx_be_t *be, const char *tl);

@@ -8,10 +8,13 @@
  * UCX unpacks its own key bytes without checks of ours, so at least their
  * framing is ours to validate (ucx_rkey_parse; tests/unit/ucx).
  *
- * VRAM: this slice moves host memory only.  A GPU region is registered
- * without a UCX handle (failing would fail nixl_mem_register for every GPU
- * buffer, which cuda_ipc may carry) and its key says so; a request touching
- * one is NIXL_ERR_NO_PATH (ucx_xfer.c).
+ * VRAM: with a UCX built with CUDA (ucp_context memory types, ucx.c) a GPU
+ * region is mapped as CUDA memory with its context current (ucx_cu_enter)
+ * and its key is UCX's, which cuda_ipc fills with its IPC handle.  Without
+ * CUDA in UCX, or when UCX refuses the mapping, it is registered without a
+ * UCX handle (failing would fail nixl_mem_register for every GPU buffer,
+ * which another backend may carry) and its key says so; a request
+ * touching it is NIXL_ERR_NO_PATH (ucx_xfer.c).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -35,12 +38,16 @@ nixl_status_t ucx_rkey_parse(const nixl_be_region_t *region, const void *blob, s
         return NIXL_ERR_BAD_METADATA;
     }
     uint32_t f = nixl_get_u16(p + 6);
-    if (f & ~UCX_RKEY_F_NOCUDA) {
+    if (f & ~(UCX_RKEY_F_NOCUDA | UCX_RKEY_F_VRAM)) {
         *why = "unknown flags";
         return NIXL_ERR_BAD_METADATA;
     }
-    if (((f & UCX_RKEY_F_NOCUDA) != 0) != (region->mem_type == NIXL_MEM_VRAM)) {
+    if (((f & UCX_RKEY_F_VRAM) != 0) != (region->mem_type == NIXL_MEM_VRAM)) {
         *why = "VRAM flag does not match the region's memory type";
+        return NIXL_ERR_BAD_METADATA;
+    }
+    if ((f & UCX_RKEY_F_NOCUDA) && !(f & UCX_RKEY_F_VRAM)) {
+        *why = "no-key flag on a host region";
         return NIXL_ERR_BAD_METADATA;
     }
     if (nixl_get_u64(p + 8) != region->addr || nixl_get_u64(p + 16) != region->len) {
@@ -75,16 +82,28 @@ nixl_status_t ucx_reg(void *bev, const nixl_be_region_t *region, void **md_out)
     g->addr = region->addr;
     g->len = region->len;
     g->mem = region->mem_type;
-    if (region->mem_type == NIXL_MEM_VRAM) {
+    int vram = region->mem_type == NIXL_MEM_VRAM;
+    if (vram && !be->has_cuda) {
         *md_out = g;
         return NIXL_OK;
     }
     ucp_mem_map_params_t mp = {
-        .field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH,
+        .field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                      UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE,
         .address = (void *)(uintptr_t)region->addr,
         .length = region->len,
+        .memory_type = vram ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST,
     };
-    pthread_mutex_lock(&be->lock);
+    ucx_lock(be);
+    if (vram) {
+        g->cu_ctx = region->cuda.ctx;
+        if (!be->cu_ctx && g->cu_ctx) {
+            be->cu_ctx = g->cu_ctx; /* from now on every holder of the lock binds it */
+            UCX_DEBUG(be, "ucx: CUDA context %p (GPU %d) current under this instance's lock from now on", be->cu_ctx,
+                      (int)region->cuda.device);
+        }
+        ucx_cu_use(be, g->cu_ctx);
+    }
     ucs_status_t us = ucp_mem_map(be->ctx, &mp, &g->memh);
     if (us == UCS_OK) {
         us = ucp_rkey_pack(be->ctx, g->memh, &g->packed, &g->packed_len);
@@ -96,7 +115,18 @@ nixl_status_t ucx_reg(void *bev, const nixl_be_region_t *region, void **md_out)
             us = UCS_ERR_EXCEEDS_LIMIT;
         }
     }
-    pthread_mutex_unlock(&be->lock);
+    ucx_unlock(be);
+    if (us != UCS_OK && vram) {
+        /* Another backend may carry it: registered, with no key of UCX. */
+        UCX_WARN(be, "ucx: UCX cannot map %llu bytes of GPU memory at 0x%llx (GPU %d): %s; requests touching it "
+                     "through ucx are NIXL_ERR_NO_PATH",
+                 (unsigned long long)region->len, (unsigned long long)region->addr, (int)region->cuda.device,
+                 ucs_status_string(us));
+        g->memh = NULL;
+        g->unmapped = 1;
+        *md_out = g;
+        return NIXL_OK;
+    }
     if (us != UCS_OK) {
         UCX_ERROR(be, "ucx: cannot register %llu bytes at 0x%llx: %s", (unsigned long long)region->len,
                   (unsigned long long)region->addr, ucs_status_string(us));
@@ -114,10 +144,11 @@ void ucx_dereg(void *bev, void *md)
     if (!g)
         return;
     if (g->memh) {
-        pthread_mutex_lock(&be->lock);
+        ucx_lock(be);
+        ucx_cu_use(be, g->cu_ctx);
         ucp_rkey_buffer_release(g->packed);
         ucp_mem_unmap(be->ctx, g->memh);
-        pthread_mutex_unlock(&be->lock);
+        ucx_unlock(be);
     }
     free(g);
 }
@@ -137,7 +168,7 @@ nixl_status_t ucx_rkey_pack(void *bev, void *md, void *buf, size_t *len)
     uint8_t *p = buf;
     nixl_put_u32(p, UCX_RKEY_MAGIC);
     nixl_put_u16(p + 4, UCX_RKEY_VERSION);
-    nixl_put_u16(p + 6, g->memh ? 0 : UCX_RKEY_F_NOCUDA);
+    nixl_put_u16(p + 6, (g->mem == NIXL_MEM_VRAM ? UCX_RKEY_F_VRAM : 0) | (g->memh ? 0 : UCX_RKEY_F_NOCUDA));
     nixl_put_u64(p + 8, g->addr);
     nixl_put_u64(p + 16, g->len);
     nixl_put_u32(p + 24, (uint32_t)plen);
@@ -178,12 +209,12 @@ nixl_status_t ucx_rkey_load(void *bev, void *peerv, const nixl_be_region_t *regi
         }
         memcpy(copy, packed, plen);
     }
-    pthread_mutex_lock(&be->lock);
+    ucx_lock(be);
     if (packed) {
         ucs_status_t us = peer->ep ? ucp_ep_rkey_unpack(peer->ep, copy, &rm->rkey) : UCS_ERR_NOT_CONNECTED;
         if (us != UCS_OK) {
             int connected = peer->ep != NULL;
-            pthread_mutex_unlock(&be->lock);
+            ucx_unlock(be);
             UCX_ERROR(be, "ucx: key of a region of peer %s: ucp_ep_rkey_unpack: %s", peer->name,
                       ucs_status_string(us));
             free(copy);
@@ -199,7 +230,7 @@ nixl_status_t ucx_rkey_load(void *bev, void *peerv, const nixl_be_region_t *regi
     if (peer->rmds)
         peer->rmds->prev = rm;
     peer->rmds = rm;
-    pthread_mutex_unlock(&be->lock);
+    ucx_unlock(be);
     *rmd_out = rm;
     return NIXL_OK;
 }
@@ -210,7 +241,7 @@ void ucx_rkey_unload(void *bev, void *rmdv)
     ucx_rmd_t *rm = rmdv;
     if (!rm)
         return;
-    pthread_mutex_lock(&be->lock);
+    ucx_lock(be);
     if (rm->rkey)
         ucp_rkey_destroy(rm->rkey);
     if (rm->peer) {
@@ -221,7 +252,7 @@ void ucx_rkey_unload(void *bev, void *rmdv)
         if (rm->next)
             rm->next->prev = rm->prev;
     }
-    pthread_mutex_unlock(&be->lock);
+    ucx_unlock(be);
     free(rm->packed);
     free(rm);
 }

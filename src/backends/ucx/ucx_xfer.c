@@ -238,28 +238,30 @@ static nixl_status_t ucx_req_status(const ucx_req_t *r)
     }
 }
 
-/* What a request may be: a WRITE or a READ between DRAM on both sides.
- * VRAM is NIXL_ERR_NO_PATH with one ERROR line per instance (README,
- * VRAM). */
+/* A request UCX cannot carry for a reason of memory: NIXL_ERR_NO_PATH,
+ * with one ERROR line per instance (DEBUG after it; README, VRAM). */
+static nixl_status_t ucx_no_path(ucx_be_t *be, const char *why, const char *whose)
+{
+    nixl_log_level_t lvl = be->vram_logged ? NIXL_LOG_DEBUG : NIXL_LOG_ERROR;
+    be->vram_logged = 1;
+    NIXL_BE_LOG(be->host, lvl, "ucx: VRAM cannot be moved through this backend: %s (UCX %s); no path for %s VRAM", why,
+                ucp_get_version_string(), whose);
+    return NIXL_ERR_NO_PATH;
+}
+
+/* What a request may be: a WRITE or a READ between DRAM and VRAM; local
+ * VRAM only when this UCX handles CUDA memory (remote VRAM is the peer's
+ * UCX's to handle: its key says, ucx_pair_check). */
 static nixl_status_t ucx_op_check(ucx_be_t *be, nixl_op_t op, nixl_mem_t lmem, nixl_mem_t rmem)
 {
     if (op != NIXL_OP_WRITE && op != NIXL_OP_READ)
         return NIXL_ERR_INVALID_PARAM;
-    if (lmem == NIXL_MEM_VRAM || rmem == NIXL_MEM_VRAM) {
-        /* One ERROR line per instance, DEBUG after it. */
-        nixl_log_level_t lvl = be->vram_logged ? NIXL_LOG_DEBUG : NIXL_LOG_ERROR;
-        be->vram_logged = 1;
-        NIXL_BE_LOG(be->host, lvl,
-                    "ucx: VRAM cannot be moved through this backend: %s (UCX %s); no path for %s VRAM",
-                    be->has_cuda ? "GPU memory is not handled by this slice of the backend yet"
-                                 : "this UCX lacks CUDA support (ucp_context memory types: host only)",
-                    ucp_get_version_string(), lmem == NIXL_MEM_VRAM ? "local" : "the peer's");
-        return NIXL_ERR_NO_PATH;
-    }
-    if (lmem != NIXL_MEM_DRAM || rmem != NIXL_MEM_DRAM) {
-        UCX_ERROR(be, "ucx: memory types DRAM only (local %d, remote %d)", (int)lmem, (int)rmem);
+    if ((lmem != NIXL_MEM_DRAM && lmem != NIXL_MEM_VRAM) || (rmem != NIXL_MEM_DRAM && rmem != NIXL_MEM_VRAM)) {
+        UCX_ERROR(be, "ucx: memory types DRAM and VRAM only (local %d, remote %d)", (int)lmem, (int)rmem);
         return NIXL_ERR_MEM_TYPE;
     }
+    if (lmem == NIXL_MEM_VRAM && !be->has_cuda)
+        return ucx_no_path(be, "this UCX lacks CUDA support (ucp_context memory types: host only)", "local");
     return NIXL_OK;
 }
 
@@ -270,7 +272,24 @@ static int ucx_pair_usable(const ucx_reg_t *g, const ucx_rmd_t *rm)
     return g && g->memh && rm && (rm->rkey || rm->packed) && rm->peer;
 }
 
-static ucx_req_t *ucx_req_new(ucx_be_t *be, ucx_peer_t *peer, nixl_op_t op)
+/* Why a pair is not usable: GPU memory UCX could not map here, or that
+ * the peer's UCX could not (its key has none), is NO_PATH; anything else
+ * (a region of another backend) INVALID_PARAM. */
+static nixl_status_t ucx_pair_check(ucx_be_t *be, const ucx_reg_t *g, const ucx_rmd_t *rm)
+{
+    if (nixl_likely(ucx_pair_usable(g, rm)))
+        return NIXL_OK;
+    if (g && g->mem == NIXL_MEM_VRAM && !g->memh)
+        return ucx_no_path(be, g->unmapped ? "UCX refused to map this GPU region (the WARN at its registration)"
+                                           : "this UCX lacks CUDA support (ucp_context memory types: host only)",
+                           "local");
+    if (rm && (rm->flags & UCX_RKEY_F_NOCUDA))
+        return ucx_no_path(be, "the peer's UCX has no key for it (no CUDA support there, or it refused the mapping)",
+                           "the peer's");
+    return NIXL_ERR_INVALID_PARAM;
+}
+
+static ucx_req_t *ucx_req_new(ucx_be_t *be, ucx_peer_t *peer, nixl_op_t op, int gpu)
 {
     ucx_req_t *r = calloc(1, sizeof(*r));
     if (!r)
@@ -280,9 +299,9 @@ static ucx_req_t *ucx_req_new(ucx_be_t *be, ucx_peer_t *peer, nixl_op_t op)
     r->op = op;
     r->state = UCX_REQ_IDLE;
     atomic_init(&r->quiet, 1);
-    r->hdr.path = peer->path ? peer->path : "ucx.unknown";
-    r->hdr.fallback = (uint32_t)peer->fallback;
-    r->cause = peer->cause;
+    r->hdr.path = peer->path[gpu] ? peer->path[gpu] : "ucx.unknown";
+    r->hdr.fallback = (uint32_t)peer->fallback[gpu];
+    r->cause = peer->cause[gpu];
     return r;
 }
 
@@ -296,8 +315,8 @@ nixl_status_t ucx_xfer_prepare(void *bev, const nixl_be_xfer_t *x, nixl_be_req_t
         return st;
     for (size_t i = 0; i < x->count; i++)
         if (nixl_unlikely(!ucx_pair_usable(x->iov[i].lmd, x->iov[i].rmd)))
-            return NIXL_ERR_INVALID_PARAM;
-    ucx_req_t *r = ucx_req_new(be, x->peer, x->op);
+            return ucx_pair_check(be, x->iov[i].lmd, x->iov[i].rmd);
+    ucx_req_t *r = ucx_req_new(be, x->peer, x->op, x->local_mem == NIXL_MEM_VRAM || x->remote_mem == NIXL_MEM_VRAM);
     if (!r)
         return NIXL_ERR_NO_MEMORY;
     r->iov = x->iov;
@@ -330,13 +349,16 @@ nixl_status_t ucx_xfer_prepare_indexed(void *bev, const nixl_be_xfer_indexed_t *
     }
     for (size_t l = 0; l < x->layers; l++) {
         const ucx_rmd_t *rm = x->layer[l].rmd;
+        if (nixl_unlikely(!ucx_pair_usable(x->layer[l].lmd, rm)) &&
+            (st = ucx_pair_check(be, x->layer[l].lmd, rm)) == NIXL_ERR_NO_PATH)
+            return st;
         if (nixl_unlikely(!ucx_pair_usable(x->layer[l].lmd, rm) || rm->peer != x->peer)) {
             UCX_ERROR(be, "ucx: layer %zu of an indexed request has no registration of this backend on both sides",
                       l);
             return NIXL_ERR_INVALID_PARAM;
         }
     }
-    ucx_req_t *r = ucx_req_new(be, x->peer, x->op);
+    ucx_req_t *r = ucx_req_new(be, x->peer, x->op, x->local_mem == NIXL_MEM_VRAM || x->remote_mem == NIXL_MEM_VRAM);
     if (!r)
         return NIXL_ERR_NO_MEMORY;
     r->ix = *x;
@@ -385,16 +407,19 @@ static int ucx_req_quiet(ucx_req_t *r)
 
 static int ucx_lock_bounded(ucx_be_t *be)
 {
-    if (pthread_mutex_trylock(&be->lock) == 0)
-        return 1;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += UCX_CALL_WAIT_MS * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
+    if (pthread_mutex_trylock(&be->lock) != 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += UCX_CALL_WAIT_MS * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        if (pthread_mutex_timedlock(&be->lock, &ts) != 0)
+            return 0;
     }
-    return pthread_mutex_timedlock(&be->lock, &ts) == 0;
+    ucx_cu_enter(be);
+    return 1;
 }
 
 /* A copy of a notification in a request's buffer (*buf, grown as needed):
@@ -455,7 +480,10 @@ static void ucx_post_indexed(ucx_be_t *be, ucx_req_t *r, ucp_request_param_t *rp
         if (nixl_unlikely(rm->gen != r->peer->gen || !rm->rkey) &&
             (r->op_status = ucx_rmd_fresh_locked(be, rm)) != UCS_OK)
             return; /* the peer's endpoint was closed or renewed since the key was unpacked */
-        rp->memh = ((const ucx_reg_t *)ly->lmd)->memh;
+        const ucx_reg_t *g = ly->lmd;
+        rp->memh = g->memh;
+        if (g->cu_ctx)
+            ucx_cu_use(be, g->cu_ctx); /* GPU memory of another context than the instance's */
         for (size_t t = 0; t < ns && r->op_status == UCS_OK;) {
             const uint64_t ls = x->lslots[t], rs = x->rslots[t];
             size_t run = 1;
@@ -518,7 +546,10 @@ static nixl_status_t ucx_post_locked(ucx_be_t *be, ucx_req_t *r, const void *not
         ucx_rmd_t *rm = v->rmd;
         if (nixl_unlikely(rm->gen != peer->gen || !rm->rkey) && (r->op_status = ucx_rmd_fresh_locked(be, rm)) != UCS_OK)
             break; /* the peer's endpoint was closed or renewed since the key was unpacked */
-        rp.memh = ((const ucx_reg_t *)v->lmd)->memh;
+        const ucx_reg_t *g = v->lmd;
+        rp.memh = g->memh;
+        if (g->cu_ctx)
+            ucx_cu_use(be, g->cu_ctx); /* GPU memory of another context than the instance's */
         ucx_post_piece(be, r, &rp, v->laddr, v->raddr, v->len, rm->rkey);
     }
     if (r->op_status == UCS_OK) {
@@ -637,7 +668,7 @@ nixl_status_t ucx_xfer_post(void *bev, nixl_be_req_t *req, const void *notif, si
     ucx_posts_drain_locked(be); /* those queued before this one go first */
     nixl_status_t st = ucx_post_locked(be, r, notif, notif_len);
     ucx_req_settle_locked(r);
-    pthread_mutex_unlock(&be->lock);
+    ucx_unlock(be);
     return st;
 }
 
@@ -669,7 +700,7 @@ nixl_status_t ucx_xfer_status(void *bev, nixl_be_req_t *req)
     }
     nixl_status_t st = ucx_req_status(r);
     ucx_req_settle_locked(r);
-    pthread_mutex_unlock(&be->lock);
+    ucx_unlock(be);
     return st;
 }
 
@@ -717,7 +748,7 @@ void ucx_xfer_cancel(void *bev, nixl_be_req_t *req)
         return;
     }
     ucx_cancel_locked(be, r);
-    pthread_mutex_unlock(&be->lock);
+    ucx_unlock(be);
 }
 
 void ucx_xfer_release(void *bev, nixl_be_req_t *req)
@@ -731,7 +762,7 @@ void ucx_xfer_release(void *bev, nixl_be_req_t *req)
     int queued = UCX_DEFER_QUEUED;
     (void)atomic_compare_exchange_strong(&r->defer, &queued, UCX_DEFER_CANCELED); /* never posted now */
     atomic_fetch_add(&be->cancel_waiting, 1);
-    pthread_mutex_lock(&be->lock);
+    ucx_lock(be);
     atomic_fetch_sub(&be->cancel_waiting, 1);
     ucx_posts_drain_locked(be); /* takes this one off the queue */
     if (r->state == UCX_REQ_RUN || r->am_req) {
@@ -742,11 +773,11 @@ void ucx_xfer_release(void *bev, nixl_be_req_t *req)
             UCX_ERROR(be, "ucx: a released request to %s never finished: leaked", r->peer->name);
             if (r->state == UCX_REQ_RUN)
                 ucx_run_del(be, r);
-            pthread_mutex_unlock(&be->lock);
+            ucx_unlock(be);
             return;
         }
     }
-    pthread_mutex_unlock(&be->lock);
+    ucx_unlock(be);
 free_it:
     free(r->notif);
     free(r->pend_notif);

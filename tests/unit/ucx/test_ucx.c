@@ -310,8 +310,8 @@ static int case_rkey_corrupt(void)
         size_t off;
         uint8_t xor;
         const char *what;
-    } flips[] = {{0, 0x01, "magic"}, {2, 0x40, "magic"}, {4, 0x01, "version"}, {6, 0x01, "flags (VRAM on DRAM)"},
-                 {6, 0x02, "unknown flag"}, {7, 0x80, "unknown flag"}, {8, 0x01, "address"}, {15, 0x01, "address"},
+    } flips[] = {{0, 0x01, "magic"}, {2, 0x40, "magic"}, {4, 0x01, "version"}, {6, 0x01, "no-key flag on DRAM"},
+                 {6, 0x02, "VRAM flag on DRAM"}, {6, 0x04, "unknown flag"}, {7, 0x80, "unknown flag"}, {8, 0x01, "address"}, {15, 0x01, "address"},
                  {16, 0x01, "length"}, {23, 0x80, "length"}, {24, 0x01, "key length"}, {27, 0x01, "key length"}};
     for (size_t i = 0; i < sizeof(flips) / sizeof(flips[0]); i++) {
         memcpy(d, k, len);
@@ -331,9 +331,23 @@ static int case_rkey_corrupt(void)
     expect_key_refused(a, peer, &other, k, len, "for VRAM");
     /* A DRAM blob claiming to be a VRAM key without bytes. */
     memcpy(d, k, UCX_RKEY_HDR);
-    nixl_put_u16(d + 6, UCX_RKEY_F_NOCUDA);
+    nixl_put_u16(d + 6, UCX_RKEY_F_NOCUDA | UCX_RKEY_F_VRAM);
     nixl_put_u32(d + 24, 0);
-    expect_key_refused(a, peer, &r, d, UCX_RKEY_HDR, "VRAM flag on a DRAM region");
+    expect_key_refused(a, peer, &r, d, UCX_RKEY_HDR, "VRAM flags on a DRAM region");
+    /* VRAM blobs: the no-key flag without bytes, else bytes. */
+    nixl_be_region_t vr = r;
+    vr.mem_type = NIXL_MEM_VRAM;
+    nixl_put_u16(d + 6, UCX_RKEY_F_NOCUDA);
+    expect_key_refused(a, peer, &vr, d, UCX_RKEY_HDR, "no-key flag without the VRAM flag");
+    nixl_put_u16(d + 6, UCX_RKEY_F_VRAM);
+    expect_key_refused(a, peer, &vr, d, UCX_RKEY_HDR, "VRAM key without bytes");
+    memcpy(d, k, len);
+    nixl_put_u16(d + 6, UCX_RKEY_F_NOCUDA | UCX_RKEY_F_VRAM);
+    expect_key_refused(a, peer, &vr, d, len, "no-key VRAM blob with bytes");
+    /* The version before VRAM keys. */
+    memcpy(d, k, len);
+    nixl_put_u16(d + 4, 1);
+    expect_key_refused(a, peer, &r, d, len, "version 1");
     void *rmd = NULL;
     CHECK_ST(ops->rkey_load(a, peer, &r, k, len, &rmd), NIXL_OK);
     if (rmd)
@@ -457,13 +471,14 @@ static int case_ep_info(void)
     static const struct {
         const char *text;
         int v2;
-        const char *want;
+        const char *want;     /* host memory's transport */
+        const char *want_gpu; /* GPU memory's; NULL: the same */
     } cases[] = {
         {"#\n# UCP endpoint \n#\n#               peer: <no debug data>\n"
          "#                 lane[0]:  0:tcp/lo.0 md[0]                -> md[0]/tcp/sysdev[255] am am_bw#0 keepalive "
          "wireup\n#\n#                 am_send: 0..<egr/short>..8185..<egr/zcopy>..20553..<rndv>..(inf)\n#\n"
          "#                  rma_bw: mds rndv_rkey_size 9\n",
-         0, "tcp"},
+         0, "tcp", NULL},
         /* sysv and posix register no application memory: their put lanes
          * never carry a piece; RMA goes over the AM lane (sysv) */
         {"#                 lane[0]:  0:sysv/memory.0 md[0]           -> md[0]/sysv/sysdev[255] am am_bw#0\n"
@@ -471,44 +486,65 @@ static int case_ep_info(void)
          "#                 lane[2]:  2:cma/memory.0 md[2]            -> md[2]/cma/sysdev[255] rma_bw#0\n"
          "#                  put[0]: 0..<short>..4294967296..<bcopy>..(inf)\n"
          "#                  put[1]: 0..<short>..4294967296..<bcopy>..(inf)\n",
-         0, "sysv"},
+         0, "sysv", NULL},
         /* the same lanes under 1.16's protocols: cma's zero-copy takes the pieces */
         {"#                 lane[0]:  0:sysv/memory.0 md[0]           -> md[0]/sysv/sysdev[255] seg 4294967295 am "
          "am_bw#0\n"
          "#                 lane[1]:  1:posix/memory.0 md[1]          -> md[1]/posix/sysdev[255] seg 4294967295\n"
          "#                 lane[2]:  2:cma/memory.0 md[2]            -> md[2]/cma/sysdev[255] seg 4294967295 "
          "rma_bw#0\n",
-         1, "cma"},
+         1, "cma", NULL},
         /* peer failure handling (1.16): no bulk-RMA lane, sysv's AM */
         {"#                 lane[0]:  0:sysv/memory.0 md[0]           -> md[0]/sysv/sysdev[255] seg 4294967295 am "
          "am_bw#0 keepalive\n"
          "#                 lane[1]:  1:posix/memory.0 md[1]          -> md[1]/posix/sysdev[255] seg 4294967295\n",
-         1, "sysv"},
+         1, "sysv", NULL},
         {"#                 lane[0]:  1:tcp/lo.0 md[0]                -> md[0]/tcp/sysdev[255] seg 4294967295 "
          "rma_bw#0 am am_bw#0\n"
          "#                 lane[1]:  0:tcp/eth0.0 md[0]              -> md[0]/tcp/sysdev[255] seg 4294967295 "
          "rma_bw#1 wireup\n",
-         1, "tcp"},
+         1, "tcp", NULL},
         {"#                 lane[0]:  0:tcp/lo.0 md[0]                -> md[0]/tcp/sysdev[255] am am_bw#0 wireup\n"
          "#                 lane[1]:  2:cma/memory.0 md[1]            -> md[1]/cma/sysdev[255] rma_bw#0\n",
-         0, "tcp"},
+         0, "tcp", NULL},
         {"#                 lane[0]:  0:tcp/lo.0 md[0]                -> md[0]/tcp/sysdev[255] am am_bw#0 wireup\n"
          "#                 lane[1]:  2:cma/memory.0 md[1]            -> md[1]/cma/sysdev[255] rma_bw#0\n",
-         1, "cma"},
+         1, "cma", NULL},
         {"#                 lane[0]:  1:rc_mlx5/mlx5_0:1 md[1] -> md[1]/ib/sysdev[255] rma#0 amo am am_bw#0\n"
          "#                 lane[1]:  4:ud_verbs/mlx5_0:1 md[1] -> md[1]/ib/sysdev[255] wireup\n",
-         0, "rc_mlx5"},
-        {"# no lanes at all\n", 0, NULL},
-        {"#  lane[0]:  0:this_name_is_far_too_long_for_a_transport/x md[0] -> am\n", 0, NULL},
+         0, "rc_mlx5", NULL},
+        {"# no lanes at all\n", 0, NULL, NULL},
+        {"#  lane[0]:  0:this_name_is_far_too_long_for_a_transport/x md[0] -> am\n", 0, NULL, NULL},
         /* a put line for a lane never described */
-        {"#                  put[3]: 0..<short>..(inf)\n", 0, NULL},
+        {"#                  put[3]: 0..<short>..(inf)\n", 0, NULL, NULL},
+        /* a UCX with CUDA inside a node: cuda_ipc's bulk lane carries GPU
+         * memory, never host memory */
+        {"#                 lane[0]:  0:sysv/memory.0 md[0]           -> md[0]/sysv/sysdev[255] seg 4294967295 am "
+         "am_bw#0 keepalive\n"
+         "#                 lane[1]:  3:cuda_ipc/cuda md[3]           -> md[3]/cuda_ipc/sysdev[255] seg 4294967295 "
+         "rma_bw#0\n"
+         "#                 lane[2]:  2:cma/memory.0 md[2]            -> md[2]/cma/sysdev[255] seg 4294967295 "
+         "rma_bw#1\n",
+         1, "cma", "cuda_ipc"},
+        /* only a GPU transport has RMA: host memory goes over sysv's AM */
+        {"#                 lane[0]:  0:sysv/memory.0 md[0]           -> md[0]/sysv/sysdev[255] am am_bw#0\n"
+         "#                 lane[1]:  3:cuda_ipc/cuda md[3]           -> md[3]/cuda_ipc/sysdev[255] rma_bw#0\n"
+         "#                  put[1]: 0..<zcopy>..(inf)\n",
+         0, "sysv", "cuda_ipc"},
+        /* between hosts: no GPU lane, GPU memory goes where host memory does */
+        {"#                 lane[0]:  1:rc_mlx5/mlx5_0:1 md[1] -> md[1]/ib/sysdev[255] rma_bw#0 am am_bw#0\n", 1,
+         "rc_mlx5", NULL},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        char tl[UCX_TL_NAME_MAX + 1] = "";
-        int rc = ucx_ep_info_transport(cases[i].text, cases[i].v2, tl, sizeof(tl));
-        if (cases[i].want ? rc != 0 || strcmp(tl, cases[i].want) != 0 : rc == 0) {
-            fprintf(stderr, "ep_info %zu: rc %d tl '%s', want %s\n", i, rc, tl, cases[i].want ? cases[i].want : "none");
-            failures++;
+        for (int gpu = 0; gpu < 2; gpu++) {
+            const char *want = gpu && cases[i].want_gpu ? cases[i].want_gpu : cases[i].want;
+            char tl[UCX_TL_NAME_MAX + 1] = "";
+            int rc = ucx_ep_info_transport(cases[i].text, cases[i].v2, gpu, tl, sizeof(tl));
+            if (want ? rc != 0 || strcmp(tl, want) != 0 : rc == 0) {
+                fprintf(stderr, "ep_info %zu (%s memory): rc %d tl '%s', want %s\n", i, gpu ? "GPU" : "host", rc, tl,
+                        want ? want : "none");
+                failures++;
+            }
         }
     }
     /* ucp_context_print_info's resource lines (UCX 1.13.1 on the CI box). */
@@ -554,10 +590,23 @@ static int case_ep_info(void)
     return failures;
 }
 
+/* Without CUDA in UCX (Debian's, Ubuntu's): GPU regions register with no
+ * UCX handle, their keys say so, and a request with VRAM on either side
+ * is NO_PATH with one ERROR line.  (With CUDA in UCX the GPU machine runs
+ * the real thing: conformance --mem vram, tests/gpu/run.sh.) */
 static int case_vram(void)
 {
     host_t ha, hb;
     void *a = be_create(&ha, "a", NULL, 0), *b = be_create(&hb, "b", NULL, 0);
+    char text[2048];
+    size_t tlen = sizeof(text);
+    CHECK_ST(ops->describe(a, text, &tlen), NIXL_OK);
+    if (strstr(text, "CUDA memory: yes")) {
+        printf("SKIP: vram: this UCX has CUDA support (its fake GPU memory would be mapped as CUDA memory)\n");
+        ops->destroy(a);
+        ops->destroy(b);
+        return 77;
+    }
     static uint8_t fake_gpu[4096], host_mem[4096];
     nixl_be_region_t vr = {.mem_type = NIXL_MEM_VRAM, .addr = (uint64_t)(uintptr_t)fake_gpu, .len = sizeof(fake_gpu)};
     nixl_be_region_t dr = {.mem_type = NIXL_MEM_DRAM, .addr = (uint64_t)(uintptr_t)host_mem, .len = sizeof(host_mem)};
@@ -566,7 +615,7 @@ static int case_vram(void)
     CHECK_ST(ops->reg(a, &dr, &dmd), NIXL_OK);
     size_t klen;
     uint8_t *k = key_of(b, vmd, &klen);
-    CHECK(klen == UCX_RKEY_HDR && (nixl_get_u16(k + 6) & UCX_RKEY_F_NOCUDA));
+    CHECK(klen == UCX_RKEY_HDR && nixl_get_u16(k + 6) == (UCX_RKEY_F_NOCUDA | UCX_RKEY_F_VRAM));
     void *peer = peer_of(a, b, "b");
     CHECK_ST(ops->rkey_load(a, peer, &vr, k, klen, &vrmd), NIXL_OK);
     free(k);
@@ -579,6 +628,21 @@ static int case_vram(void)
     CHECK_ST(ops->xfer_prepare(a, &x, &req), NIXL_ERR_NO_PATH);
     CHECK(errors_logged - e0 == 1);
     CHECK(req == NULL);
+    /* Local VRAM to the peer's DRAM: NO_PATH too, no new ERROR line. */
+    void *avmd = NULL, *bdmd = NULL, *drmd = NULL;
+    CHECK_ST(ops->reg(a, &vr, &avmd), NIXL_OK);
+    CHECK_ST(ops->reg(b, &dr, &bdmd), NIXL_OK);
+    k = key_of(b, bdmd, &klen);
+    CHECK_ST(ops->rkey_load(a, peer, &dr, k, klen, &drmd), NIXL_OK);
+    free(k);
+    nixl_be_iov_t iov2 = {vr.addr, dr.addr, 64, avmd, drmd};
+    nixl_be_xfer_t x2 = {NIXL_OP_WRITE, peer, NIXL_MEM_VRAM, NIXL_MEM_DRAM, &iov2, 1, 64};
+    CHECK_ST(ops->xfer_prepare(a, &x2, &req), NIXL_ERR_NO_PATH);
+    CHECK(errors_logged - e0 == 1);
+    CHECK(req == NULL);
+    ops->rkey_unload(a, drmd);
+    ops->dereg(a, avmd);
+    ops->dereg(b, bdmd);
     ops->rkey_unload(a, vrmd);
     ops->peer_unload(a, peer);
     ops->dereg(a, dmd);
@@ -1240,7 +1304,7 @@ static int case_indexed(void)
     bad.layer = norm;
     CHECK_ST(ops->xfer_prepare_indexed(p.a, &bad, &req), NIXL_ERR_INVALID_PARAM);
     bad = x;
-    bad.remote_mem = NIXL_MEM_VRAM;
+    bad.local_mem = NIXL_MEM_VRAM; /* this UCX (Debian's) has no CUDA */
     CHECK_ST(ops->xfer_prepare_indexed(p.a, &bad, &req), NIXL_ERR_NO_PATH);
     CHECK(req == NULL);
     xpair_close(&p);
