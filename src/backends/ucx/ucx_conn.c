@@ -347,6 +347,14 @@ static void ucx_peer_path(ucx_be_t *be, ucx_peer_t *peer)
     }
     ucx_peer_path_of(be, peer, text, 0);
     ucx_peer_path_of(be, peer, text, 1);
+    /* UCX's own lines, for whoever asks why this path (NIXL_LOG_LEVEL=debug). */
+    for (const char *l = text; l && *l && be->host->log_enabled(NIXL_LOG_DEBUG);) {
+        size_t n = strcspn(l, "\n");
+        const char *lane = memmem(l, n, "lane[", 5);
+        if (lane)
+            UCX_DEBUG(be, "ucx: peer %s: %.*s", peer->name, (int)(n - (size_t)(lane - l)), lane);
+        l += n + (l[n] == '\n');
+    }
     free(text);
     UCX_DEBUG(be, "ucx: peer %s: endpoint uses %s%s for host memory, %s%s for GPU memory", peer->name, peer->path[0],
               peer->fallback[0] ? " (fallback)" : "", peer->path[1], peer->fallback[1] ? " (fallback)" : "");
