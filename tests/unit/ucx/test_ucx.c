@@ -1433,11 +1433,110 @@ static int case_chunks(void)
     return failures;
 }
 
+/* The CUDA context rule without a GPU: a fake driver table keeps each
+ * thread's current context in a thread-local and counts the binds.  Once
+ * an instance has a context (as its first GPU registration gives it under
+ * a UCX with CUDA), every op of the caller's runs with it current and
+ * gives the caller's own back when it returns; each progress thread binds
+ * it once and keeps it; a piece of memory of another context binds that
+ * one for its post.  The bytes still land. */
+#define FAKE_A ((void *)(uintptr_t)0xa0) /* the instances' context */
+#define FAKE_B ((void *)(uintptr_t)0xb0) /* a region's other context */
+#define FAKE_C ((void *)(uintptr_t)0xc0) /* the caller's own */
+static _Thread_local void *fake_cur;
+static pthread_t fake_caller;
+static atomic_uint fake_thread_sets, fake_caller_sets, fake_b_binds;
+
+static nixl_status_t fake_bind(void *ctx, void **saved)
+{
+    *saved = fake_cur;
+    if (fake_cur != ctx) {
+        fake_cur = ctx;
+        atomic_fetch_add(pthread_equal(pthread_self(), fake_caller) ? &fake_caller_sets : &fake_thread_sets, 1);
+    }
+    if (ctx == FAKE_B)
+        atomic_fetch_add(&fake_b_binds, 1);
+    return NIXL_OK;
+}
+
+static void fake_restore(void *saved)
+{
+    fake_cur = saved;
+}
+
+static void cu_set(void *be, void *ctx, ucx_reg_t *g, void *gctx)
+{
+    ucx_be_t *u = be;
+    pthread_mutex_lock(&u->lock);
+    if (ctx)
+        u->cu_ctx = ctx;
+    if (g)
+        g->cu_ctx = gctx;
+    pthread_mutex_unlock(&u->lock);
+}
+
+static int case_cuctx(void)
+{
+    xpair_t p;
+    if (xpair_open(&p, 1u << 16, NULL, 0, 13, 5))
+        return failures;
+    p.ha.cuda.ctx_bind = p.hb.cuda.ctx_bind = fake_bind;
+    p.ha.cuda.ctx_restore = p.hb.cuda.ctx_restore = fake_restore;
+    fake_caller = pthread_self();
+    fake_cur = FAKE_C;
+    cu_set(p.a, FAKE_A, NULL, NULL);
+    cu_set(p.b, FAKE_A, NULL, NULL);
+
+    nixl_be_iov_t w = {p.lr.addr, p.rr.addr, p.n, p.lmd, p.rmd};
+    nixl_be_xfer_t x = {NIXL_OP_WRITE, p.peer, NIXL_MEM_DRAM, NIXL_MEM_DRAM, &w, 1, p.n};
+    nixl_be_req_t *req = NULL;
+    CHECK_ST(ops->xfer_prepare(p.a, &x, &req), NIXL_OK);
+    if (!req)
+        return ++failures;
+    unsigned sets0 = atomic_load(&fake_caller_sets);
+    nixl_status_t st = ops->xfer_post(p.a, req, "k", 1);
+    CHECK(fake_cur == FAKE_C);
+    uint64_t t0 = test_now_ms();
+    while (st == NIXL_IN_PROG && test_now_ms() - t0 < 10000) {
+        st = ops->xfer_status(p.a, req);
+        CHECK(fake_cur == FAKE_C); /* given back after every call */
+    }
+    CHECK_ST(st, NIXL_OK);
+    xpair_notified(&p);
+    CHECK(fake_cur == FAKE_C);
+    CHECK(memcmp(p.rb, p.la, p.n) == 0);
+    CHECK(atomic_load(&fake_caller_sets) > sets0); /* the caller's calls ran with A */
+
+    /* Left alone, both progress threads take their locks again and again:
+     * each bound A once and kept it. */
+    usleep(100000);
+    unsigned ts = atomic_load(&fake_thread_sets);
+    CHECK(ts == 2);
+    usleep(100000);
+    CHECK(atomic_load(&fake_thread_sets) == ts);
+
+    /* A piece of memory of another context: B bound for the post. */
+    cu_set(p.a, NULL, p.lmd, FAKE_B);
+    memset(p.rb, 0x5a, p.n);
+    CHECK_ST(wait_req(p.a, req, ops->xfer_post(p.a, req, NULL, 0)), NIXL_OK);
+    CHECK(fake_cur == FAKE_C);
+    CHECK(atomic_load(&fake_b_binds) >= 1);
+    CHECK(memcmp(p.rb, p.la, p.n) == 0);
+    ops->xfer_release(p.a, req);
+    CHECK(fake_cur == FAKE_C);
+    cu_set(p.a, NULL, p.lmd, NULL);
+    xpair_close(&p);
+    CHECK(fake_cur == FAKE_C);
+    printf("cuctx: caller binds %u, progress threads' %u, B %u\n", atomic_load(&fake_caller_sets),
+           atomic_load(&fake_thread_sets), atomic_load(&fake_b_binds));
+    return failures;
+}
+
 int main(int argc, char **argv)
 {
     ops = nixl_backend_ucx_ops();
     if (argc < 2) {
-        fprintf(stderr, "usage: %s conn_corrupt|rkey_corrupt|xfer|ep_info|vram|fallback|peer_lost|silent|chunks|renew|cancel_bound|busy|tcpold|stall|indexed\n", argv[0]);
+        fprintf(stderr, "usage: %s conn_corrupt|rkey_corrupt|xfer|ep_info|vram|fallback|peer_lost|silent|chunks|renew|cancel_bound|busy|tcpold|stall|indexed|cuctx\n", argv[0]);
         return 2;
     }
     static const struct {
@@ -1448,7 +1547,8 @@ int main(int argc, char **argv)
                  {"peer_lost", case_peer_lost},       {"silent", case_silent},             {"chunks", case_chunks},
                  {"renew", case_renew},                {"cancel_bound", case_cancel_bound},
                  {"busy", case_busy},                 {"tcpold", case_tcpold},
-                 {"stall", case_stall},               {"indexed", case_indexed}};
+                 {"stall", case_stall},               {"indexed", case_indexed},
+                 {"cuctx", case_cuctx}};
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         if (strcmp(argv[1], cases[i].name) != 0)
             continue;
