@@ -239,10 +239,12 @@ void ucx_cu_use(ucx_be_t *be, void *ctx)
     nixl_status_t st = be->host->cuda->ctx_bind ? be->host->cuda->ctx_bind(ctx, &prev) : NIXL_ERR_NOT_SUPPORTED;
     if (st != NIXL_OK) {
         /* UCX's own call then fails with the driver's error; say why once. */
-        if (!be->cu_warned++)
+        if (!be->cu_warned) {
+            be->cu_warned = 1;
             UCX_WARN(be, "ucx: cannot make the CUDA context %p of this instance's GPU memory current (status %d): "
                          "UCX's CUDA calls on this thread will fail",
                      ctx, (int)st);
+        }
         return;
     }
     if (!be->cu_scope.changed && prev != ctx) {
