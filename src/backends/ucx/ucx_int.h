@@ -197,7 +197,7 @@ struct ucx_be {
     size_t addr_len;
     int has_cuda; /* ucp_context memory types include CUDA */
     uint64_t mem_types; /* ucp_context_query's memory types (UCS_BIT of ucs_memory_type_t) */
-    int vram_logged;
+    atomic_int vram_logged; /* the NO_PATH line was said (prepare runs on any thread, unlocked) */
     /* The CUDA context rule (ucx_cu_enter): the context of the first VRAM
      * registered, current on every thread while it holds be->lock; NULL
      * until then.  cu_cur / cu_scope: what the holder bound, what to give

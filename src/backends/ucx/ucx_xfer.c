@@ -242,8 +242,8 @@ static nixl_status_t ucx_req_status(const ucx_req_t *r)
  * with one ERROR line per instance (DEBUG after it; README, VRAM). */
 static nixl_status_t ucx_no_path(ucx_be_t *be, const char *why, const char *whose)
 {
-    nixl_log_level_t lvl = be->vram_logged ? NIXL_LOG_DEBUG : NIXL_LOG_ERROR;
-    be->vram_logged = 1;
+    nixl_log_level_t lvl = atomic_exchange_explicit(&be->vram_logged, 1, memory_order_relaxed) ? NIXL_LOG_DEBUG
+                                                                                              : NIXL_LOG_ERROR;
     NIXL_BE_LOG(be->host, lvl, "ucx: VRAM cannot be moved through this backend: %s (UCX %s); no path for %s VRAM", why,
                 ucp_get_version_string(), whose);
     return NIXL_ERR_NO_PATH;
