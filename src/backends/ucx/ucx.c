@@ -36,7 +36,8 @@ static const nixl_param_info_t ucx_params[] = {
      "emulates RMA over active messages, tcp); 0: progress only inside calls"},
     {"progress_us", "50",
      "the progress thread's nap between rounds while requests are in flight, in microseconds (idle, it sleeps on the "
-     "worker's event fd); it stands by while a caller polls status more often than this"},
+     "worker's event fd); it stands by (naps of 200 us, or this if longer) while a caller polls status more often "
+     "than this"},
     {"keepalive_ms", "500",
      "UCX keepalive interval (UCX_KEEPALIVE_INTERVAL unless set): a peer that stops answering fails within a few "
      "intervals"},
@@ -305,11 +306,25 @@ static nixl_status_t ucx_progress(void *bev)
  * ucx_perftest went from 0.11-0.49 to 0.47-0.49 at 4 KiB, 0.11-0.77 to
  * 0.60-0.84 at 32 KiB and 0.44-0.50 to 0.76-0.92 at 1 MiB; over tcp 0.17
  * to 0.35 at 4 KiB, the same from 64 KiB up.  A caller that polls less
- * often, or not at all, leaves the worker to the thread as before. */
+ * often, or not at all, leaves the worker to the thread as before.
+ *
+ * Standing by it naps UCX_STANDBY_NAP_US (at least progress_us): a caller
+ * that stops polling gets the thread back within that.  Its naps were
+ * progress_us (50 us) before, 20,000 wake-ups a second that took the core
+ * from the peer's progress thread: on the CI box (2 cores, UCX 1.13,
+ * nixlbench WRITE, batch 1, 2000 posts, --perftest none, 2 runs each) 200
+ * us moved sm from 1.25-1.40 to 1.50-1.59 GB/s at 4 KiB, 5.43-5.46 to
+ * 6.59-6.78 at 64 KiB and 6.75-7.34 to 8.67-8.75 at 1 MiB (context
+ * switches of a row 16,700 to 8,000-9,000); tcp 0.19-0.22 to 0.23-0.24 at
+ * 4 KiB, the same within noise from 64 KiB up.  1 ms gained a few percent
+ * more at the cost of five times the delay. */
+#define UCX_STANDBY_NAP_US 200u
 static void *ucx_thread_main(void *arg)
 {
     ucx_be_t *be = arg;
     struct timespec nap = {0, (long)be->progress_us * 1000};
+    unsigned sb_us = be->progress_us > UCX_STANDBY_NAP_US ? be->progress_us : UCX_STANDBY_NAP_US;
+    struct timespec standby_nap = {(time_t)(sb_us / 1000000u), (long)(sb_us % 1000000u) * 1000};
     uint64_t last_event = 0, seen_posts = 0;
     const uint64_t standby_ns = (uint64_t)be->progress_us * 1000u;
     while (!atomic_load_explicit(&be->stop, memory_order_acquire)) {
@@ -318,7 +333,7 @@ static void *ucx_thread_main(void *arg)
          * a quarter of a target thread's time at 4 KiB (perf, CI box). */
         uint64_t t_in = nixl_now_ns();
         if (t_in - atomic_load_explicit(&be->caller_poll_ns, memory_order_relaxed) < standby_ns) {
-            nanosleep(&nap, NULL); /* standing by: the caller polls */
+            nanosleep(&standby_nap, NULL); /* standing by: the caller polls */
             continue;
         }
         if (pthread_mutex_trylock(&be->lock) != 0) {
