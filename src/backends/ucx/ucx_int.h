@@ -81,7 +81,6 @@ typedef struct ucx_reg {
     nixl_mem_t mem;
     ucp_mem_h memh; /* NULL for VRAM this UCX cannot carry */
     void *cu_ctx;   /* VRAM: the CUcontext the core recorded for it */
-    int unmapped;   /* VRAM UCX refused to map (logged at registration) */
     void *packed;   /* ucp_rkey_pack's buffer */
     size_t packed_len;
 } ucx_reg_t;
@@ -260,18 +259,17 @@ static inline void ucx_cu_enter(ucx_be_t *be)
     if (be->cu_ctx)
         ucx_cu_use(be, be->cu_ctx);
 }
-static inline void ucx_cu_leave(ucx_be_t *be)
-{
-    if (be->cu_scope.changed)
-        be->host->cuda->ctx_restore(be->cu_scope.saved);
-    be->cu_scope.changed = 0;
-    be->cu_cur = NULL;
-}
 /* The progress thread's leave: the context stays current on it. */
 static inline void ucx_cu_keep(ucx_be_t *be)
 {
     be->cu_scope.changed = 0;
     be->cu_cur = NULL;
+}
+static inline void ucx_cu_leave(ucx_be_t *be)
+{
+    if (be->cu_scope.changed)
+        be->host->cuda->ctx_restore(be->cu_scope.saved);
+    ucx_cu_keep(be);
 }
 static inline void ucx_lock(ucx_be_t *be)
 {

@@ -123,7 +123,6 @@ nixl_status_t ucx_reg(void *bev, const nixl_be_region_t *region, void **md_out)
                  (unsigned long long)region->len, (unsigned long long)region->addr, (int)region->cuda.device,
                  ucs_status_string(us));
         g->memh = NULL;
-        g->unmapped = 1;
         *md_out = g;
         return NIXL_OK;
     }

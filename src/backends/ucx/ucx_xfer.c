@@ -280,8 +280,8 @@ static nixl_status_t ucx_pair_check(ucx_be_t *be, const ucx_reg_t *g, const ucx_
     if (nixl_likely(ucx_pair_usable(g, rm)))
         return NIXL_OK;
     if (g && g->mem == NIXL_MEM_VRAM && !g->memh)
-        return ucx_no_path(be, g->unmapped ? "UCX refused to map this GPU region (the WARN at its registration)"
-                                           : "this UCX lacks CUDA support (ucp_context memory types: host only)",
+        return ucx_no_path(be, be->has_cuda ? "UCX refused to map this GPU region (the WARN at its registration)"
+                                            : "this UCX lacks CUDA support (ucp_context memory types: host only)",
                            "local");
     if (rm && (rm->flags & UCX_RKEY_F_NOCUDA))
         return ucx_no_path(be, "the peer's UCX has no key for it (no CUDA support there, or it refused the mapping)",
@@ -349,10 +349,10 @@ nixl_status_t ucx_xfer_prepare_indexed(void *bev, const nixl_be_xfer_indexed_t *
     }
     for (size_t l = 0; l < x->layers; l++) {
         const ucx_rmd_t *rm = x->layer[l].rmd;
-        if (nixl_unlikely(!ucx_pair_usable(x->layer[l].lmd, rm)) &&
-            (st = ucx_pair_check(be, x->layer[l].lmd, rm)) == NIXL_ERR_NO_PATH)
+        st = ucx_pair_check(be, x->layer[l].lmd, rm);
+        if (nixl_unlikely(st == NIXL_ERR_NO_PATH))
             return st;
-        if (nixl_unlikely(!ucx_pair_usable(x->layer[l].lmd, rm) || rm->peer != x->peer)) {
+        if (nixl_unlikely(st != NIXL_OK || rm->peer != x->peer)) {
             UCX_ERROR(be, "ucx: layer %zu of an indexed request has no registration of this backend on both sides",
                       l);
             return NIXL_ERR_INVALID_PARAM;
