@@ -254,6 +254,13 @@ def rows(name):
         return [json.loads(l) for l in open(os.path.join(r, name)) if l.strip()]
     except OSError:
         return []
+def conformance_line(label, name):
+    # a conformance log's summary, its last line; nothing when it did not run
+    try:
+        last = open(os.path.join(r, name)).read().strip().splitlines()[-1]
+    except (OSError, IndexError):
+        return
+    print("%-44s %s" % (label, last.replace("summary: ", "")))
 bad = 0
 print("%-44s %s" % ("test", "result"))
 ran_tests = os.path.exists(os.path.join(r, "tests.log"))  # GPU_RUN_ONLY may leave the tests out
@@ -262,11 +269,7 @@ for line in open(os.path.join(r, "tests.log")) if ran_tests else []:
     if m:
         print("%-44s %s" % (m.group(1), m.group(2)))
         bad += m.group(2) not in ("OK", "SKIP")
-try:
-    last = open(os.path.join(r, "conformance-cross.log")).read().strip().splitlines()[-1]
-    print("%-44s %s" % ("conformance cuda_ipc vram procs 2 (GPU 1->0)", last.replace("summary: ", "")))
-except (OSError, IndexError):
-    pass
+conformance_line("conformance cuda_ipc vram procs 2 (GPU 1->0)", "conformance-cross.log")
 # Indexed requests over cuda_ipc with VRAM on both sides take the indexed
 # kernel (the conformance case notes each request's path).
 try:
@@ -278,11 +281,7 @@ if ran_tests:
     bad += not ix_ok
     print("%-44s %s" % ("indexed requests' path (conformance)", ", ".join(sorted(set(ix))) or "none seen") +
           ("" if ix_ok else "  (WRONG: want cuda_ipc.kernel.indexed)"))
-try:
-    last = open(os.path.join(r, "conformance-deadline-staged.log")).read().strip().splitlines()[-1]
-    print("%-44s %s" % ("conformance deadline, staged", last.replace("summary: ", "")))
-except (OSError, IndexError):
-    pass
+conformance_line("conformance deadline, staged", "conformance-deadline-staged.log")
 print()
 print("%-36s %10s %10s %7s  %s" % ("benchmark", "GB/s", "limit", "ratio", "path"))
 for x in rows("bench-256m.json") + rows("bench-small.json") + rows("bench-staged-256m.json"):
@@ -314,11 +313,7 @@ lf_kv = rows("lf-kv.json")
 if lf_rows or lf_kv:
     want = open(os.path.join(r, "lf-want.txt")).read().strip()
     for p in (1, 2):
-        try:
-            last = open(os.path.join(r, "conformance-lf-%d.log" % p)).read().strip().splitlines()[-1]
-            print("%-44s %s" % ("conformance libfabric shm vram procs %d" % p, last.replace("summary: ", "")))
-        except (OSError, IndexError):
-            pass
+        conformance_line("conformance libfabric shm vram procs %d" % p, "conformance-lf-%d.log" % p)
     for n, x in lf_rows:
         # Our GPU memory goes by IPC (or staged); host memory of ours always
         # through shm's bounce buffers (FI_HMEM turns its CMA off).
@@ -340,11 +335,7 @@ if lf_rows or lf_kv:
             "met" if lf_kv[0]["ms_per_request"] < 533 else "missed", lf_kv[0]["ms_per_request"]))
 for tls in ("tcp", "sm"):
     for p in (1, 2):
-        try:
-            last = open(os.path.join(r, "conformance-ucx-%s-%d.log" % (tls, p))).read().strip().splitlines()[-1]
-            print("%-44s %s" % ("conformance ucx %s dram procs %d" % (tls, p), last.replace("summary: ", "")))
-        except (OSError, IndexError):
-            pass
+        conformance_line("conformance ucx %s dram procs %d" % (tls, p), "conformance-ucx-%s-%d.log" % (tls, p))
     for op in ("write", "read"):
         for blk in ("1M", "64M"):
             for x in rows("ucx-%s-%s-%s.json" % (tls, op, blk)):
@@ -352,11 +343,7 @@ for tls in ("tcp", "sm"):
                       x["gbps"], x["limit_gbps"], x["ratio"], x["path"]))
 for tls in ("all", "tcp"):
     for p in (1, 2):
-        try:
-            last = open(os.path.join(r, "conformance-ucx-vram-%s-%d.log" % (tls, p))).read().strip().splitlines()[-1]
-            print("%-44s %s" % ("conformance ucx %s vram procs %d" % (tls, p), last.replace("summary: ", "")))
-        except (OSError, IndexError):
-            pass
+        conformance_line("conformance ucx %s vram procs %d" % (tls, p), "conformance-ucx-vram-%s-%d.log" % (tls, p))
 # ucx with GPU memory (a UCX with CUDA): inside a node by cuda_ipc, over tcp
 # staged by UCX; each row's path must say so.
 for n in ("ucxv-256m", "ucxv-small", "ucxv-read", "ucxv-dram-vram", "ucxv-vram-dram", "ucxv-tcp"):
