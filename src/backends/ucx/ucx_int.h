@@ -39,7 +39,7 @@
 #define UCX_TRANSPORTS_MAX 16 /* entries of the transports parameter */
 #define UCX_PATHS_MAX 32      /* distinct "ucx.<tl>" strings an instance hands out */
 #define UCX_AM_NOTIF 0x4e     /* active message id of notifications */
-#define UCX_CHUNK (1ull << 20) /* the largest put/get of a post (ucx_xfer.c) */
+#define UCX_CHUNK (1ull << 20) /* the largest put/get of a post over a network transport (ucx_xfer.c) */
 #define UCX_OLD_CONNS_MAX 8    /* TCP connections of a closed endpoint a renewal waits for */
 #define UCX_TCP_TUPLE_MAX 80   /* "LOCAL REMOTE" of /proc/net/tcp6: 2 x 37 hex digits and colons */
 
@@ -100,6 +100,7 @@ typedef struct ucx_peer {
     const char *path[2];   /* "ucx.<tl>": the transport its endpoint uses */
     int fallback[2];       /* that transport is not among the transports parameter's */
     char cause[2][80];
+    uint64_t chunk[2];     /* the largest put/get of a post on that path (ucx_peer_path_of) */
     int have_proc;         /* a pidfd on a peer of our pid namespace */
     samehost_proc_t proc;
     unsigned nreqs;        /* requests of this peer still in flight */
@@ -184,6 +185,7 @@ struct ucx_req {
     void *notif;
     size_t notif_len, notif_cap;
     const char *cause;        /* fallback cause, when hdr.fallback */
+    uint64_t chunk;           /* its largest put/get: the peer's for its path */
     ucx_req_t *next_run, *prev_run; /* be->run: requests in flight */
 };
 

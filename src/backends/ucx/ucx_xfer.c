@@ -302,6 +302,7 @@ static ucx_req_t *ucx_req_new(ucx_be_t *be, ucx_peer_t *peer, nixl_op_t op, int 
     r->hdr.path = peer->path[gpu] ? peer->path[gpu] : "ucx.unknown";
     r->hdr.fallback = (uint32_t)peer->fallback[gpu];
     r->cause = peer->cause[gpu];
+    r->chunk = peer->chunk[gpu] ? peer->chunk[gpu] : UCX_CHUNK;
     return r;
 }
 
@@ -441,17 +442,17 @@ static nixl_status_t ucx_msg_keep(void **buf, size_t *cap, size_t *len, const vo
 }
 
 /* One piece of a post: len bytes between laddr and raddr, as operations of
- * at most UCX_CHUNK bytes.  Pieces above it go as several: each
- * completion is news that the link moves (the silence rule), where one
- * 64 MiB put on a slow link would say nothing for seconds.  An operation
- * UCX refuses sets r->op_status and stops the post. */
+ * at most r->chunk bytes.  Over a network transport pieces above UCX_CHUNK
+ * go as several: each completion is news that the link moves (the silence
+ * rule), where one 64 MiB put on a slow link would say nothing for
+ * seconds.  An operation UCX refuses sets r->op_status and stops the post. */
 static void ucx_post_piece(ucx_be_t *be, ucx_req_t *r, const ucp_request_param_t *rp, uint64_t laddr, uint64_t raddr,
                            uint64_t len, ucp_rkey_h rkey)
 {
     ucp_ep_h ep = r->peer->ep;
     int wr = r->op == NIXL_OP_WRITE;
-    for (uint64_t off = 0; off < len; off += UCX_CHUNK) {
-        uint64_t n = len - off < UCX_CHUNK ? len - off : UCX_CHUNK;
+    for (uint64_t off = 0, n; off < len; off += n) {
+        n = len - off < r->chunk ? len - off : r->chunk;
         void *lp = (void *)(uintptr_t)(laddr + off);
         void *q = wr ? ucp_put_nbx(ep, lp, n, raddr + off, rkey, rp) : ucp_get_nbx(ep, lp, n, raddr + off, rkey, rp);
         if (nixl_likely(q == NULL))

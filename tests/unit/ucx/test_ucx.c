@@ -1396,10 +1396,11 @@ static int case_tcpold(void)
     return failures;
 }
 
-/* Pieces larger than UCX_CHUNK go as several operations: a WRITE of one
- * piece of 5 MiB + 3 bytes at odd offsets, then a READ of it back, bytes
- * compared, the neighbours untouched; under a peer_timeout_ms of 2000 a
- * healthy peer is never found silent. */
+/* Over a network transport pieces larger than UCX_CHUNK go as several
+ * operations, inside the node each whole: a WRITE of one piece of 5 MiB +
+ * 3 bytes at odd offsets, then a READ of it back, bytes compared, the
+ * neighbours untouched; under a peer_timeout_ms of 2000 a healthy peer is
+ * never found silent. */
 static int case_chunks(void)
 {
     xpair_t p;
@@ -1413,6 +1414,11 @@ static int case_chunks(void)
     CHECK_ST(ops->xfer_prepare(p.a, &x, &req), NIXL_OK);
     if (!req)
         return ++failures;
+    const ucx_req_t *u = (const ucx_req_t *)req;
+    const int net = strcmp(u->hdr.path, "ucx.tcp") == 0;
+    printf("  chunks: path %s, operations of at most %llu bytes\n", u->hdr.path, (unsigned long long)u->chunk);
+    CHECK(net || strcmp(u->hdr.path, "ucx.sysv") == 0 || strcmp(u->hdr.path, "ucx.posix") == 0);
+    CHECK(u->chunk == (net ? UCX_CHUNK : UINT64_MAX));
     /* The target's bytes are looked at once its notification arrived (an
      * atomic of the fake host: what orders UCX's writes into rb before our
      * reads, for ThreadSanitizer as for the contract). */
