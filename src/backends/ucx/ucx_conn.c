@@ -203,6 +203,180 @@ int ucx_ep_info_transport(const char *info, int proto_v2, int gpu, char *tl, siz
     return 0;
 }
 
+/* The transports of an endpoint's lanes, " tl tl ... ", from a printout
+ * of ucp_ep_print_info (each once; what fits of cap). */
+void ucx_ep_info_lanes(const char *info, char *out, size_t cap)
+{
+    size_t n = 0;
+    if (cap < 2)
+        return;
+    out[n++] = ' ';
+    out[n] = 0;
+    for (const char *l = info; l && *l;) {
+        size_t len = strcspn(l, "\n");
+        const char *s = memmem(l, len, "lane[", 5);
+        const char *c = s ? memchr(s, ':', len - (size_t)(s - l)) : NULL;  /* "lane[0]:" */
+        c = c ? memchr(c + 1, ':', len - (size_t)(c + 1 - l)) : NULL;     /* " 3:sysv/..." */
+        const char *slash = c ? memchr(c, '/', len - (size_t)(c - l)) : NULL;
+        size_t tn = slash ? (size_t)(slash - c - 1) : 0;
+        if (tn > 0 && tn <= UCX_TL_NAME_MAX) {
+            char w[UCX_TL_NAME_MAX + 3];
+            snprintf(w, sizeof(w), " %.*s ", (int)tn, c + 1);
+            if (!strstr(out, w) && n + tn + 1 < cap) {
+                memcpy(out + n, w + 1, tn + 1);
+                n += tn + 1;
+                out[n] = 0;
+            }
+        }
+        l += len + (l[len] == '\n');
+    }
+}
+
+/* ---- what UCX chose for an operation (its newer protocols) ----
+ *
+ * ucp_worker_print_info lists, per remote key configuration, the protocol
+ * UCX selected for each operation and pair of memory types so far, one
+ * table each (1.13 writes "ucp_get*()", 1.20 "ucp_get*"):
+ *
+ *   | <endpoint config> | remote memory read by ucp_get* into cuda/GPU0 from cuda/dev[0] |
+ *   |            0..inf | software emulation                     | sysv/memory |
+ *
+ * The row covering a size names the transport ("52% on tcp/lo and 48% on
+ * tcp/eth0": the first).  Tables of other endpoints' configurations are
+ * told apart by a transport that is not among this peer's lanes. */
+
+/* The cells of a table row, trimmed, from its first '|'; how many. */
+static int ucx_row_cells(char *line, char **cell, int max)
+{
+    char *p = strchr(line, '|');
+    int n = 0;
+    while (p && n < max) {
+        char *q = strchr(p + 1, '|');
+        if (!q)
+            break;
+        char *a = p + 1, *b = q;
+        while (a < b && *a == ' ')
+            a++;
+        while (b > a && b[-1] == ' ')
+            b--;
+        *b = 0;
+        cell[n++] = a;
+        p = q;
+    }
+    return n;
+}
+
+/* "4K", "inf", "579764": the size, UINT64_MAX for inf; -1 if none. */
+static int ucx_units(const char *s, const char **end, uint64_t *v)
+{
+    if (strncmp(s, "inf", 3) == 0) {
+        *v = UINT64_MAX;
+        *end = s + 3;
+        return 0;
+    }
+    if (*s < '0' || *s > '9')
+        return -1;
+    uint64_t x = 0;
+    while (*s >= '0' && *s <= '9') {
+        if (x > (UINT64_MAX - 9) / 10)
+            return -1;
+        x = x * 10 + (uint64_t)(*s++ - '0');
+    }
+    int sh = *s == 'K' ? 10 : *s == 'M' ? 20 : *s == 'G' ? 30 : *s == 'T' ? 40 : 0;
+    if (sh) {
+        if (x > (UINT64_MAX >> sh))
+            return -1;
+        x <<= sh;
+        s++;
+    }
+    *v = x;
+    *end = s;
+    return 0;
+}
+
+/* 1 when a range cell ("0..inf", "85..8240", "0") holds size. */
+static int ucx_range_has(const char *r, uint64_t size)
+{
+    uint64_t lo, hi;
+    const char *e;
+    if (ucx_units(r, &e, &lo) != 0)
+        return 0;
+    hi = lo;
+    if (strncmp(e, "..", 2) == 0 && ucx_units(e + 2, &e, &hi) != 0)
+        return 0;
+    return *e == 0 && lo <= size && size <= hi;
+}
+
+static int ucx_mem_is_cuda(const char *s)
+{
+    return strncmp(s, "cuda", 4) == 0 && s[4] != '-'; /* not cuda-managed */
+}
+
+/* Whether a table header is the operation and memory types asked. */
+static int ucx_proto_header_is(const char *h, int get, int lcuda, int rcuda)
+{
+    const char *p = strstr(h, get ? "ucp_get*" : "ucp_put*");
+    if (!p)
+        return 0;
+    p += 8;
+    if (*p == '(' && p[1] == ')')
+        p += 2; /* 1.13: no attributes; "(fast-completion)" is another table */
+    if (*p != ' ')
+        return 0;
+    const char *k1 = get ? " into " : " from ", *k2 = get ? " from " : " to ";
+    const char *l = strstr(p, k1);
+    const char *r = l ? strstr(l + strlen(k1), k2) : NULL;
+    return r && ucx_mem_is_cuda(l + strlen(k1)) == lcuda && ucx_mem_is_cuda(r + strlen(k2)) == rcuda;
+}
+
+int ucx_proto_info_transport(const char *info, const char *lanes, int get, int lcuda, int rcuda, uint64_t size,
+                             char *tl, size_t tlcap, char *desc, size_t dcap)
+{
+    int in = 0;
+    for (const char *l = info; l && *l;) {
+        size_t len = strcspn(l, "\n");
+        char buf[320];
+        size_t n = len < sizeof(buf) - 1 ? len : sizeof(buf) - 1;
+        memcpy(buf, l, n);
+        buf[n] = 0;
+        l += len + (l[len] == '\n');
+        char *cell[4];
+        int nc = ucx_row_cells(buf, cell, 4);
+        if (nc == 2) {
+            in = ucx_proto_header_is(cell[1], get, lcuda, rcuda);
+            continue;
+        }
+        if (nc != 3 || !in || !ucx_range_has(cell[0], size))
+            continue;
+        /* the first "tl/dev" word of the row's configuration */
+        char *w = cell[2];
+        size_t wn = 0;
+        while (*w) {
+            wn = strcspn(w, " ");
+            if (memchr(w, '/', wn))
+                break;
+            w += wn;
+            while (*w == ' ')
+                w++;
+            wn = 0;
+        }
+        size_t tn = wn ? (size_t)((char *)memchr(w, '/', wn) - w) : 0;
+        if (tn == 0 || tn > UCX_TL_NAME_MAX || tn >= tlcap)
+            continue; /* "no data fetch": nothing moves there */
+        char word[UCX_TL_NAME_MAX + 3];
+        snprintf(word, sizeof(word), " %.*s ", (int)tn, w);
+        if (lanes && *lanes && !strstr(lanes, word)) {
+            in = 0; /* another endpoint configuration's table */
+            continue;
+        }
+        memcpy(tl, w, tn);
+        tl[tn] = 0;
+        snprintf(desc, dcap, "%s", cell[1]);
+        return 0;
+    }
+    return -1;
+}
+
 int ucx_proto_v2(void)
 {
     const char *e = getenv("UCX_PROTO_ENABLE");
@@ -320,6 +494,23 @@ const char *ucx_path_intern(ucx_be_t *be, const char *tl)
     return be->paths[be->npaths++];
 }
 
+/* 1 when the transports parameter is set and tl is not in it, with the
+ * cause written to cause. */
+static int ucx_tl_unwanted(ucx_be_t *be, const char *tl, char *cause, size_t cap)
+{
+    if (!be->ntransports)
+        return 0;
+    for (unsigned i = 0; i < be->ntransports; i++)
+        if (strcmp(be->transports[i], tl) == 0)
+            return 0;
+    char list[64] = "";
+    size_t n = 0;
+    for (unsigned i = 0; i < be->ntransports && n < sizeof(list); i++)
+        n += (size_t)snprintf(list + n, sizeof(list) - n, "%s%s", i ? "," : "", be->transports[i]);
+    snprintf(cause, cap, "UCX chose transport %s, not in transports=%s", tl, list);
+    return 1;
+}
+
 /* One of a peer's two paths (host memory, GPU memory): "ucx.<tl>", and
  * whether that transport is outside the transports parameter's. */
 static void ucx_peer_path_of(ucx_be_t *be, ucx_peer_t *peer, const char *info, int gpu)
@@ -335,21 +526,70 @@ static void ucx_peer_path_of(ucx_be_t *be, ucx_peer_t *peer, const char *info, i
      * per operation, a MiB copied in under 1 us), and a chunked 256 MiB
      * WRITE between GPU buffers moved 192 GB/s against 1431 whole. */
     peer->chunk[gpu] = ucx_tl_is_local(tl) ? UINT64_MAX : UCX_CHUNK;
-    peer->fallback[gpu] = 0;
-    if (be->ntransports) {
-        int ok = 0;
-        for (unsigned i = 0; i < be->ntransports; i++)
-            ok |= strcmp(be->transports[i], tl) == 0;
-        if (!ok) {
-            peer->fallback[gpu] = 1;
-            char list[64] = "";
-            size_t n = 0;
-            for (unsigned i = 0; i < be->ntransports && n < sizeof(list); i++)
-                n += (size_t)snprintf(list + n, sizeof(list) - n, "%s%s", i ? "," : "", be->transports[i]);
-            snprintf(peer->cause[gpu], sizeof(peer->cause[gpu]), "UCX chose transport %s, not in transports=%s", tl,
-                     list);
-        }
+    peer->fallback[gpu] = ucx_tl_unwanted(be, tl, peer->cause[gpu], sizeof(peer->cause[gpu]));
+}
+
+/* What UCX chose for a GPU request's kind, asked once per kind and
+ * endpoint after the first post (UCX selects a protocol at an operation's
+ * first use).  The lanes guess a GPU request's path; UCX may still move it
+ * otherwise: with cuda_ipc among the lanes, UCX 1.20 on a node without
+ * NVLink emulates a READ between GPU buffers, and any WRITE from host
+ * memory into GPU memory, with active messages over shared memory, about
+ * 1 GB/s where the copy engine gives 9 to 1400 (README, GPU memory).
+ * Such a request then names that path, and is a fallback (counted, its
+ * cause logged; NIXL_ALLOW_FALLBACK=0 refuses the kind from the next
+ * request on) when the endpoint had a GPU lane UCX left unused for it. */
+void ucx_peer_learn_locked(ucx_be_t *be, ucx_peer_t *peer, ucx_req_t *r)
+{
+    const int get = r->op == NIXL_OP_READ;
+    ucx_chose_t *c = &peer->chose[get][r->lvram][r->rvram];
+    r->learn = 0;
+    if (c->known)
+        goto give;
+    c->known = 1;
+    uint64_t size = 0;
+    for (size_t i = 0; i < r->count; i++)
+        size = r->iov[i].len > size ? r->iov[i].len : size;
+    if (r->ix.layer)
+        size = r->ix.item_len > size ? r->ix.item_len : size;
+    size = size < r->chunk ? size : r->chunk;
+    char *text = NULL;
+    size_t tlen = 0;
+    FILE *f = open_memstream(&text, &tlen);
+    if (!f)
+        return;
+    ucp_worker_print_info(be->worker, f);
+    fclose(f);
+    char tl[UCX_TL_NAME_MAX + 1], desc[64];
+    int rc = ucx_proto_info_transport(text, peer->lanes, get, r->lvram, r->rvram, size, tl, sizeof(tl), desc,
+                                      sizeof(desc));
+    free(text);
+    const char *what = get ? "READ into" : "WRITE from";
+    const char *lm = r->lvram ? "GPU" : "host", *rm = r->rvram ? "GPU" : "host";
+    if (rc != 0) {
+        UCX_DEBUG(be, "ucx: peer %s: %s %s memory, %s memory there: UCX's protocol table says nothing, path %s",
+                  peer->name, what, lm, rm, r->hdr.path);
+        return;
     }
+    c->path = ucx_path_intern(be, tl);
+    const char *gl = peer->path[1] && strncmp(peer->path[1], "ucx.", 4) == 0 ? peer->path[1] + 4 : "";
+    if (strstr(desc, "emulation") && ucx_tl_is_gpu(gl) && !ucx_tl_is_gpu(tl)) {
+        c->fallback = 1;
+        snprintf(c->cause, sizeof(c->cause), "UCX moves it by %.40s over %.24s, not on its GPU lane %.24s", desc, tl,
+                 gl);
+    } else {
+        c->fallback = ucx_tl_unwanted(be, tl, c->cause, sizeof(c->cause));
+    }
+    UCX_INFO(be, "ucx: peer %s: %s %s memory, %s memory there (pieces of %llu bytes): UCX chose %s on %s, path %s%s",
+             peer->name, what, lm, rm, (unsigned long long)size, desc, tl, c->path, c->fallback ? " (fallback)" : "");
+give:
+    if (!c->path)
+        return;
+    r->hdr.path = c->path;
+    r->cause = c->cause;
+    if (c->fallback && !r->hdr.fallback)
+        be->host->fallback(be->host->ctx, c->path, c->cause);
+    r->hdr.fallback = (uint32_t)c->fallback;
 }
 
 static void ucx_peer_path(ucx_be_t *be, ucx_peer_t *peer)
@@ -363,6 +603,8 @@ static void ucx_peer_path(ucx_be_t *be, ucx_peer_t *peer)
     }
     ucx_peer_path_of(be, peer, text, 0);
     ucx_peer_path_of(be, peer, text, 1);
+    ucx_ep_info_lanes(text, peer->lanes, sizeof(peer->lanes));
+    memset(peer->chose, 0, sizeof(peer->chose)); /* a new endpoint: UCX chooses again */
     /* UCX's own lines, for whoever asks why this path (NIXL_LOG_LEVEL=debug). */
     for (const char *l = text; l && *l && be->host->log_enabled(NIXL_LOG_DEBUG);) {
         size_t n = strcspn(l, "\n");

@@ -87,6 +87,14 @@ typedef struct ucx_reg {
 
 typedef struct ucx_rmd ucx_rmd_t;
 
+/* What UCX chose for one kind of request (ucx_peer_learn_locked). */
+typedef struct ucx_chose {
+    int known;         /* looked at: path NULL when UCX's table said nothing */
+    int fallback;
+    const char *path;
+    char cause[160];
+} ucx_chose_t;
+
 typedef struct ucx_peer {
     ucx_be_t *be;
     struct ucx_peer *next; /* be->peers */
@@ -101,6 +109,11 @@ typedef struct ucx_peer {
     int fallback[2];       /* that transport is not among the transports parameter's */
     char cause[2][80];
     uint64_t chunk[2];     /* the largest put/get of a post on that path (ucx_peer_path_of) */
+    char lanes[96];        /* " tl tl ... ": the transports of its endpoint's lanes */
+    /* What UCX chose for requests with GPU memory, [READ][local VRAM]
+     * [remote VRAM], from its protocol table after the first post of each
+     * kind (ucx_peer_learn_locked); cleared with each new endpoint. */
+    ucx_chose_t chose[2][2][2];
     int have_proc;         /* a pidfd on a peer of our pid namespace */
     samehost_proc_t proc;
     unsigned nreqs;        /* requests of this peer still in flight */
@@ -186,6 +199,8 @@ struct ucx_req {
     size_t notif_len, notif_cap;
     const char *cause;        /* fallback cause, when hdr.fallback */
     uint64_t chunk;           /* its largest put/get: the peer's for its path */
+    int lvram, rvram;         /* GPU memory on the local, the remote side */
+    int learn;                /* its post asks what UCX chose (ucx_peer_learn_locked) */
     ucx_req_t *next_run, *prev_run; /* be->run: requests in flight */
 };
 
@@ -313,6 +328,19 @@ ucs_status_t ucx_rmd_fresh_locked(ucx_be_t *be, ucx_rmd_t *rm);
  * pieces of an application's regions; proto_v2: UCX's newer protocols;
  * gpu: of requests with GPU memory on a side. */
 int ucx_ep_info_transport(const char *info, int proto_v2, int gpu, char *tl, size_t cap);
+/* The transports of its lanes, " tl tl ... ", into out. */
+void ucx_ep_info_lanes(const char *info, char *out, size_t cap);
+/* From a printout of ucp_worker_print_info (UCX's newer protocols): the
+ * transport and the protocol's description ("zero-copy", "software
+ * emulation") UCX chose for a put (get: a get) of size bytes, local and
+ * remote memory CUDA or host, on an endpoint whose lanes' transports are
+ * lanes (" tl tl ", ucx_ep_info_lanes; NULL: any).  0, or -1 when no
+ * table says. */
+int ucx_proto_info_transport(const char *info, const char *lanes, int get, int lcuda, int rcuda, uint64_t size,
+                             char *tl, size_t tlcap, char *desc, size_t dcap);
+/* After the first post of a GPU request of its kind: what UCX chose for
+ * it, kept in peer->chose and given to r (path, fallback). */
+void ucx_peer_learn_locked(ucx_be_t *be, ucx_peer_t *peer, ucx_req_t *r);
 /* 1 when this UCX runs its newer protocols (UCX_PROTO_ENABLE, else 1.16+). */
 int ucx_proto_v2(void);
 const char *ucx_path_intern(ucx_be_t *be, const char *tl);

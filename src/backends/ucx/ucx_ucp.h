@@ -40,6 +40,7 @@
     X(ucp_ep_flush_nbx)                                                                            \
     X(ucp_worker_flush_nbx)                                                                        \
     X(ucp_ep_print_info)                                                                           \
+    X(ucp_worker_print_info)                                                                       \
     X(ucp_ep_rkey_unpack)                                                                          \
     X(ucp_rkey_destroy)                                                                            \
     X(ucp_rkey_pack)                                                                               \
@@ -94,6 +95,7 @@ nixl_status_t ucx_ucp_load(const nixl_host_services_t *host);
 #define ucp_ep_flush_nbx (*ucx_ucp.ucp_ep_flush_nbx)
 #define ucp_worker_flush_nbx (*ucx_ucp.ucp_worker_flush_nbx)
 #define ucp_ep_print_info (*ucx_ucp.ucp_ep_print_info)
+#define ucp_worker_print_info (*ucx_ucp.ucp_worker_print_info)
 #define ucp_ep_rkey_unpack (*ucx_ucp.ucp_ep_rkey_unpack)
 #define ucp_rkey_destroy (*ucx_ucp.ucp_rkey_destroy)
 #define ucp_rkey_pack (*ucx_ucp.ucp_rkey_pack)

@@ -289,8 +289,9 @@ static nixl_status_t ucx_pair_check(ucx_be_t *be, const ucx_reg_t *g, const ucx_
     return NIXL_ERR_INVALID_PARAM;
 }
 
-static ucx_req_t *ucx_req_new(ucx_be_t *be, ucx_peer_t *peer, nixl_op_t op, int gpu)
+static ucx_req_t *ucx_req_new(ucx_be_t *be, ucx_peer_t *peer, nixl_op_t op, nixl_mem_t lmem, nixl_mem_t rmem)
 {
+    const int lv = lmem == NIXL_MEM_VRAM, rv = rmem == NIXL_MEM_VRAM, gpu = lv || rv;
     ucx_req_t *r = calloc(1, sizeof(*r));
     if (!r)
         return NULL;
@@ -303,6 +304,18 @@ static ucx_req_t *ucx_req_new(ucx_be_t *be, ucx_peer_t *peer, nixl_op_t op, int 
     r->hdr.fallback = (uint32_t)peer->fallback[gpu];
     r->cause = peer->cause[gpu];
     r->chunk = peer->chunk[gpu] ? peer->chunk[gpu] : UCX_CHUNK;
+    r->lvram = lv;
+    r->rvram = rv;
+    /* GPU memory: what UCX chose for this kind, once known (the lanes
+     * alone do not say: a lane of cuda_ipc, and UCX may still emulate a
+     * READ or a WRITE from host memory over shared memory). */
+    const ucx_chose_t *c = &peer->chose[op == NIXL_OP_READ][lv][rv];
+    if (gpu && c->known && c->path) {
+        r->hdr.path = c->path;
+        r->hdr.fallback = (uint32_t)c->fallback;
+        r->cause = c->cause;
+    }
+    r->learn = gpu && be->proto_v2 && !c->known;
     return r;
 }
 
@@ -317,7 +330,7 @@ nixl_status_t ucx_xfer_prepare(void *bev, const nixl_be_xfer_t *x, nixl_be_req_t
     for (size_t i = 0; i < x->count; i++)
         if (nixl_unlikely(!ucx_pair_usable(x->iov[i].lmd, x->iov[i].rmd)))
             return ucx_pair_check(be, x->iov[i].lmd, x->iov[i].rmd);
-    ucx_req_t *r = ucx_req_new(be, x->peer, x->op, x->local_mem == NIXL_MEM_VRAM || x->remote_mem == NIXL_MEM_VRAM);
+    ucx_req_t *r = ucx_req_new(be, x->peer, x->op, x->local_mem, x->remote_mem);
     if (!r)
         return NIXL_ERR_NO_MEMORY;
     r->iov = x->iov;
@@ -359,7 +372,7 @@ nixl_status_t ucx_xfer_prepare_indexed(void *bev, const nixl_be_xfer_indexed_t *
             return NIXL_ERR_INVALID_PARAM;
         }
     }
-    ucx_req_t *r = ucx_req_new(be, x->peer, x->op, x->local_mem == NIXL_MEM_VRAM || x->remote_mem == NIXL_MEM_VRAM);
+    ucx_req_t *r = ucx_req_new(be, x->peer, x->op, x->local_mem, x->remote_mem);
     if (!r)
         return NIXL_ERR_NO_MEMORY;
     r->ix = *x;
@@ -567,6 +580,8 @@ static nixl_status_t ucx_post_locked(ucx_be_t *be, ucx_req_t *r, const void *not
         else
             r->flush_req = q;
     }
+    if (nixl_unlikely(r->learn) && r->op_status == UCS_OK)
+        ucx_peer_learn_locked(be, peer, r); /* its operations are posted: UCX has chosen */
     ucx_req_advance(be, r, UCX_BY_POST, 0);
     /* One round, not a drain: a small request ends here, a large one
      * returns IN_PROG with its bytes still to move, so a release right

@@ -10,7 +10,8 @@
  *   xfer          WRITE with a notification (the bytes are there when it
  *                 arrives, sender named), READ back, bytes compared; the
  *                 path names a transport
- *   ep_info       the ucp_ep_print_info parser on UCX 1.13's and 1.16's printouts
+ *   ep_info       the ucp_ep_print_info parser on UCX 1.13's and 1.16's printouts,
+ *                 the protocol tables' (1.13's, 1.20's)
  *   vram          VRAM registers (no UCX handle), its key says so, a
  *                 request is NO_PATH with one ERROR line
  *   fallback      transports=rc_mlx5 over tcp: the request is a fallback,
@@ -547,6 +548,81 @@ static int case_ep_info(void)
             }
         }
     }
+    /* The lanes' transports, each once. */
+    char lanes[96];
+    ucx_ep_info_lanes("#                 lane[0]:  3:sysv/memory.0 md[2]  -> md[2]/sysv/sysdev[255] am keepalive\n"
+                      "#                 lane[1]:  4:posix/memory.0 md[3] -> md[3]/posix/sysdev[255]\n"
+                      "#                 lane[2]:  6:cuda_ipc/cuda.0 md[5] -> md[5]/cuda_ipc/sysdev[255] rma_bw#0\n"
+                      "#                 lane[3]:  3:sysv/memory.0 md[2]  -> md[2]/sysv/sysdev[255] am\n",
+                      lanes, sizeof(lanes));
+    CHECK(strcmp(lanes, " sysv posix cuda_ipc ") == 0);
+    ucx_ep_info_lanes("no lanes\n", lanes, sizeof(lanes));
+    CHECK(strcmp(lanes, " ") == 0);
+
+    /* UCX's protocol tables: ucp_worker_print_info of 1.13.1 (CI box,
+     * UCX_PROTO_ENABLE=y, tcp) and UCX_PROTO_INFO's lines of 1.20.0 with
+     * CUDA (the GPU machine, one H100, no NVLink), whose READ between GPU
+     * buffers and WRITE from host memory are emulated over sysv; the last
+     * table is another endpoint configuration's (tcp: not this peer's). */
+    static const char pt113[] =
+        "# | 0x55f3a953ce30 ep_cfg[0] | rendezvous data send() from host memory to host                      |\n"
+        "# +--------------------------+----------------------------------+-----------------------------------+\n"
+        "# |                  0..2827 | fragmented copy-in copy-out      | tcp/lo                            |\n"
+        "# |                2828..inf | zero-copy fenced write to remote | 52% on tcp/lo and 48% on tcp/eth0 |\n"
+        "# | 0x55f3a953ce30 ep_cfg[0] | remote memory write by ucp_put*() from host memory to host    |\n"
+        "# +--------------------------+------------------------------------------------------+--------+\n"
+        "# |                   0..inf | software emulation                                   | tcp/lo |\n"
+        "# | 0x55f3a953ce30 ep_cfg[0] | remote memory read by ucp_get*(fast-completion) into host memory from host |\n"
+        "# |                   0..inf | zero-copy                                            | cma/memory |\n"
+        "# | 0x55f3a953ce30 ep_cfg[0] | remote memory read by ucp_get*() into host memory from host    |\n"
+        "# |                        0 | no data fetch                                         |        |\n"
+        "# |                   1..8K  | copy-out                                              | tcp/eth0 |\n"
+        "# |                 8193..inf | zero-copy                                            | 52% on tcp/lo and 48% on tcp/eth0 |\n";
+    static const char pt120[] =
+        "[1796686347.5] [vm:1720 :0]   | ucp_context_0 intra-node cfg#1 | remote memory read by ucp_get* into "
+        "cuda/GPU0 from cuda/dev[0]    |\n"
+        "[1796686347.5] [vm:1720 :0]   +--------------------------------+---------------------------+-------------+\n"
+        "[1796686347.5] [vm:1720 :0]   |                         0..inf | software emulation        | sysv/memory |\n"
+        "[1796686347.5] [vm:1720 :0]   | ucp_context_0 intra-node cfg#1 | remote memory write by ucp_put* from "
+        "host memory to cuda/dev[0]    |\n"
+        "[1796686347.5] [vm:1720 :0]   |                         0..inf | software emulation        | sysv/memory |\n"
+        "[1796686347.5] [vm:1720 :0]   | ucp_context_0 intra-node cfg#1 | remote memory write by ucp_put* from "
+        "cuda/GPU0 to cuda/dev[0]    |\n"
+        "[1796686347.5] [vm:1720 :0]   |                         0..inf | zero-copy                 | cuda_ipc/cuda |\n"
+        "[1796686347.5] [vm:1720 :0]   | ucp_context_0 inter-node cfg#2 | remote memory write by ucp_put* from "
+        "cuda/GPU0 to cuda    |\n"
+        "[1796686347.5] [vm:1720 :0]   |                         0..inf | software emulation        | tcp/eth0 |\n";
+    static const struct {
+        const char *text, *lanes;
+        int get, lcuda, rcuda;
+        uint64_t size;
+        const char *tl, *desc; /* NULL: no table says */
+    } pt[] = {
+        {pt113, " tcp ", 0, 0, 0, 1 << 20, "tcp", "software emulation"},
+        {pt113, " tcp ", 1, 0, 0, 0, NULL, NULL}, /* nothing moves: no transport */
+        {pt113, " tcp ", 1, 0, 0, 4096, "tcp", "copy-out"},
+        {pt113, " tcp ", 1, 0, 0, 8192, "tcp", "copy-out"},
+        {pt113, " tcp ", 1, 0, 0, 8193, "tcp", "zero-copy"},
+        {pt113, " tcp ", 0, 1, 0, 4096, NULL, NULL}, /* no table for GPU memory */
+        {pt120, " sysv posix cuda_ipc ", 1, 1, 1, 64 << 20, "sysv", "software emulation"},
+        {pt120, " sysv posix cuda_ipc ", 0, 0, 1, 64 << 20, "sysv", "software emulation"},
+        {pt120, " sysv posix cuda_ipc ", 0, 1, 1, 256 << 20, "cuda_ipc", "zero-copy"},
+        {pt120, " tcp ", 0, 1, 1, 1 << 20, "tcp", "software emulation"}, /* the other endpoint's */
+        {pt120, NULL, 0, 1, 1, 1 << 20, "cuda_ipc", "zero-copy"},          /* any lanes: the first */
+        {pt120, " sysv posix cuda_ipc ", 1, 1, 0, 1 << 20, NULL, NULL},
+        {"| a | b |\n| 0..x | y | z/w |\n| 1..99999999999999999999 | d | t/u |\n", NULL, 0, 0, 0, 5, NULL, NULL},
+    };
+    for (size_t i = 0; i < sizeof(pt) / sizeof(pt[0]); i++) {
+        char tl[UCX_TL_NAME_MAX + 1] = "", desc[64] = "";
+        int rc = ucx_proto_info_transport(pt[i].text, pt[i].lanes, pt[i].get, pt[i].lcuda, pt[i].rcuda, pt[i].size, tl,
+                                          sizeof(tl), desc, sizeof(desc));
+        if (pt[i].tl ? rc != 0 || strcmp(tl, pt[i].tl) != 0 || strcmp(desc, pt[i].desc) != 0 : rc == 0) {
+            fprintf(stderr, "proto table %zu: rc %d tl '%s' desc '%s', want %s\n", i, rc, tl, desc,
+                    pt[i].tl ? pt[i].tl : "none");
+            failures++;
+        }
+    }
+
     /* ucp_context_print_info's resource lines (UCX 1.13.1 on the CI box). */
     static const char ctx_info[] = "#\n# UCP context\n#\n#     component 0  :  self\n"
                                    "#            md 1  :  component 1  tcp \n"
