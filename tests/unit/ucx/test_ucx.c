@@ -40,6 +40,8 @@
  *   tcpold        the connections a renewal waits for (ucx_tcpold.c), on
  *                 a loopback TCP connection with bytes left unacknowledged,
  *                 then drained (no UCX)
+ *   learn         what UCX chose, read from its protocol table after a
+ *                 first post (UCX_PROTO_ENABLE=y, tcp): path ucx.tcp
  *   chunks        a 5 MiB piece (several operations of UCX_CHUNK) written
  *                 and read back, bytes compared; a short peer_timeout_ms (2 s)
  *                 never fails a healthy peer
@@ -1515,6 +1517,48 @@ static int case_chunks(void)
     return failures;
 }
 
+/* What UCX chose, read from its protocol table after a first post: the
+ * step a GPU request takes (ucx_peer_learn_locked), asked here of host
+ * requests (a UCX without CUDA has no GPU request) under UCX's newer
+ * protocols over tcp (UCX_PROTO_ENABLE=y): the table names tcp for WRITE
+ * and READ, no fallback; the request and the next of its kind carry it;
+ * bytes compared.  Without the newer protocols there is no table: skip. */
+static int case_learn(void)
+{
+    if (!ucx_proto_v2()) {
+        printf("SKIP learn: UCX's older protocols have no protocol table (set UCX_PROTO_ENABLE=y)\n");
+        return 77;
+    }
+    xpair_t p;
+    const size_t L = 256 * 1024;
+    if (xpair_open(&p, L, NULL, 0, 7, 3))
+        return failures;
+    ucx_peer_t *peer = p.peer;
+    for (int get = 0; get < 2; get++) {
+        for (int round = 0; round < 2; round++) {
+            nixl_be_iov_t v = {get ? p.br.addr : p.lr.addr, p.rr.addr, L, get ? p.bmd : p.lmd, p.rmd};
+            nixl_be_xfer_t x = {get ? NIXL_OP_READ : NIXL_OP_WRITE, p.peer, NIXL_MEM_DRAM, NIXL_MEM_DRAM, &v, 1, L};
+            nixl_be_req_t *req = NULL;
+            CHECK_ST(ops->xfer_prepare(p.a, &x, &req), NIXL_OK);
+            if (!req)
+                return ++failures;
+            ucx_req_t *u = (ucx_req_t *)req;
+            const ucx_chose_t *c = &peer->chose[get][0][0];
+            CHECK(c->known == round);
+            u->learn = !c->known; /* as a GPU request's prepare sets it */
+            CHECK_ST(wait_req(p.a, req, ops->xfer_post(p.a, req, NULL, 0)), NIXL_OK);
+            printf("  learn: %s round %d: known %d, path %s, fallback %d\n", get ? "READ" : "WRITE", round, c->known,
+                   c->path ? c->path : "(none)", c->fallback);
+            CHECK(c->known && c->path && strcmp(c->path, "ucx.tcp") == 0 && !c->fallback);
+            CHECK(strcmp(u->hdr.path, "ucx.tcp") == 0 && !u->hdr.fallback && !u->learn);
+            CHECK(memcmp(get ? p.back : p.rb, p.la, L) == 0);
+            ops->xfer_release(p.a, req);
+        }
+    }
+    xpair_close(&p);
+    return failures;
+}
+
 /* The CUDA context rule without a GPU: a fake driver table keeps each
  * thread's current context in a thread-local and counts the binds.  Once
  * an instance has a context (as its first GPU registration gives it under
@@ -1618,7 +1662,7 @@ int main(int argc, char **argv)
 {
     ops = nixl_backend_ucx_ops();
     if (argc < 2) {
-        fprintf(stderr, "usage: %s conn_corrupt|rkey_corrupt|xfer|ep_info|vram|fallback|peer_lost|silent|chunks|renew|cancel_bound|busy|tcpold|stall|indexed|cuctx\n", argv[0]);
+        fprintf(stderr, "usage: %s conn_corrupt|rkey_corrupt|xfer|ep_info|vram|fallback|peer_lost|silent|chunks|renew|cancel_bound|busy|tcpold|stall|indexed|cuctx|learn\n", argv[0]);
         return 2;
     }
     static const struct {
@@ -1630,7 +1674,7 @@ int main(int argc, char **argv)
                  {"renew", case_renew},                {"cancel_bound", case_cancel_bound},
                  {"busy", case_busy},                 {"tcpold", case_tcpold},
                  {"stall", case_stall},               {"indexed", case_indexed},
-                 {"cuctx", case_cuctx}};
+                 {"cuctx", case_cuctx},               {"learn", case_learn}};
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         if (strcmp(argv[1], cases[i].name) != 0)
             continue;
