@@ -131,6 +131,20 @@ static int ucx_tl_is_local(const char *tl)
            strcmp(tl, "xpmem") == 0 || strcmp(tl, "self") == 0;
 }
 
+/* A lane line's transport, from its "lane[" up to end: "lane[0]:  0:tcp/lo.0
+ * md[0] -> ...", the name between the second ':' and the '/'.  Its start,
+ * with its length (1 to UCX_TL_NAME_MAX) in *n; NULL if none. */
+static const char *ucx_lane_tl(const char *lane, const char *end, size_t *n)
+{
+    const char *c = memchr(lane, ':', (size_t)(end - lane));
+    c = c ? memchr(c + 1, ':', (size_t)(end - c - 1)) : NULL;
+    const char *slash = c ? memchr(c, '/', (size_t)(end - c)) : NULL;
+    if (!slash || slash - c - 1 <= 0 || slash - c - 1 > UCX_TL_NAME_MAX)
+        return NULL;
+    *n = (size_t)(slash - c - 1);
+    return c + 1;
+}
+
 int ucx_ep_info_transport(const char *info, int proto_v2, int gpu, char *tl, size_t cap)
 {
     enum { LANES = 32 };
@@ -151,14 +165,13 @@ int ucx_ep_info_transport(const char *info, int proto_v2, int gpu, char *tl, siz
         char *s = strstr(buf, "lane[");
         int idx;
         if (s && sscanf(s, "lane[%d]:", &idx) == 1 && idx >= 0 && idx < LANES) {
-            /* "  0:tcp/lo.0 md[0] -> ...": the transport between ':' and '/' */
-            char *c = strchr(s, ':');
-            c = c ? strchr(c + 1, ':') : NULL;
-            char *slash = c ? strchr(c, '/') : NULL;
-            if (!c || !slash || slash - c - 1 <= 0 || slash - c - 1 > UCX_TL_NAME_MAX)
+            size_t namelen;
+            const char *name = ucx_lane_tl(s, buf + n, &namelen);
+            if (!name)
                 continue;
-            memcpy(names[idx], c + 1, (size_t)(slash - c - 1));
-            names[idx][slash - c - 1] = 0;
+            memcpy(names[idx], name, namelen);
+            names[idx][namelen] = 0;
+            const char *slash = name + namelen;
             if (idx >= nl) {
                 for (int k = nl; k < idx; k++)
                     names[k][0] = 0;
@@ -215,13 +228,11 @@ void ucx_ep_info_lanes(const char *info, char *out, size_t cap)
     for (const char *l = info; l && *l;) {
         size_t len = strcspn(l, "\n");
         const char *s = memmem(l, len, "lane[", 5);
-        const char *c = s ? memchr(s, ':', len - (size_t)(s - l)) : NULL;  /* "lane[0]:" */
-        c = c ? memchr(c + 1, ':', len - (size_t)(c + 1 - l)) : NULL;     /* " 3:sysv/..." */
-        const char *slash = c ? memchr(c, '/', len - (size_t)(c - l)) : NULL;
-        size_t tn = slash ? (size_t)(slash - c - 1) : 0;
-        if (tn > 0 && tn <= UCX_TL_NAME_MAX) {
+        size_t tn;
+        const char *name = s ? ucx_lane_tl(s, l + len, &tn) : NULL;
+        if (name) {
             char w[UCX_TL_NAME_MAX + 3];
-            snprintf(w, sizeof(w), " %.*s ", (int)tn, c + 1);
+            snprintf(w, sizeof(w), " %.*s ", (int)tn, name);
             if (!strstr(out, w) && n + tn + 1 < cap) {
                 memcpy(out + n, w + 1, tn + 1);
                 n += tn + 1;
@@ -266,45 +277,30 @@ static int ucx_row_cells(char *line, char **cell, int max)
     return n;
 }
 
-/* "4K", "inf", "579764": the size, UINT64_MAX for inf; -1 if none. */
-static int ucx_units(const char *s, const char **end, uint64_t *v)
+/* A range cell's bound: "inf" (UINT64_MAX) or a size ("8240", "8K"). */
+static int ucx_bound(const char *s, uint64_t *v)
 {
-    if (strncmp(s, "inf", 3) == 0) {
+    if (strcmp(s, "inf") == 0) {
         *v = UINT64_MAX;
-        *end = s + 3;
         return 0;
     }
-    if (*s < '0' || *s > '9')
-        return -1;
-    uint64_t x = 0;
-    while (*s >= '0' && *s <= '9') {
-        if (x > (UINT64_MAX - 9) / 10)
-            return -1;
-        x = x * 10 + (uint64_t)(*s++ - '0');
-    }
-    int sh = *s == 'K' ? 10 : *s == 'M' ? 20 : *s == 'G' ? 30 : *s == 'T' ? 40 : 0;
-    if (sh) {
-        if (x > (UINT64_MAX >> sh))
-            return -1;
-        x <<= sh;
-        s++;
-    }
-    *v = x;
-    *end = s;
-    return 0;
+    return nixl_param_parse_size(s, v);
 }
 
-/* 1 when a range cell ("0..inf", "85..8240", "0") holds size. */
-static int ucx_range_has(const char *r, uint64_t size)
+/* 1 when a range cell ("0..inf", "85..8240", "0") holds size; the cell is
+ * cut at its "..". */
+static int ucx_range_has(char *r, uint64_t size)
 {
     uint64_t lo, hi;
-    const char *e;
-    if (ucx_units(r, &e, &lo) != 0)
+    char *dots = strstr(r, "..");
+    if (dots)
+        *dots = 0;
+    if (ucx_bound(r, &lo) != 0)
         return 0;
     hi = lo;
-    if (strncmp(e, "..", 2) == 0 && ucx_units(e + 2, &e, &hi) != 0)
+    if (dots && ucx_bound(dots + 2, &hi) != 0)
         return 0;
-    return *e == 0 && lo <= size && size <= hi;
+    return lo <= size && size <= hi;
 }
 
 static int ucx_mem_is_cuda(const char *s)
@@ -585,11 +581,9 @@ void ucx_peer_learn_locked(ucx_be_t *be, ucx_peer_t *peer, ucx_req_t *r)
 give:
     if (!c->path)
         return;
-    r->hdr.path = c->path;
-    r->cause = c->cause;
-    if (c->fallback && !r->hdr.fallback)
+    if (c->fallback && !r->hdr.fallback) /* its post counted it as no fallback */
         be->host->fallback(be->host->ctx, c->path, c->cause);
-    r->hdr.fallback = (uint32_t)c->fallback;
+    ucx_req_chosen(r, c);
 }
 
 static void ucx_peer_path(ucx_be_t *be, ucx_peer_t *peer)

@@ -341,6 +341,13 @@ int ucx_proto_info_transport(const char *info, const char *lanes, int get, int l
 /* After the first post of a GPU request of its kind: what UCX chose for
  * it, kept in peer->chose and given to r (path, fallback). */
 void ucx_peer_learn_locked(ucx_be_t *be, ucx_peer_t *peer, ucx_req_t *r);
+/* A request takes what UCX chose for its kind (c->path set). */
+static inline void ucx_req_chosen(ucx_req_t *r, const ucx_chose_t *c)
+{
+    r->hdr.path = c->path;
+    r->hdr.fallback = (uint32_t)c->fallback;
+    r->cause = c->cause;
+}
 /* 1 when this UCX runs its newer protocols (UCX_PROTO_ENABLE, else 1.16+). */
 int ucx_proto_v2(void);
 const char *ucx_path_intern(ucx_be_t *be, const char *tl);

@@ -310,11 +310,8 @@ static ucx_req_t *ucx_req_new(ucx_be_t *be, ucx_peer_t *peer, nixl_op_t op, nixl
      * alone do not say: a lane of cuda_ipc, and UCX may still emulate a
      * READ or a WRITE from host memory over shared memory). */
     const ucx_chose_t *c = &peer->chose[op == NIXL_OP_READ][lv][rv];
-    if (gpu && c->known && c->path) {
-        r->hdr.path = c->path;
-        r->hdr.fallback = (uint32_t)c->fallback;
-        r->cause = c->cause;
-    }
+    if (gpu && c->known && c->path)
+        ucx_req_chosen(r, c);
     r->learn = gpu && be->proto_v2 && !c->known;
     return r;
 }
